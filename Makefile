@@ -1,0 +1,19 @@
+# The README's two commands are `make demo` and `make test`; both set up .venv first.
+.PHONY: setup demo test lint bench
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export ANONYMIZED_TELEMETRY ?= False
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	.venv/bin/python -m rapo_trl.demo
+
+test: setup
+	.venv/bin/python -m pytest -q -m "not gpu and not vllm" tests
+
+lint: setup
+	.venv/bin/ruff check src tests benchmarks

@@ -1,0 +1,42 @@
+"""Shared fixtures: offline environment, the tiny model, and the SmolLM2 folder."""
+
+from __future__ import annotations
+
+import os
+
+for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ[_name] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A saved tiny Qwen2 checkpoint with the offline BPE tokenizer (built once per session)."""
+    from rapo_trl.models import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    build_tiny_model(path)
+    return path
+
+
+@pytest.fixture
+def tiny_model(tiny_model_dir):
+    """A fresh copy of the tiny model and its tokenizer, loaded from the saved folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct as an HF folder (converted once into the user cache)."""
+    pytest.importorskip("gguf")
+    from rapo_trl.models import smollm2_path
+
+    try:
+        return smollm2_path()
+    except ModuleNotFoundError as error:
+        pytest.skip(str(error))
