@@ -1,0 +1,134 @@
+"""RAPOConfig: GRPOConfig plus RAPO's fields, with RAPO's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclass
+class RAPOConfig(GRPOConfig):
+    r"""
+    Configuration for [`RAPOTrainer`] (Retrieval-Augmented Policy Optimization, arXiv 2603.03078).
+
+    Everything of [`~trl.GRPOConfig`] applies; the RAPO fields are grouped below. The defaults follow
+    the paper: DAPO token-mean loss, clip 0.2/0.28, dual clip 3, no KL.
+
+    > Hybrid rollouts
+
+    num_hybrid_generations (`int` or `None`, *optional*, defaults to `None`):
+        Rollouts per group that may retrieve (N_hybrid). `None` means half of `num_generations`.
+    retrieve_prob (`float`, *optional*, defaults to `0.5`):
+        Probability p of inserting a retrieved step after each completed tool step of a hybrid rollout.
+    retrieve_prob_schedule (`str`, *optional*, defaults to `"constant"`):
+        How p moves over training: `"constant"`, or `"linear"`/`"cosine"` decay from `retrieve_prob` to
+        `retrieve_prob_final` at the last step.
+    retrieve_prob_final (`float`, *optional*, defaults to `0.0`):
+        End value of p for the decaying schedules.
+    retrieval_top_k (`int` or `None`, *optional*, defaults to `None`):
+        Neighbours the store considers per query (paper: 3). `None` keeps the store's own setting.
+    min_trace_reward (`float` or `None`, *optional*, defaults to `None`):
+        A retrieved step whose stored reward is at or below this is replaced by the fallback text
+        (paper: 0). `None` keeps the store's own setting.
+    fallback_text (`str` or `None`, *optional*, defaults to `None`):
+        Text inserted when no good step is found. `None` keeps the store's own text.
+
+    > Tools and budgets
+
+    max_tool_calls (`int`, *optional*, defaults to `3`):
+        Tool calls executed per rollout; later calls get a notice instead of a result.
+    max_turn_tokens (`int`, *optional*, defaults to `512`):
+        Tokens the policy may sample in one step; a step reaching it ends the rollout as truncated.
+        `max_completion_length` bounds the whole completion, forced tokens included.
+    tool_workers (`int`, *optional*, defaults to `8`):
+        Tool calls run concurrently across rows.
+
+    > Objective
+
+    retrieval_advantage_weight (`float`, *optional*, defaults to `0.2`):
+        a in A = A_acc * (1 + a * A_ret). 0 disables the retrieval reward.
+    importance_shaping_weight (`float`, *optional*, defaults to `0.05`):
+        m in r_hat = (1 + m * F_ret) * r. 0 disables importance shaping.
+    step_entropy (`str`, *optional*, defaults to `"topk"`):
+        Step entropy estimator for the retrieval reward: `"topk"` (reference code: top-10 log-probs of a
+        step's first tokens, normalised by log |V|) or `"full"` (paper: mean full-vocabulary entropy).
+    entropy_first_tokens (`int`, *optional*, defaults to `20`):
+        Tokens per step the `"topk"` estimator uses.
+    entropy_top_k (`int`, *optional*, defaults to `10`):
+        Log-probs per token the `"topk"` estimator uses.
+    score_retrieved_blocks (`bool`, *optional*, defaults to `False`):
+        Whether reward functions see the retrieved blocks. By default they are removed (by token span)
+        before scoring, so a retrieved `<answer>` cannot be counted as the policy's.
+
+    > Store growth (beyond the paper)
+
+    grow_store (`bool`, *optional*, defaults to `False`):
+        Add the policy's best trajectory of each group to the trace store after scoring.
+    grow_store_min_reward (`float`, *optional*, defaults to `1.0`):
+        Only trajectories with at least this reward are added.
+    """
+
+    # RAPO's defaults for inherited fields (RAPO.md §7).
+    loss_type: str = field(default="dapo", metadata={"help": "Loss aggregation; RAPO uses DAPO's token mean."})
+    epsilon: float = field(default=0.2, metadata={"help": "Lower clip range."})
+    epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
+    delta: float | None = field(default=3.0, metadata={"help": "Dual clip bound c for negative advantages."})
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient; RAPO trains without KL."})
+
+    num_hybrid_generations: int | None = field(
+        default=None, metadata={"help": "Hybrid rollouts per group; None: num_generations // 2."}
+    )
+    retrieve_prob: float = field(default=0.5, metadata={"help": "Retrieval probability p after a tool step."})
+    retrieve_prob_schedule: str = field(
+        default="constant", metadata={"help": "Schedule of p: constant, linear or cosine (to retrieve_prob_final)."}
+    )
+    retrieve_prob_final: float = field(default=0.0, metadata={"help": "End value of p for decaying schedules."})
+    retrieval_top_k: int | None = field(default=None, metadata={"help": "Neighbours considered per query."})
+    min_trace_reward: float | None = field(
+        default=None, metadata={"help": "Steps with stored reward <= this are replaced by the fallback text."}
+    )
+    fallback_text: str | None = field(default=None, metadata={"help": "Text inserted when no good step is found."})
+    max_tool_calls: int = field(default=3, metadata={"help": "Tool calls executed per rollout."})
+    max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
+    tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
+    retrieval_advantage_weight: float = field(default=0.2, metadata={"help": "a in A_acc * (1 + a * A_ret)."})
+    importance_shaping_weight: float = field(default=0.05, metadata={"help": "m in (1 + m * F_ret) * r."})
+    step_entropy: str = field(default="topk", metadata={"help": "Step entropy estimator: topk or full."})
+    entropy_first_tokens: int = field(default=20, metadata={"help": "Tokens per step for the topk estimator."})
+    entropy_top_k: int = field(default=10, metadata={"help": "Log-probs per token for the topk estimator."})
+    score_retrieved_blocks: bool = field(
+        default=False, metadata={"help": "Let reward functions see retrieved blocks (default: removed)."}
+    )
+    grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
+    grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_hybrid_generations is None:
+            self.num_hybrid_generations = self.num_generations // 2
+        if not 0 <= self.num_hybrid_generations <= self.num_generations:
+            raise ValueError(
+                f"num_hybrid_generations ({self.num_hybrid_generations}) must be between 0 and "
+                f"num_generations ({self.num_generations})."
+            )
+        for name in ("retrieve_prob", "retrieve_prob_final"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}.")
+        if self.retrieve_prob_schedule not in RETRIEVE_SCHEDULES:
+            raise ValueError(
+                f"retrieve_prob_schedule must be one of {RETRIEVE_SCHEDULES}, got {self.retrieve_prob_schedule!r}."
+            )
+        if self.step_entropy not in ("topk", "full"):
+            raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
+        for name in ("retrieval_advantage_weight", "importance_shaping_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        for name in ("max_tool_calls", "max_turn_tokens", "tool_workers", "entropy_first_tokens", "entropy_top_k"):
+            if getattr(self, name) < (0 if name == "max_tool_calls" else 1):
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
+        if self.retrieval_top_k is not None and self.retrieval_top_k < 1:
+            raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")

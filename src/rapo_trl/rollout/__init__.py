@@ -1,0 +1,31 @@
+"""Step-wise hybrid rollouts: token-in-token-out sequences, loss masks, step entropies, retrieval."""
+
+from rapo_trl.rollout.backends import GenerationBackend, SamplingSettings, TransformersBackend
+from rapo_trl.rollout.engine import (
+    RETRIEVE_PREFACE,
+    HybridRolloutEngine,
+    RolloutConfig,
+    RolloutStats,
+    extract_tool_call,
+    is_hybrid_row,
+)
+from rapo_trl.rollout.entropy import step_entropy, token_entropies
+from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment, TurnOutput
+
+__all__ = [
+    "RETRIEVE_PREFACE",
+    "GenerationBackend",
+    "HybridRolloutEngine",
+    "RetrievalEvent",
+    "RolloutConfig",
+    "RolloutRow",
+    "RolloutStats",
+    "SamplingSettings",
+    "Segment",
+    "TransformersBackend",
+    "TurnOutput",
+    "extract_tool_call",
+    "is_hybrid_row",
+    "step_entropy",
+    "token_entropies",
+]

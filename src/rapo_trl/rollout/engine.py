@@ -1,0 +1,336 @@
+"""The step-wise hybrid rollout (RAPO.md §1, §3, §4).
+
+Every row is a token-id sequence that only ever grows by appending ids: the policy's sampled ids
+(mask 1), forced tool results and forced retrieved steps (mask 0). Text is decoded to find tool calls
+and to query the store, never to rebuild the sequence.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rapo_trl.rollout.backends.base import GenerationBackend
+from rapo_trl.rollout.entropy import step_entropy
+from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
+from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
+
+logger = logging.getLogger(__name__)
+
+RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tags. Use it if helpful."
+
+
+class StepSelector(Protocol):
+    """What the engine needs from a trace store: batched selection for many contexts at once."""
+
+    def select(self, contexts: list[str]) -> list[Any]: ...
+
+
+@dataclass
+class RolloutConfig:
+    """Budgets and RAPO knobs of one hybrid rollout."""
+
+    max_completion_length: int = 1024
+    """Total completion budget in tokens, forced tool and retrieved tokens included."""
+    max_turn_tokens: int = 512
+    """Most tokens the policy may sample in one step; a step that reaches it ends the rollout (truncated)."""
+    max_prompt_length: int | None = None
+    """Prompts longer than this keep their last tokens (with a warning); ``None`` keeps them whole."""
+    max_tool_calls: int = 3
+    """Tool calls executed per rollout; later calls get a notice instead of a result."""
+    num_generations: int = 8
+    """Rollouts per prompt (G); rows arrive grouped, G consecutive rows per prompt."""
+    num_hybrid_generations: int = 4
+    """Hybrid rollouts per group (the first ones of each group, by global row index)."""
+    retrieve_prob: float = 0.5
+    """Probability p of retrieving after each completed tool step of a hybrid rollout."""
+    step_entropy: str = "topk"
+    """Step entropy estimator: ``"topk"`` (reference code) or ``"full"`` (paper)."""
+    entropy_first_tokens: int = 20
+    """Tokens per step the ``"topk"`` estimator averages over."""
+    result_template: str = "\n<result>\n{output}\n</result>\n"
+    """How a tool's output is shown to the policy (forced tokens)."""
+    retrieve_template: str = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
+    """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
+    tool_limit_message: str = "Tool-call limit reached; answer with what you have."
+    """Shown instead of a result once ``max_tool_calls`` calls have run."""
+    max_result_chars: int = 4000
+    """Tool output longer than this is cut (keeping its head and tail) before tokenisation."""
+    tool_workers: int = 8
+    """Tool calls that run concurrently across rows."""
+
+    def __post_init__(self):
+        if not 0.0 <= self.retrieve_prob <= 1.0:
+            raise ValueError(f"retrieve_prob must be in [0, 1], got {self.retrieve_prob}.")
+        if not 0 <= self.num_hybrid_generations <= self.num_generations:
+            raise ValueError(
+                f"num_hybrid_generations ({self.num_hybrid_generations}) must be between 0 and "
+                f"num_generations ({self.num_generations})."
+            )
+        if self.max_turn_tokens < 1 or self.max_completion_length < 1:
+            raise ValueError("max_turn_tokens and max_completion_length must be positive.")
+        if self.step_entropy not in ("topk", "full"):
+            raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
+
+
+@dataclass
+class RolloutStats:
+    """Timings and counts of one ``run`` call (for metrics and benchmarks)."""
+
+    generate_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    retrieval_seconds: float = 0.0
+    turns: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
+    """The first ``num_hybrid`` rows of each group of ``num_generations`` are hybrid."""
+    return global_index % num_generations < num_hybrid
+
+
+def _cap_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"
+
+
+def extract_tool_call(text: str, stop_string: str) -> tuple[str, str | None]:
+    """``(tag, content)`` of the call a turn ended with; content ``None`` when it has no opening tag."""
+    tag = stop_string[2:-1]
+    end = text.rfind(stop_string)
+    start = text.rfind(f"<{tag}>", 0, end)
+    if start < 0:
+        return tag, None
+    return tag, text[start + len(tag) + 2 : end]
+
+
+class HybridRolloutEngine:
+    """Runs step-wise hybrid rollouts for a batch of rows.
+
+    Args:
+        tokenizer: the policy's tokenizer.
+        backend: a generation backend (``TransformersBackend`` or ``VLLMBackend``).
+        tools: tag tools; their closing tags are the turn's stop strings.
+        store: anything with ``select(contexts) -> list[Retrieved]`` (e.g. ``TraceStore``); ``None``
+            disables retrieval.
+        config: budgets and RAPO knobs.
+        seed: seeds the retrieval draws (the policy's sampling follows torch's RNG).
+    """
+
+    def __init__(
+        self,
+        tokenizer,
+        backend: GenerationBackend,
+        tools: Sequence[Tool] = (),
+        store: StepSelector | None = None,
+        config: RolloutConfig | None = None,
+        seed: int | None = None,
+    ):
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.tools = {tool.tag: tool for tool in tools}
+        if len(self.tools) != len(tools):
+            raise ValueError(f"Two tools share a tag: {[t.tag for t in tools]}.")
+        self.store = store
+        self.config = config or RolloutConfig()
+        self.rng = random.Random(seed)
+        self.last_stats = RolloutStats()
+        self._warned_long_prompt = False
+
+    @property
+    def stop_strings(self) -> list[str]:
+        return [f"</{tag}>" for tag in self.tools]
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _prepare_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
+        limit = self.config.max_prompt_length
+        if limit is None or len(ids) <= limit:
+            return list(ids), False
+        if not self._warned_long_prompt:
+            logger.warning(
+                "A prompt has %d tokens, more than max_prompt_length=%d: keeping its last %d tokens. "
+                "Raise max_prompt_length or shorten the prompts.", len(ids), limit, limit,
+            )
+            self._warned_long_prompt = True
+        return list(ids[-limit:]), True
+
+    def run(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        query_prefixes: Sequence[str] | None = None,
+        hybrid: Sequence[bool] | None = None,
+        retrieval_enabled: bool = True,
+    ) -> list[RolloutRow]:
+        """Roll out every row to completion.
+
+        ``query_prefixes`` is each row's retrieval context before its completion (usually the question
+        without the system prompt); ``hybrid`` marks the rows that may retrieve.
+        """
+        cfg = self.config
+        stats = RolloutStats()
+        rows = []
+        for i, ids in enumerate(prompt_ids):
+            prepared, cut = self._prepare_prompt(list(ids))
+            rows.append(RolloutRow(prompt_ids=prepared, prompt_truncated=cut, is_hybrid=bool(hybrid and hybrid[i])))
+        prefixes = list(query_prefixes) if query_prefixes is not None else [""] * len(rows)
+        can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
+
+        active = list(range(len(rows)))
+        while active:
+            stats.turns += 1
+            budgets = [min(cfg.max_turn_tokens, cfg.max_completion_length - len(rows[i].completion_ids)) for i in active]
+            start = time.perf_counter()
+            outputs = self.backend.generate(
+                [rows[i].prompt_ids + rows[i].completion_ids for i in active], budgets, self.stop_strings
+            )
+            stats.generate_seconds += time.perf_counter() - start
+
+            calls: list[tuple[int, str, str | None]] = []  # (row, tag, content)
+            for i, out in zip(active, outputs):
+                row = rows[i]
+                step_start = len(row.completion_ids)
+                row.completion_ids.extend(out.token_ids)
+                row.env_mask.extend([1] * len(out.token_ids))
+                if out.logprobs is not None:
+                    row.logprobs = (row.logprobs or [0.0] * step_start) + list(out.logprobs)
+                elif row.logprobs is not None:
+                    row.logprobs.extend([0.0] * len(out.token_ids))
+                row.segments.append(
+                    Segment(
+                        "policy", step_start, len(row.completion_ids),
+                        step_entropy(out.entropy_full, out.entropy_topk, cfg.step_entropy, cfg.entropy_first_tokens),
+                    )
+                )
+                self._fill_post_entropy(row)
+                if out.finish == "eos":
+                    row.finished = True
+                elif out.finish == "length" or len(row.completion_ids) >= cfg.max_completion_length:
+                    row.truncated = True
+                else:
+                    text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+                    tag, content = extract_tool_call(text, out.stop_string)
+                    calls.append((i, tag, content))
+
+            start = time.perf_counter()
+            self._run_tools(rows, calls)
+            stats.tool_seconds += time.perf_counter() - start
+
+            if can_retrieve:
+                start = time.perf_counter()
+                self._retrieve(rows, [i for i, _, _ in calls], prefixes)
+                stats.retrieval_seconds += time.perf_counter() - start
+
+            active = [i for i in active if not rows[i].finished and not rows[i].truncated]
+
+        for row in rows:
+            if not row.completion_ids:  # TRL indexes completions[-1]; never return an empty one
+                eos = self.tokenizer.eos_token_id
+                row.completion_ids, row.env_mask = [eos], [1]
+                row.segments.append(Segment("policy", 0, 1, None))
+                if row.logprobs is not None:
+                    row.logprobs = [0.0]
+        self.last_stats = stats
+        return rows
+
+    def _append_forced(self, row: RolloutRow, ids: list[int], kind: str) -> tuple[int, int]:
+        room = self.config.max_completion_length - len(row.completion_ids)
+        if len(ids) > room:
+            ids = ids[:room]
+            row.truncated = True
+        start = len(row.completion_ids)
+        row.completion_ids.extend(ids)
+        row.env_mask.extend([0] * len(ids))
+        if row.logprobs is not None:
+            row.logprobs.extend([0.0] * len(ids))
+        if ids:
+            row.segments.append(Segment(kind, start, len(row.completion_ids)))
+        if len(row.completion_ids) >= self.config.max_completion_length:
+            row.truncated = True
+        return start, len(row.completion_ids)
+
+    def _run_tools(self, rows: list[RolloutRow], calls: list[tuple[int, str, str | None]]) -> None:
+        cfg = self.config
+        outputs: dict[int, ToolCall | str] = {}
+        to_run: list[tuple[int, Tool, str]] = []
+        for i, tag, content in calls:
+            row = rows[i]
+            if row.tool_calls >= cfg.max_tool_calls:
+                outputs[i] = cfg.tool_limit_message
+                continue
+            row.tool_calls += 1
+            if content is None:
+                outputs[i] = ToolCall(tag, "", f"Error: </{tag}> without an opening <{tag}> tag.", False, 0.0)
+            elif not content.strip():
+                outputs[i] = ToolCall(tag, content, f"Error: empty <{tag}> call.", False, 0.0)
+            else:
+                to_run.append((i, self.tools[tag], content))
+        for (i, _, _), result in zip(to_run, run_tool_calls([(t, c) for _, t, c in to_run], cfg.tool_workers)):
+            outputs[i] = result
+        for i, _, _ in calls:
+            result = outputs[i]
+            if isinstance(result, ToolCall):
+                rows[i].tool_failures += int(not result.ok)
+                rows[i].tool_seconds += result.seconds
+                text = result.output
+            else:
+                text = result
+            block = cfg.result_template.format(output=_cap_text(text, cfg.max_result_chars))
+            self._append_forced(rows[i], self.encode(block), "tool")
+
+    def _retrieve(self, rows: list[RolloutRow], after_tool: list[int], prefixes: list[str]) -> None:
+        cfg = self.config
+        chosen = [
+            i for i in after_tool
+            if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < cfg.retrieve_prob
+        ]
+        if not chosen:
+            return
+        contexts = [
+            prefixes[i] + self.tokenizer.decode(rows[i].completion_ids, skip_special_tokens=True) for i in chosen
+        ]
+        for i, found in zip(chosen, self.store.select(contexts)):
+            row = rows[i]
+            block = cfg.retrieve_template.format(text=found.text)
+            start, end = self._append_forced(row, self.encode(block), "retrieved")
+            row.retrievals.append(
+                RetrievalEvent(
+                    after_step=len(row.policy_steps) - 1,
+                    start=start,
+                    end=end,
+                    is_fallback=bool(getattr(found, "is_fallback", False)),
+                    record_id=getattr(found, "record_id", None),
+                    reward=getattr(found, "reward", None),
+                    similarity=getattr(found, "similarity", None),
+                    entropy_pre=row.policy_steps[-1].entropy,
+                )
+            )
+
+    @staticmethod
+    def _fill_post_entropy(row: RolloutRow) -> None:
+        """The step just sampled is the 'post' step of any retrieval still waiting for one."""
+        steps = row.policy_steps
+        for event in row.retrievals:
+            if event.entropy_post is None and event.after_step == len(steps) - 2:
+                event.entropy_post = steps[-1].entropy
+
+    def get_state(self) -> dict:
+        """RNG state for checkpoints."""
+        return {"rng": self.rng.getstate()}
+
+    def set_state(self, state: dict) -> None:
+        self.rng.setstate(_as_tuple(state["rng"]))
+
+
+def _as_tuple(value):
+    """JSON turns the RNG state's tuples into lists; ``random.setstate`` needs tuples back."""
+    if isinstance(value, list):
+        return tuple(_as_tuple(v) for v in value)
+    return value

@@ -1,0 +1,87 @@
+"""Plain data carried through a hybrid rollout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "eos", "length"]
+
+
+@dataclass
+class TurnOutput:
+    """What a generation backend returns for one row and one turn.
+
+    ``token_ids`` are the sampled ids, cut just after the stop string's last token or the EOS token.
+    Entropies are per sampled token, from the policy's raw distribution (before temperature/top-p):
+    ``entropy_full`` in nats over the whole vocabulary, ``entropy_topk`` the top-k estimator of the
+    reference code (``-sum p log p`` over the k most likely tokens, divided by ``log |V|``).
+    """
+
+    token_ids: list[int]
+    finish: FinishReason
+    stop_string: str | None = None
+    logprobs: list[float] | None = None
+    entropy_full: list[float] = field(default_factory=list)
+    entropy_topk: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Segment:
+    """A contiguous run of completion tokens of one kind.
+
+    ``kind`` is ``"policy"`` (sampled, loss mask 1), ``"tool"`` (forced tool result) or ``"retrieved"``
+    (forced retrieved step or fallback). ``start``/``end`` index into ``completion_ids``.
+    """
+
+    kind: Literal["policy", "tool", "retrieved"]
+    start: int
+    end: int
+    entropy: float | None = None
+
+
+@dataclass
+class RetrievalEvent:
+    """One retrieval inserted into a hybrid rollout, after the policy step ``after_step``."""
+
+    after_step: int
+    start: int
+    end: int
+    is_fallback: bool
+    record_id: str | None
+    reward: float | None
+    similarity: float | None
+    entropy_pre: float | None = None
+    entropy_post: float | None = None
+
+
+@dataclass
+class RolloutRow:
+    """A finished rollout: the exact token ids and what produced each of them."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    segments: list[Segment] = field(default_factory=list)
+    retrievals: list[RetrievalEvent] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_failures: int = 0
+    tool_seconds: float = 0.0
+    is_hybrid: bool = False
+    truncated: bool = False
+    prompt_truncated: bool = False
+    finished: bool = False
+
+    @property
+    def policy_steps(self) -> list[Segment]:
+        return [s for s in self.segments if s.kind == "policy"]
+
+    @property
+    def retrieved_tokens(self) -> int:
+        return sum(s.end - s.start for s in self.segments if s.kind == "retrieved")
+
+    @property
+    def retrieved_fraction(self) -> float:
+        """F_ret (RAPO.md §6): retrieved tokens over all completion tokens."""
+        return self.retrieved_tokens / len(self.completion_ids) if self.completion_ids else 0.0

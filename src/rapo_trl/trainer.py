@@ -1,0 +1,421 @@
+"""RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (RAPO.md §3-7).
+
+Only the seams of TRL.md are touched:
+1. ``rollout_func``: the hybrid rollout engine produces ids, env_mask and RAPO's per-row fields;
+2. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the
+   per-row ratio shift log(1 + m F_ret) stored beside them;
+3. ``_compute_loss``: old log-probs lowered by that shift, so TRL's clip acts on (1 + m F_ret) r.
+Reward functions see completions rebuilt from token ids with retrieved spans removed (``_calculate_rewards``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import textwrap
+from contextlib import ExitStack, contextmanager
+
+import torch
+from trl import GRPOTrainer
+from trl.models.utils import unwrap_model_for_generation
+from trl.trainer.utils import get_config_model_id
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.objective import (
+    group_normalize,
+    ratio_log_shift,
+    reweight_advantages,
+    trajectory_retrieval_reward,
+)
+from rapo_trl.rollout import (
+    HybridRolloutEngine,
+    RolloutConfig,
+    RolloutRow,
+    SamplingSettings,
+    TransformersBackend,
+)
+from rapo_trl.rollout.engine import is_hybrid_row
+
+RAPO_STATE_FILE = "rapo_state_{process}.json"
+
+
+def _question_text(prompt) -> str:
+    """The retrieval context of a prompt: its non-system text (RAPO.md §2 drops the system prompt)."""
+    if isinstance(prompt, str):
+        return prompt
+    parts = []
+    for message in prompt:
+        if message.get("role") == "system":
+            continue
+        content = message.get("content", "")
+        if isinstance(content, list):  # typed content blocks
+            content = " ".join(block.get("text", "") for block in content if isinstance(block, dict))
+        parts.append(content)
+    return "\n".join(parts) + "\n"
+
+
+class RAPOTrainer(GRPOTrainer):
+    """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
+
+    A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
+    `<search>` calls, their results are appended as forced tokens, and in hybrid rollouts a step trace
+    retrieved from `trace_store` may follow each tool step. The loss adds RAPO's retrieval reward
+    (advantage reweighting) and retrieval-aware importance shaping.
+
+    Args:
+        model: model id, local path, or model object (as for GRPOTrainer).
+        reward_funcs: reward function(s), e.g. ``rapo_trl.rewards.rapo_outcome_reward``.
+        args: a [`RAPOConfig`].
+        trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
+            retrieval, i.e. agentic GRPO.
+        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``).
+        vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
+            ``args.use_vllm`` the trainer's own colocated engine is used instead.
+        Other arguments are GRPOTrainer's.
+    """
+
+    _tag_names = ["trl", "rapo", "rapo_trl"]
+    _name = "RAPO"
+    _paper = {
+        "title": "RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization",
+        "id": "2603.03078",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @inproceedings{zhang2026rapo,
+                title        = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
+                author       = {Zhang and others},
+                booktitle    = {Proceedings of the 32nd ACM SIGKDD Conference on Knowledge Discovery and Data Mining},
+                year         = 2026,
+                eprint       = {arXiv:2603.03078},
+            }"""),
+    }
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: RAPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        trace_store=None,
+        tools=None,
+        vllm_llm=None,
+    ):
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
+        if not isinstance(args, RAPOConfig):
+            raise TypeError(f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}.")
+        super().__init__(
+            model,
+            reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+        )
+        self.trace_store = trace_store
+        self._configure_store(trace_store)
+        self.rapo_tools = list(tools or [])
+        self.rollout_engine = HybridRolloutEngine(
+            self._tokenizer,
+            self._make_backend(vllm_llm),
+            self.rapo_tools,
+            trace_store,
+            RolloutConfig(
+                max_completion_length=args.max_completion_length,
+                max_turn_tokens=args.max_turn_tokens,
+                max_tool_calls=args.max_tool_calls,
+                num_generations=args.num_generations,
+                num_hybrid_generations=args.num_hybrid_generations,
+                retrieve_prob=args.retrieve_prob,
+                step_entropy=args.step_entropy,
+                entropy_first_tokens=args.entropy_first_tokens,
+                tool_workers=args.tool_workers,
+            ),
+            seed=args.seed + self.accelerator.process_index,
+        )
+        # Set after init: TRL warns about rollout_func passed to the constructor (TRL.md, seam 1).
+        self.rollout_func = self._hybrid_rollout
+        self._last_rows: list[RolloutRow] = []
+        self._last_mode = "train"
+
+    # ------------------------------------------------------------------ setup
+
+    def _configure_store(self, store) -> None:
+        config = getattr(store, "config", None)
+        if config is None:
+            return
+        for ours, theirs in (("retrieval_top_k", "top_k"), ("min_trace_reward", "min_reward"),
+                             ("fallback_text", "fallback_text")):
+            value = getattr(self.args, ours)
+            if value is not None and hasattr(config, theirs):
+                setattr(config, theirs, value)
+
+    def _make_backend(self, vllm_llm):
+        args = self.args
+        sampling = SamplingSettings(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k or 0,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            entropy_top_k=args.entropy_top_k,
+        )
+        if vllm_llm is not None or self.use_vllm:
+            from rapo_trl.rollout.backends.vllm import VLLMBackend
+
+            if vllm_llm is None:
+                if args.vllm_mode != "colocate":
+                    raise ValueError(
+                        "RAPOTrainer runs multi-turn rollouts on vLLM in colocate mode only (server mode can "
+                        "desynchronise ranks); set vllm_mode='colocate' or pass vllm_llm=."
+                    )
+                return VLLMBackend(self.vllm_generation.llm, self._tokenizer, sampling)
+            return VLLMBackend(vllm_llm, self._tokenizer, sampling, adapter_source=self._adapter_source)
+
+        @contextmanager
+        def unwrapped():
+            with ExitStack() as stack:
+                model = stack.enter_context(
+                    unwrap_model_for_generation(
+                        self.model_wrapped,
+                        self.accelerator,
+                        gather_deepspeed3_params=args.ds3_gather_for_generation,
+                        generation_kwargs=self.generation_kwargs,
+                        gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs,
+                    )
+                )
+                stack.enter_context(self._dist.summon_full_params(self.model_wrapped, recurse=False))
+                yield model
+
+        return TransformersBackend(unwrapped, self._tokenizer, sampling, generation_config=self.generation_config)
+
+    def _adapter_source(self):
+        """The PEFT model whose adapter a user-supplied vLLM engine should load (None without PEFT)."""
+        model = self.accelerator.unwrap_model(self.model)
+        return model if hasattr(model, "peft_config") else None
+
+    # ------------------------------------------------------------------ seam 1: rollout
+
+    def current_retrieve_prob(self) -> float:
+        """p at the current step, following ``retrieve_prob_schedule``."""
+        args = self.args
+        if args.retrieve_prob_schedule == "constant" or not self.state.max_steps:
+            return args.retrieve_prob
+        progress = min(1.0, self.state.global_step / self.state.max_steps)
+        if args.retrieve_prob_schedule == "linear":
+            weight = 1.0 - progress
+        else:
+            weight = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return args.retrieve_prob_final + (args.retrieve_prob - args.retrieve_prob_final) * weight
+
+    def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
+        training = self.model.training
+        mode = "train" if training else "eval"
+        group = self.num_generations if training else self.num_generations_eval
+        offset = self.accelerator.process_index * len(prompts)
+        hybrid = [
+            training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
+            for i in range(len(prompts))
+        ]
+        prompt_ids, _, _ = self._tokenize_prompts(prompts)
+        self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
+        rows = self.rollout_engine.run(
+            prompt_ids, [_question_text(p) for p in prompts], hybrid, retrieval_enabled=training
+        )
+        self._last_rows, self._last_mode = rows, mode
+        self._log_rollout_metrics(rows, mode)
+        use_logprobs = all(row.logprobs is not None for row in rows)
+        return {
+            "prompt_ids": [row.prompt_ids for row in rows],
+            "completion_ids": [row.completion_ids for row in rows],
+            "logprobs": [row.logprobs for row in rows] if use_logprobs else None,
+            "env_mask": [row.env_mask for row in rows],
+            "rapo_is_hybrid": [row.is_hybrid for row in rows],
+            "rapo_num_retrievals": [len(row.retrievals) for row in rows],
+        }
+
+    def _gathered_mean(self, values: list[float], weights: list[float] | None = None) -> float:
+        device = self.accelerator.device
+        values_t = torch.tensor(values or [0.0], dtype=torch.float32, device=device)
+        weights_t = torch.tensor(weights if weights is not None else [1.0] * len(values), device=device)
+        if not values:
+            weights_t = torch.zeros(1, device=device)
+        stats = torch.stack([(values_t * weights_t).sum(), weights_t.sum()])
+        total, count = self.accelerator.gather(stats.unsqueeze(0)).sum(dim=0).tolist()
+        return total / count if count else 0.0
+
+    def _log_rollout_metrics(self, rows: list[RolloutRow], mode: str) -> None:
+        metrics = self._metrics[mode]
+        events = [e for row in rows for e in row.retrievals]
+        hybrid_rows = [row for row in rows if row.is_hybrid]
+        stats = self.rollout_engine.last_stats
+        metrics["rapo/hybrid_share"].append(self._gathered_mean([float(r.is_hybrid) for r in rows]))
+        metrics["rapo/retrieval_rate"].append(self._gathered_mean([float(bool(r.retrievals)) for r in hybrid_rows]))
+        metrics["rapo/retrievals_per_hybrid_rollout"].append(
+            self._gathered_mean([float(len(r.retrievals)) for r in hybrid_rows])
+        )
+        metrics["rapo/fallback_rate"].append(self._gathered_mean([float(e.is_fallback) for e in events]))
+        metrics["rapo/retrieved_fraction"].append(self._gathered_mean([r.retrieved_fraction for r in hybrid_rows]))
+        metrics["rapo/entropy_before_retrieval"].append(
+            self._gathered_mean([e.entropy_pre for e in events if e.entropy_pre is not None])
+        )
+        metrics["rapo/entropy_after_retrieval"].append(
+            self._gathered_mean([e.entropy_post for e in events if e.entropy_post is not None])
+        )
+        metrics["rapo/retrieve_prob"].append(self.rollout_engine.config.retrieve_prob)
+        metrics["rapo/truncated_rate"].append(self._gathered_mean([float(r.truncated) for r in rows]))
+        metrics["tools/call_frequency"].append(self._gathered_mean([float(r.tool_calls) for r in rows]))
+        metrics["tools/failure_frequency"].append(
+            self._gathered_mean([r.tool_failures / r.tool_calls for r in rows if r.tool_calls],
+                                [float(r.tool_calls) for r in rows if r.tool_calls])
+        )
+        for name, seconds in (("generate", stats.generate_seconds), ("tools", stats.tool_seconds),
+                              ("retrieval", stats.retrieval_seconds)):
+            metrics[f"rapo/time_{name}"].append(seconds)
+
+    # ------------------------------------------------------------------ rewards see the policy's text only
+
+    def _policy_view(self, row: RolloutRow) -> list[int]:
+        """Completion ids with retrieved spans removed (by token span, not by pattern)."""
+        if self.args.score_retrieved_blocks or not row.retrievals:
+            return row.completion_ids
+        keep = [True] * len(row.completion_ids)
+        for event in row.retrievals:
+            keep[event.start : event.end] = [False] * (event.end - event.start)
+        return [t for t, k in zip(row.completion_ids, keep) if k]
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rows = self._last_rows
+        if len(rows) == len(completion_ids_list):
+            completion_ids_list = [self._policy_view(row) for row in rows]
+            texts = self.processing_class.batch_decode(completion_ids_list, skip_special_tokens=True)
+            if completions and isinstance(completions[0], list):
+                completions = [[{"role": "assistant", "content": text}] for text in texts]
+            else:
+                completions = texts
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func
+        self._last_policy_texts = completions
+        return rewards_per_func
+
+    # ------------------------------------------------------------------ seam 2: advantages
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        rows = self._last_rows
+        if self._last_mode != "train" or len(rows) != len(out["advantages"]):
+            return out
+        device = self.accelerator.device
+        z = torch.tensor(
+            [trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in row.retrievals) for row in rows],
+            dtype=torch.float32,
+            device=device,
+        )
+        all_z = self.accelerator.gather(z)
+        a_ret_all = group_normalize(all_z, self.num_generations)
+        start = self.accelerator.process_index * len(rows)
+        a_ret = a_ret_all[start : start + len(rows)].to(out["advantages"].dtype)
+        out["advantages"] = reweight_advantages(out["advantages"], a_ret, self.args.retrieval_advantage_weight)
+        f_ret = torch.tensor([row.retrieved_fraction for row in rows], dtype=torch.float32, device=device)
+        out["rapo_log_ratio_shift"] = ratio_log_shift(f_ret, self.args.importance_shaping_weight)
+
+        metrics = self._metrics["train"]
+        retrieved = all_z.new_tensor([float(bool(row.retrievals)) for row in rows])
+        all_retrieved = self.accelerator.gather(retrieved).bool()
+        metrics["rapo/z_mean"].append(all_z[all_retrieved].mean().item() if all_retrieved.any() else 0.0)
+        metrics["rapo/z_std"].append(all_z[all_retrieved].std().item() if all_retrieved.sum() > 1 else 0.0)
+        metrics["rapo/a_ret_abs_mean"].append(a_ret_all.abs().mean().item())
+        metrics["rapo/f_ret_mean"].append(self.accelerator.gather(f_ret).mean().item())
+        if self.args.grow_store and self.trace_store is not None:
+            self._grow_store(inputs, rows)
+        return out
+
+    def _grow_store(self, inputs, rows: list[RolloutRow]) -> None:
+        """Add each group's best policy trajectory (retrieved spans removed) when its reward is high enough."""
+        adder = getattr(self.trace_store, "add_policy_trajectories", None)
+        rewards_per_func = getattr(self, "_last_rewards_per_func", None)
+        if adder is None or rewards_per_func is None:
+            return
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards = (rewards_per_func * weights).nansum(dim=1)
+        start = self.accelerator.process_index * len(rows)
+        group = self.num_generations
+        chosen_texts, chosen_rewards, chosen_qids = [], [], []
+        for g in range(0, rewards.numel(), group):
+            best = g + int(rewards[g : g + group].argmax())
+            local = best - start
+            reward = float(rewards[best])
+            if 0 <= local < len(rows) and reward >= self.args.grow_store_min_reward:
+                text = self._tokenizer.decode(self._policy_view(rows[local]), skip_special_tokens=True)
+                qid = inputs[local].get("question_id") or hashlib.sha1(
+                    _question_text(inputs[local]["prompt"]).encode()
+                ).hexdigest()[:16]
+                chosen_texts.append(text)
+                chosen_rewards.append(reward)
+                chosen_qids.append(str(qid))
+        if chosen_texts:
+            adder(chosen_texts, chosen_rewards, chosen_qids)
+
+    # ------------------------------------------------------------------ seam 3: shaped ratio
+
+    def _compute_loss(self, model, inputs):
+        shift = inputs.get("rapo_log_ratio_shift")
+        if shift is None or not bool((shift != 0).any()):
+            return super()._compute_loss(model, inputs)
+        inputs = dict(inputs)  # the buffered batch stays unshifted
+        shift = shift.unsqueeze(1)
+        if inputs.get("old_per_token_logps") is not None:
+            inputs["old_per_token_logps"] = inputs["old_per_token_logps"] - shift
+            return super()._compute_loss(model, inputs)
+
+        # Aligned generation: TRL would use per_token_logps.detach() as the old log-probs. Take them from
+        # the same forward pass (no second one) and lower them by the shift.
+        original = self._get_per_token_logps_and_entropies
+
+        def with_shifted_old(*args, **kwargs):
+            logps, entropies, aux = original(*args, **kwargs)
+            inputs["old_per_token_logps"] = logps.detach() - shift
+            return logps, entropies, aux
+
+        self._get_per_token_logps_and_entropies = with_shifted_old
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            del self._get_per_token_logps_and_entropies
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        # Every process saves its own retrieval RNG (they differ by seed), written after TRL's files.
+        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+        state = {
+            "engine": self.rollout_engine.get_state(),
+            "store": getattr(self.trace_store, "describe", lambda: None)(),
+        }
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, RAPO_STATE_FILE.format(process=self.accelerator.process_index))
+        with open(path, "w") as handle:
+            json.dump(state, handle, default=str)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, RAPO_STATE_FILE.format(process=self.accelerator.process_index))
+        if os.path.exists(path):
+            with open(path) as handle:
+                self.rollout_engine.set_state(json.load(handle)["engine"])
