@@ -1,0 +1,45 @@
+"""Property: the engine never re-tokenises. Whatever text tools and the store return, every forced
+segment decodes to exactly the text it was built from, and the policy's sampled ids are kept as sampled."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers.scripted import Turn
+from tests.rollout.test_engine import FixedStore, encode, make_engine
+
+texts = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=40
+)
+
+
+class FixedOutputTool:
+    tag = "python"
+    timeout = 5.0
+
+    def __init__(self, output):
+        self.output = output
+
+    def run(self, text):
+        return self.output
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tool_output=texts, retrieved=texts, policy_tail=st.sampled_from(["end", " é 漢字 ", "\n\n", "</result>"]))
+def test_forced_segments_decode_to_their_text(tiny_model, tool_output, retrieved, policy_tail):
+    turns = [Turn("<python>x</python>"), Turn(policy_tail)]
+    engine, prompts, tok = make_engine(
+        tiny_model, [turns], store=FixedStore(text=retrieved), tools=[FixedOutputTool(tool_output)]
+    )
+    (row,) = engine.run(prompts, hybrid=[True])
+    tool_seg, retrieved_seg = row.segments[1], row.segments[2]
+    expected_tool = engine.config.result_template.format(output=tool_output)
+    expected_retrieved = engine.config.retrieve_template.format(text=retrieved)
+    assert tok.decode(row.completion_ids[tool_seg.start : tool_seg.end]) == expected_tool
+    assert tok.decode(row.completion_ids[retrieved_seg.start : retrieved_seg.end]) == expected_retrieved
+    # The sampled ids are exactly what generation produced, not a re-encoding of decoded text.
+    assert row.completion_ids[: tool_seg.start] == encode(tok, "<python>x</python>")
+    assert row.completion_ids[retrieved_seg.end :] == encode(tok, policy_tail)[: len(row.completion_ids)]
+    # The whole sequence decodes to the concatenation of its parts' texts.
+    assert tok.decode(row.completion_ids) == "<python>x</python>" + expected_tool + expected_retrieved + policy_tail

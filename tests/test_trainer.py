@@ -1,0 +1,267 @@
+"""RAPOTrainer invariants on the tiny model (RAPO.md §5-7, TRL.md seams)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
+from rapo_trl.trainer import RAPOTrainer
+from tests.helpers.scripted import ScriptedGenerate, Turn
+from tests.rollout.test_engine import EchoTool, FixedStore
+
+G = 4
+# One group of four rows sharing a prompt; rows 0-1 are hybrid. Different outputs give different rewards.
+SCRIPTS = [
+    [Turn("<python>1</python>", 8), Turn("<answer>7</answer>", 2), Turn("<|im_end|>")],
+    [Turn("<python>2</python>", 6), Turn("<answer>77</answer>", 3), Turn("<|im_end|>")],
+    [Turn("<python>3</python>", 4), Turn("<answer>777</answer>", 4), Turn("<|im_end|>")],
+    [Turn("<answer>none</answer><|im_end|>", 5)],
+]
+
+
+def sevens(completions, **kwargs):
+    return [float(c[0]["content"].count("7")) for c in completions]
+
+
+def dataset(n=1):
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"Compute {i}"}]} for i in range(n)])
+
+
+def common_args(tmp_path, **kwargs):
+    base = dict(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=G,
+        num_generations=G, max_completion_length=96, learning_rate=0.1, seed=0, logging_steps=1,
+        save_strategy="no", loss_type="dapo", epsilon=0.2, epsilon_high=0.28, delta=3.0, beta=0.0,
+    )
+    base.update(kwargs)
+    return base
+
+
+def rapo_trainer(tiny_model_dir, tmp_path, store=None, **kwargs):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rapo_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in RAPOConfig.__dataclass_fields__
+                   and k not in GRPOConfig.__dataclass_fields__}
+    args = RAPOConfig(**common_args(tmp_path, **kwargs), max_turn_tokens=32, **rapo_kwargs)
+    return RAPOTrainer(model, sevens, args=args, train_dataset=dataset(), processing_class=tok,
+                       trace_store=store, tools=[EchoTool()])
+
+
+def script(trainer, scripts=SCRIPTS):
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.generate = ScriptedGenerate(trainer.processing_class, [
+        ([], copy.deepcopy(turns)) for turns in scripts
+    ], model.config.vocab_size)
+
+
+def batch_inputs(n_rows=G):
+    return [dict(row) for row in dataset()] * n_rows
+
+
+def loss_and_grads(trainer, batch):
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train(); these tests call the loss directly
+    trainer.model.zero_grad()
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+def test_no_retrieval_equals_agentic_grpo(tiny_model_dir, tmp_path):
+    """p = 0 with a store: loss and gradients equal GRPOTrainer fed the same rollouts."""
+    rapo = rapo_trainer(tiny_model_dir, tmp_path / "rapo", store=FixedStore(), retrieve_prob=0.0)
+    script(rapo)
+    rapo.model.train()
+    rapo_batch = rapo._generate_and_score_completions(batch_inputs())
+    rapo_loss, rapo_grads = loss_and_grads(rapo, rapo_batch)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    grpo = GRPOTrainer(model, sevens, args=GRPOConfig(**common_args(tmp_path / "grpo")), train_dataset=dataset(),
+                       processing_class=tok)
+    engine = HybridRolloutEngine(tok, TransformersBackend(model, tok), [EchoTool()], None,
+                                 RolloutConfig(max_completion_length=96, max_turn_tokens=32))
+
+    def agentic_rollout(prompts, trainer):
+        ids, _, _ = trainer._tokenize_prompts(prompts)
+        rows = engine.run(ids)
+        return {"prompt_ids": [r.prompt_ids for r in rows], "completion_ids": [r.completion_ids for r in rows],
+                "logprobs": None, "env_mask": [r.env_mask for r in rows]}
+
+    grpo.rollout_func = agentic_rollout
+    script(grpo)
+    grpo.model.train()
+    grpo_batch = grpo._generate_and_score_completions(batch_inputs())
+    grpo_loss, grpo_grads = loss_and_grads(grpo, grpo_batch)
+
+    assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])
+    assert torch.equal(rapo_batch["tool_mask"], grpo_batch["tool_mask"])
+    assert torch.allclose(rapo_batch["advantages"], grpo_batch["advantages"])
+    assert rapo_batch["advantages"].abs().sum() > 0
+    assert torch.allclose(rapo_loss, grpo_loss, atol=1e-7) and rapo_loss != 0
+    assert rapo_grads.keys() == grpo_grads.keys()
+    for name in rapo_grads:
+        assert torch.allclose(rapo_grads[name], grpo_grads[name], atol=1e-7), name
+
+
+def test_shaped_ratio_is_clipped_and_forced_tokens_carry_no_gradient(tiny_model_dir, tmp_path):
+    m = 1.0
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore("<think>" + "hint " * 80 + "</think>"),
+                           retrieve_prob=1.0, num_hybrid_generations=2, importance_shaping_weight=m,
+                           retrieval_advantage_weight=0.0)
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    rows = trainer._last_rows
+    f_ret = torch.tensor([r.retrieved_fraction for r in rows])
+    assert (f_ret[:2] > 0).all() and (f_ret[2:] == 0).all()
+    assert torch.allclose(batch["rapo_log_ratio_shift"], torch.log1p(m * f_ret))
+
+    mask = batch["completion_mask"] * batch["tool_mask"]
+    policy_tokens = sum(sum(r.env_mask) for r in rows)
+    assert int(batch["num_items_in_batch"]) == policy_tokens == int(mask.sum())
+
+    loss, grads = loss_and_grads(trainer, batch)
+
+    # By hand: ratio value (1 + m F) at the current policy, clipped at 1 + eps_high for A > 0,
+    # dual-clipped at delta for A < 0; token mean over policy tokens only.
+    model = trainer.model
+    model.zero_grad()
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, -batch["completion_ids"].size(1) - 1 : -1]
+    logps = torch.log_softmax(logits.float(), -1).gather(-1, batch["completion_ids"].unsqueeze(-1)).squeeze(-1)
+    ratio = torch.exp(logps - logps.detach()) * (1 + m * f_ret).unsqueeze(1)
+    adv = batch["advantages"].unsqueeze(1)
+    clipped = torch.clamp(ratio, 1 - 0.2, 1 + 0.28)
+    unclipped = torch.clamp(ratio, max=3.0)
+    per_token = -torch.min(unclipped * adv, clipped * adv)
+    expected = (per_token * mask).sum() / mask.sum()
+    expected.backward()
+    assert torch.allclose(loss, expected.detach(), atol=1e-6)
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            assert torch.allclose(grads[name], param.grad, atol=1e-6), name
+    # The hybrid rows' shaped ratios lie outside the clip range, so the clip really acted on them.
+    assert all((1 + m * f) > 1.28 for f in f_ret[:2])
+
+
+def test_retrieval_reward_reweights_advantages(tiny_model_dir, tmp_path):
+    a = 0.2
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(), retrieve_prob=1.0,
+                           num_hybrid_generations=2, retrieval_advantage_weight=a)
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    from rapo_trl.objective import group_normalize, trajectory_retrieval_reward
+
+    rows = trainer._last_rows
+    z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in r.retrievals) for r in rows])
+    assert z[0] != 0 and z[1] != 0 and z[2] == 0 and z[3] == 0
+    rewards = torch.tensor([1.0, 2.0, 3.0, 0.0])
+    a_acc = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
+    expected = a_acc * (1 + a * group_normalize(z, G))
+    assert torch.allclose(batch["advantages"], expected, atol=1e-5)
+    log = trainer._metrics["train"]
+    assert log["rapo/retrieval_rate"][-1] == 1.0 and log["rapo/hybrid_share"][-1] == 0.5
+
+
+def test_rewards_do_not_see_retrieved_blocks(tiny_model_dir, tmp_path):
+    seen = []
+
+    def record(completions, **kwargs):
+        seen.extend(c[0]["content"] for c in completions)
+        return [0.0] * len(completions)
+
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore("<answer>777777</answer>"), retrieve_prob=1.0,
+                           num_hybrid_generations=2)
+    trainer.reward_funcs = [record]
+    script(trainer)
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_inputs())
+    assert seen and not any("777777" in text or "<retrieve>" in text for text in seen)
+    assert "<python>1</python>" in seen[0] and "<result>" in seen[0]
+
+
+def test_two_steps_change_every_trainable_parameter_lora(tiny_model_dir, tmp_path):
+    from peft import LoraConfig
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = RAPOConfig(**common_args(tmp_path, max_steps=2, max_completion_length=16), max_turn_tokens=8)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Q{i}"}]} for i in range(4)])
+
+    def length_reward(completion_ids, **kwargs):
+        return [float(len(c) % 5) + float(sum(c) % 3) for c in completion_ids]
+
+    trainer = RAPOTrainer(str(tiny_model_dir), length_reward, args=args, train_dataset=ds, processing_class=tok,
+                          trace_store=FixedStore(), tools=[EchoTool()],
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    for name, param in trainer.model.named_parameters():
+        changed = not torch.equal(before[name], param.detach())
+        assert changed == (name in trainable), name
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_full_finetune_two_steps_change_every_parameter(tiny_model_dir, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = RAPOConfig(**common_args(tmp_path, max_steps=2, max_completion_length=16), max_turn_tokens=8)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Q{i}"}]} for i in range(4)])
+
+    def id_reward(completion_ids, **kwargs):
+        return [float(sum(c) % 7) for c in completion_ids]
+
+    trainer = RAPOTrainer(str(tiny_model_dir), id_reward, args=args, train_dataset=ds, processing_class=tok)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    for name, param in trainer.model.named_parameters():
+        assert not torch.equal(before[name], param.detach()), name
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Q{i}"}]} for i in range(8)])
+
+    def id_reward(completion_ids, **kwargs):
+        return [float(sum(c) % 7) for c in completion_ids]
+
+    class KillAfter(TrainerCallback):
+        def __init__(self, step):
+            self.step = step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= self.step:
+                control.should_training_stop = True
+
+    def run(output, kill_after=None, resume=None):
+        args = RAPOConfig(**common_args(output, max_steps=3, max_completion_length=16, save_strategy="steps",
+                                        save_steps=1), max_turn_tokens=8, retrieve_prob=0.5)
+        trainer = RAPOTrainer(str(tiny_model_dir), id_reward, args=args, train_dataset=ds, processing_class=tok,
+                              trace_store=FixedStore(), tools=[EchoTool()],
+                              callbacks=[KillAfter(kill_after)] if kill_after else None)
+        trainer.train(resume_from_checkpoint=resume)
+        step3 = [e for e in trainer.state.log_history if e.get("step") == 3 and "grad_norm" in e]
+        return trainer, step3
+
+    full, full_log = run(tmp_path / "full")
+    run(tmp_path / "killed", kill_after=2)  # the process dies right after checkpoint 2
+    assert (tmp_path / "killed" / "checkpoint-2" / "rapo_state_0.json").exists()
+    resumed, resumed_log = run(tmp_path / "killed", resume=str(tmp_path / "killed" / "checkpoint-2"))
+    # Step 3 (= k + 1) sees the same rollouts and takes the same update as in the uninterrupted run.
+    assert resumed_log[0]["loss"] == pytest.approx(full_log[0]["loss"], abs=1e-7)
+    assert resumed_log[0]["grad_norm"] == pytest.approx(full_log[0]["grad_norm"], rel=1e-5)
+    assert resumed_log[0]["grad_norm"] > 0
+    assert resumed.rollout_engine.rng.getstate() == full.rollout_engine.rng.getstate()
+    for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
