@@ -183,7 +183,8 @@ class RAPOTrainer(GRPOTrainer):
                         "desynchronise ranks); set vllm_mode='colocate' or pass vllm_llm=."
                     )
                 return VLLMBackend(self.vllm_generation.llm, self._tokenizer, sampling)
-            return VLLMBackend(vllm_llm, self._tokenizer, sampling, adapter_source=self._adapter_source)
+            return VLLMBackend(vllm_llm, self._tokenizer, sampling, adapter_source=self._adapter_source,
+                               version=lambda: self.state.global_step)
 
         @contextmanager
         def unwrapped():
