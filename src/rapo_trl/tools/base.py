@@ -71,7 +71,13 @@ def run_tool_calls(calls: list[tuple[Tool, str]], max_workers: int = 8) -> list[
                 results.append(future.result(timeout=budget))
             except FutureTimeout:
                 results.append(
-                    ToolCall(tool.tag, content, f"Error: tool '{tool.tag}' timed out after {budget:.0f}s", False, budget)
+                    ToolCall(
+                        tool.tag,
+                        content,
+                        f"Error: tool '{tool.tag}' timed out after {budget:.0f}s",
+                        False,
+                        budget,
+                    )
                 )
     finally:
         executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,99 @@
+"""The ``rapo`` command: build-store, train, eval (YAML recipe + CLI overrides, as ``trl grpo``) and store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from rapo_trl import __version__
+
+RECIPE_COMMANDS = {
+    "build-store": "Fill a trace store with an off-policy agent's step traces.",
+    "train": "Train with RAPOTrainer from a YAML recipe.",
+    "eval": "Evaluate with tools and without retrieval (trained and base model side by side).",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rapo",
+        description="RAPO (Retrieval-Augmented Policy Optimization) on Hugging Face TRL.",
+        epilog="Recipe commands take --config FILE.yaml plus --field value overrides; `rapo COMMAND --help`.",
+    )
+    parser.add_argument("--version", action="version", version=f"rapo_trl {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in RECIPE_COMMANDS.items():
+        subparsers.add_parser(name, help=help_text, add_help=False)
+    from rapo_trl.cli.store_commands import add_parser
+
+    add_parser(subparsers)
+    return parser
+
+
+def parse_recipe(command: str, argv: list[str]):
+    """``(script, rapo_config, model_config)`` from ``--config`` YAML and CLI overrides."""
+    import yaml
+    from trl import ModelConfig, TrlParser
+
+    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_types
+    from rapo_trl.config import RAPOConfig
+
+    types = (RAPOScriptArguments, RAPOConfig, ModelConfig)
+    if "--config" in argv:
+        path = argv[argv.index("--config") + 1]
+        try:
+            with open(path) as handle:
+                config = yaml.safe_load(handle)
+        except OSError as error:
+            raise ValueError(f"cannot read config {path}: {error.strerror}") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"config {path} must be a YAML mapping of field: value")
+        check_config_types(config, types)
+    parser = TrlParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command])
+    return parser.parse_args_and_config(argv)
+
+
+def _run_recipe(command: str, argv: list[str]):
+    from rapo_trl.cli import build_store, evaluate, train
+
+    script, rapo_args, model_args = parse_recipe(command, argv)
+    runner = {"build-store": build_store.run, "train": train.run, "eval": evaluate.run}[command]
+    return runner(script, rapo_args, model_args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] in RECIPE_COMMANDS:
+        command, rest = argv[0], argv[1:]
+        if "-h" in rest or "--help" in rest:
+            parse_recipe(command, rest)  # prints help and exits
+        try:
+            _run_recipe(command, rest)
+        except SystemExit:
+            raise
+        except Exception as error:  # noqa: BLE001 - one clear line, not a traceback, for user errors
+            if logging.getLogger().isEnabledFor(logging.DEBUG) or "RAPO_TRACEBACK" in __import__("os").environ:
+                raise
+            print(f"rapo {command}: error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    if args.command == "store":
+        from rapo_trl.cli import store_commands
+
+        try:
+            store_commands.run(args)
+        except Exception as error:  # noqa: BLE001
+            print(f"rapo store: error: {error}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The ``rapo`` command's own settings (beside RAPOConfig and TRL's ModelConfig), one YAML for all."""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class RAPOScriptArguments:
+    """What to train on, with which tools and store, and how to build and evaluate."""
+
+    task: str = field(default="arithmetic", metadata={"help": "arithmetic, two_hop, gsm8k or jsonl."})
+    dataset_path: str | None = field(default=None, metadata={"help": "JSONL file for task=jsonl."})
+    question_column: str = field(default="question", metadata={"help": "Question field of a JSONL task."})
+    answer_column: str = field(default="answer", metadata={"help": "Answer field of a JSONL task."})
+    train_size: int = field(default=64, metadata={"help": "Training questions drawn from the task."})
+    eval_size: int = field(default=32, metadata={"help": "Evaluation questions (disjoint split)."})
+    task_seed: int = field(default=0, metadata={"help": "Seed that generates the demo tasks' splits."})
+    tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
+    python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
+    reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})
+    store_path: str = field(default="runs/store", metadata={"help": "Folder of the embedded Chroma trace store."})
+    store_collection: str = field(default="traces", metadata={"help": "Collection inside the store."})
+    store_server: str | None = field(default=None, metadata={"help": "host:port of a `chroma run` server."})
+    agent: str = field(default="expert", metadata={"help": "build-store agent: 'expert' or a model path."})
+    expert_error_rate: float = field(default=0.2, metadata={"help": "Share of wrong expert trajectories."})
+    num_samples: int = field(default=4, metadata={"help": "build-store: trajectories per question (paper 16)."})
+    keep_top_k: int = field(default=2, metadata={"help": "build-store: best trajectories kept (paper 5)."})
+    eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
+    eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
+    eval_batch_size: int = field(default=8, metadata={"help": "eval: rows generated together."})
+
+
+def _matches(value, hint) -> bool:
+    """A loose isinstance for YAML values against a dataclass annotation."""
+    if isinstance(hint, str) or hint is typing.Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) or isinstance(value, str)
+    if origin is dict:
+        return isinstance(value, (dict, str))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    return True
+
+
+def check_config_types(config: dict, dataclass_types) -> None:
+    """Refuse unknown keys and values of the wrong type in a YAML config, naming the key."""
+    known = {}
+    for cls in dataclass_types:
+        hints = typing.get_type_hints(cls)
+        for f in fields(cls):
+            known.setdefault(f.name, hints.get(f.name, typing.Any))
+    for key, value in config.items():
+        if key == "env":
+            continue
+        if key not in known:
+            raise ValueError(f"unknown key '{key}' in the config; check its spelling (see `rapo train --help`)")
+        if not _matches(value, known[key]):
+            raise ValueError(f"config key '{key}' = {value!r} has the wrong type; expected {known[key]}")

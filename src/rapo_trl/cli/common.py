@@ -1,0 +1,138 @@
+"""Pieces the ``rapo`` subcommands share: models, data, tools, store and reward from one config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rapo_trl.cli.arguments import RAPOScriptArguments
+
+MODEL_ALIASES = ("smollm2", "tiny")
+REWARDS = ("rapo_outcome", "f1", "exact_match", "math")
+TASK_NAMES = ("arithmetic", "two_hop", "gsm8k", "jsonl")
+
+
+class UsageError(Exception):
+    """A problem the user fixes in the config or command line; printed as one line."""
+
+
+def resolve_model_path(name: str | None) -> str:
+    """A local model folder for ``name``: an alias (``smollm2``, ``tiny``) or an existing path."""
+    if not name:
+        raise UsageError("no model given: set model_name_or_path in the config or pass --model_name_or_path")
+    if name == "smollm2":
+        from rapo_trl.models import smollm2_path
+
+        return str(smollm2_path())
+    if name == "tiny":
+        from rapo_trl.models import build_tiny_model, default_cache_dir
+
+        folder = default_cache_dir() / "tiny-qwen2"
+        if not (folder / "config.json").exists():
+            build_tiny_model(folder)
+        return str(folder)
+    if Path(name).is_dir():
+        return name
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or name.startswith((".", "/", "~")) or os.sep in name[:1]:
+        raise UsageError(
+            f"model path '{name}' does not exist (and the hub is offline); give a local model folder or one of "
+            f"{', '.join(MODEL_ALIASES)}"
+        )
+    return name
+
+
+def load_questions(script: RAPOScriptArguments, split: str):
+    """Raw question/answer rows of the configured task and split."""
+    n = script.train_size if split == "train" else script.eval_size
+    if script.task in ("arithmetic", "two_hop"):
+        from rapo_trl.tasks import load_task
+
+        return load_task(script.task, split=split, n=n, seed=script.task_seed)
+    if script.task == "gsm8k":
+        from rapo_trl.tasks import load_gsm8k
+
+        rows = load_gsm8k(n=None)
+        # GSM8K ships only its test split: the first eval_size rows evaluate, the rest may train.
+        if split == "eval":
+            return rows.select(range(min(n, len(rows))))
+        start = min(script.eval_size, len(rows))
+        return rows.select(range(start, min(start + n, len(rows))))
+    if script.task == "jsonl":
+        if not script.dataset_path or not Path(script.dataset_path).is_file():
+            raise UsageError(f"task=jsonl needs dataset_path pointing at a JSONL file, got {script.dataset_path!r}")
+        from rapo_trl.tasks import load_jsonl_qa
+
+        rows = load_jsonl_qa(script.dataset_path, question_key=script.question_column,
+                             answer_key=script.answer_column)
+        return rows.select(range(min(n, len(rows))))
+    raise UsageError(f"unknown task '{script.task}'; choose one of {', '.join(TASK_NAMES)}")
+
+
+def training_rows(script: RAPOScriptArguments, split: str):
+    from rapo_trl.tasks import to_rapo_rows
+
+    return to_rapo_rows(load_questions(script, split))
+
+
+def tool_names(script: RAPOScriptArguments) -> list[str]:
+    if script.tools is not None:
+        names = [script.tools] if isinstance(script.tools, str) else list(script.tools)
+    elif script.task in ("arithmetic", "two_hop"):
+        from rapo_trl.tasks import get_task
+
+        names = list(get_task(script.task).tools)
+    else:
+        names = ["python"]
+    unknown = set(names) - {"python", "search"}
+    if unknown:
+        raise UsageError(f"unknown tool(s) {sorted(unknown)}; available: python, search")
+    return names
+
+
+def build_tools(script: RAPOScriptArguments) -> list:
+    from rapo_trl.tools import PythonTool, SearchTool
+
+    tools = []
+    for name in tool_names(script):
+        if name == "python":
+            tools.append(PythonTool(timeout=script.python_timeout))
+        else:
+            if script.task != "two_hop":
+                raise UsageError("the search tool needs a corpus; only task=two_hop ships one")
+            from rapo_trl.tasks import load_corpus
+
+            tools.append(SearchTool(load_corpus(script.task)))
+    return tools
+
+
+def make_reward(script: RAPOScriptArguments):
+    from rapo_trl import rewards
+
+    table = {
+        "rapo_outcome": rewards.rapo_outcome_reward,
+        "f1": rewards.f1_reward,
+        "exact_match": rewards.exact_match_reward,
+        "math": rewards.math_equivalence_reward,
+    }
+    if script.reward not in table:
+        raise UsageError(f"unknown reward '{script.reward}'; choose one of {', '.join(REWARDS)}")
+    return table[script.reward]
+
+
+def open_store(script: RAPOScriptArguments, must_exist: bool):
+    from rapo_trl.store import TraceStore
+
+    if script.store_server:
+        host, _, port = script.store_server.rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"store_server must be host:port, got '{script.store_server}'")
+        return TraceStore.connect(host, int(port), collection=script.store_collection)
+    if must_exist and not Path(script.store_path).is_dir():
+        raise UsageError(f"store path '{script.store_path}' does not exist; build it first with `rapo build-store`")
+    return TraceStore(script.store_path, collection=script.store_collection)
+
+
+def write_json(path: str | Path, payload) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(payload, indent=2, default=str))

@@ -1,0 +1,42 @@
+"""``rapo store stats|query PATH``: look inside a trace store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers) -> None:
+    store = subparsers.add_parser("store", help="Look inside a trace store.")
+    actions = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    stats = actions.add_parser("stats", help="Records, questions, reward histogram, embedder, size.")
+    query = actions.add_parser("query", help="The step a context would retrieve.")
+    for sub in (stats, query):
+        sub.add_argument("path", help="Store folder (embedded Chroma).")
+        sub.add_argument("--collection", default="traces")
+    query.add_argument("text", help="Context to retrieve for (question plus the trajectory so far).")
+    query.add_argument("--top_k", type=int, default=None)
+
+
+def run(args: argparse.Namespace) -> dict:
+    from pathlib import Path
+
+    from rapo_trl.cli.common import UsageError
+    from rapo_trl.store import TraceStore
+
+    if not Path(args.path).is_dir():
+        raise UsageError(f"store path '{args.path}' does not exist")
+    store = TraceStore(args.path, collection=args.collection)
+    if args.store_command == "stats":
+        stats = store.stats()
+        print(json.dumps(stats, indent=2, default=str))
+        return stats
+    if args.top_k is not None:
+        store.config.top_k = args.top_k
+    (found,) = store.select([args.text])
+    result = {
+        "fallback": found.is_fallback, "reward": found.reward, "similarity": found.similarity,
+        "record_id": found.record_id, "question_id": found.question_id, "text": found.text,
+    }
+    print(json.dumps(result, indent=2))
+    return result

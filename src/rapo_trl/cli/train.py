@@ -1,0 +1,36 @@
+"""``rapo train``: RAPOTrainer from a YAML recipe."""
+
+from __future__ import annotations
+
+from rapo_trl.cli.common import build_tools, make_reward, open_store, resolve_model_path, training_rows
+
+
+def run(script, rapo_args, model_args) -> dict:
+    from transformers import AutoTokenizer
+    from trl import get_peft_config
+
+    from rapo_trl.trainer import RAPOTrainer
+
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    wants_store = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+    store = open_store(script, must_exist=True) if wants_store else None
+    trainer = RAPOTrainer(
+        model_path,
+        make_reward(script),
+        args=rapo_args,
+        train_dataset=training_rows(script, "train"),
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+        trace_store=store,
+        tools=build_tools(script),
+    )
+    result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
+    trainer.save_model(rapo_args.output_dir)
+    if rapo_args.push_to_hub:
+        trainer.push_to_hub()
+    print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
+          f"saved to {rapo_args.output_dir}.")
+    return result.metrics

@@ -1,0 +1,81 @@
+"""A model that solves questions with tools through the rollout engine (no retrieval).
+
+Used as the off-policy agent that fills a trace store from a model, and by ``rapo eval``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
+from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
+from rapo_trl.rollout.types import RolloutRow
+
+
+def load_policy(path: str):
+    """``(model, tokenizer)`` from a model folder or a PEFT adapter folder (its base loads first)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (Path(path) / "adapter_config.json").exists():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(path)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    return model, tokenizer
+
+
+def render_prompt(tokenizer, prompt) -> list[int]:
+    """Token ids of a prompt: chat messages through the chat template, a string as is."""
+    if isinstance(prompt, str):
+        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+class RolloutAgent:
+    """Runs tool-using rollouts for prompts, in batches.
+
+    Args:
+        model: a causal LM (PEFT or not).
+        tokenizer: its tokenizer.
+        tools: tag tools.
+        config: budgets (retrieval settings are unused: the agent never retrieves).
+        sampling: sampling settings (``do_sample=False`` for greedy evaluation).
+        batch_size: rows generated together.
+    """
+
+    def __init__(self, model, tokenizer, tools=(), config: RolloutConfig | None = None,
+                 sampling: SamplingSettings | None = None, batch_size: int = 8):
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.engine = HybridRolloutEngine(
+            tokenizer, TransformersBackend(model, tokenizer, sampling), list(tools), None, config or RolloutConfig()
+        )
+
+    @classmethod
+    def from_pretrained(cls, path: str, tools=(), max_completion_length: int = 1024, max_turn_tokens: int = 512,
+                        temperature: float = 1.0, do_sample: bool = True, batch_size: int = 8) -> RolloutAgent:
+        model, tokenizer = load_policy(path)
+        config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
+        return cls(model, tokenizer, tools, config, SamplingSettings(temperature=temperature, do_sample=do_sample),
+                   batch_size)
+
+    def rollouts(self, prompts: list) -> list[RolloutRow]:
+        rows: list[RolloutRow] = []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start : start + self.batch_size]
+            rows.extend(self.engine.run([render_prompt(self.tokenizer, p) for p in batch], retrieval_enabled=False))
+        return rows
+
+    def complete(self, prompts: list) -> list[str]:
+        """One trajectory text per prompt (special tokens dropped)."""
+        return [self.tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in self.rollouts(prompts)]
+
+    def sample_trajectories(self, prompts: list, num_samples: int) -> list[list[str]]:
+        """``num_samples`` trajectories per prompt (the trace-store builder's agent protocol)."""
+        texts = self.complete([p for p in prompts for _ in range(num_samples)])
+        return [texts[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]

@@ -1,0 +1,20 @@
+"""Prompts, dataset adapters and the shipped demo tasks with their scripted experts."""
+
+from rapo_trl.tasks.adapters import gsm8k_final_answer, load_gsm8k, load_jsonl_qa, to_rapo_rows
+from rapo_trl.tasks.prompt import SYSTEM_PROMPT
+from rapo_trl.tasks.registry import TASKS, Task, get_task, load_corpus, load_task
+from rapo_trl.tasks.trajectory import RESULT_TEMPLATE
+
+__all__ = [
+    "RESULT_TEMPLATE",
+    "SYSTEM_PROMPT",
+    "TASKS",
+    "Task",
+    "get_task",
+    "gsm8k_final_answer",
+    "load_corpus",
+    "load_gsm8k",
+    "load_jsonl_qa",
+    "load_task",
+    "to_rapo_rows",
+]

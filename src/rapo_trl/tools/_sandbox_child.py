@@ -1,0 +1,383 @@
+"""Runs inside the sandbox subprocess: isolate, limit, drop privileges, then run the model's code.
+
+Started by ``PythonTool`` as ``python -I -B -X utf8 _sandbox_child.py CONFIG_JSON`` with the working
+directory already set. Standard library only, and it must not import rapo_trl (fast start; the code
+runs with ``-I``). Each isolation layer is tried and recorded; a layer the OS refuses is skipped, so the
+code still runs on a laptop or in a container without namespaces. The report of active layers is
+written as JSON to the file descriptor ``report_fd`` before the model's code starts.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import ctypes
+import json
+import linecache
+import os
+import resource
+import signal
+import stat
+import sys
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+# Per-mount flags a read-only bind remount must repeat (leaving one out would try to clear it).
+_MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": 0x400,
+    "nodiratime": 0x800,
+    "relatime": 0x200000,
+    "strictatime": 0x1000000,
+}
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
+FILENAME = "<code>"
+LINUX = sys.platform.startswith("linux")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(value):
+        return None if value is None else os.fsencode(value)
+
+    result = _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+    _check(result, f"mount {target}")
+
+
+def _enter_namespaces(is_root: bool) -> bool:
+    """New mount, network and pid namespaces (plus a user namespace when not root). True on success."""
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | (0 if is_root else CLONE_NEWUSER)
+    if not LINUX:
+        return False
+    try:
+        _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+    except OSError:
+        return False
+    if not is_root:
+        # Map our own ids so the process keeps its identity inside the user namespace.
+        uid, gid = os.getuid(), os.getgid()
+        try:
+            for name, text in (
+                ("setgroups", "deny"),
+                ("uid_map", f"{uid} {uid} 1"),
+                ("gid_map", f"{gid} {gid} 1"),
+            ):
+                with open(f"/proc/self/{name}", "w") as handle:
+                    handle.write(text)
+        except OSError:
+            pass
+    return True
+
+
+def _become_pid_namespace_init(report_fd: int) -> None:
+    """Fork so the code runs as pid 1 of the new pid namespace; this process only mirrors its end.
+
+    When pid 1 of a namespace dies the kernel kills and reaps everything else in it, so no process the
+    code started (even one that left the process group) outlives the call or leaves zombies behind.
+    """
+    pid = os.fork()
+    if pid == 0:
+        return
+    os.close(report_fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        # Die of the same signal so the caller sees the real cause (e.g. SIGXCPU); never dump core.
+        number = os.WTERMSIG(status)
+        _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _python_paths() -> list[str]:
+    """Everything the interpreter may still read once the code runs (stdlib, site-packages)."""
+    paths = {os.path.realpath(sys.executable)}
+    paths.update(os.path.realpath(p) for p in sys.path if p and os.path.exists(p))
+    return sorted(paths)
+
+
+def _expose_python(paths: list[str]) -> list[str]:
+    """Make the interpreter reachable for an unprivileged uid without changing the host's files.
+
+    A directory on the way that others may not traverse (e.g. ``/root`` holding pyenv) is covered by
+    an empty tmpfs into which only the needed child is bind-mounted back, which also hides the rest of
+    that directory (credentials, caches) from the code. Only called inside a private mount namespace.
+    """
+    covered: dict[str, int] = {}
+    bound: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        for depth in range(2, len(parts)):
+            directory, child = "/".join(parts[:depth]), parts[depth]
+            if directory not in covered:
+                if os.stat(directory).st_mode & stat.S_IXOTH:
+                    continue
+                original = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+                _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+                covered[directory] = original
+            target = f"{directory}/{child}"
+            if target in bound:
+                continue
+            source = f"/proc/self/fd/{covered[directory]}/{child}"
+            if os.path.isdir(source):
+                os.mkdir(target)
+            else:
+                open(target, "w").close()
+            _mount(source, target, None, MS_BIND | MS_REC)
+            bound.add(target)
+    for descriptor in covered.values():
+        os.close(descriptor)
+    return sorted(covered)
+
+
+def _read_only_except(workdir: str, size_mb: int, owner: int) -> list[str]:
+    """Put a fresh tmpfs of ``size_mb`` on ``workdir`` (bounding what the code can write in total) and
+    remount every other mount read-only. Returns the mounts that stayed writable."""
+    options = f"size={size_mb}m,mode=0700,uid={owner},gid={owner}"
+    _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
+    failed = []
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split() for line in handle]
+    for fields in mounts:
+        # Mount points are octal-escaped in mountinfo (a space is \040).
+        target = fields[4].encode().decode("unicode_escape")
+        if target == workdir or target.startswith(workdir + "/"):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in fields[5].split(","):
+            flags |= _MOUNT_OPTION_FLAGS.get(option, 0)
+        try:
+            _mount(None, target, None, flags)
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def _reachable_by_others(paths: list[str]) -> bool:
+    """Whether a uid that is neither owner nor group member can read all of ``paths``."""
+    for path in paths:
+        probe = path
+        while probe not in ("/", ""):
+            mode = os.stat(probe).st_mode
+            needed = stat.S_IXOTH if stat.S_ISDIR(mode) else 0
+            if probe == path:
+                needed |= stat.S_IROTH
+            if mode & needed != needed:
+                return False
+            probe = os.path.dirname(probe)
+    return True
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _drop_capabilities() -> bool:
+    """Empty the bounding, effective, permitted and inheritable capability sets."""
+    if not LINUX:
+        return False
+    for capability in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            break
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit data words
+    data = (_CapData * 2)()
+    return _libc.capset(ctypes.byref(header), data) == 0
+
+
+def _count_tasks(uid: int) -> int:
+    """Threads (what RLIMIT_NPROC counts) currently owned by ``uid``."""
+    total = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc (macOS): the limit then counts only what the code starts
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                status = dict(line.split(":", 1) for line in handle if ":" in line)
+            if int(status["Uid"].split()[0]) == uid:
+                total += int(status["Threads"])
+        except (OSError, KeyError, ValueError):
+            continue
+    return total
+
+
+class CPUTimeLimitExceeded(BaseException):
+    """Raised in the code at the soft CPU limit (a BaseException, so ``except Exception`` won't hide it)."""
+
+
+def _on_cpu_limit(number, frame):
+    raise CPUTimeLimitExceeded("the code used up its CPU time limit")
+
+
+def _set_limits(config: dict, other_tasks: int) -> None:
+    memory = config["memory_mb"] * 1024 * 1024
+    cpu = max(1, int(config["cpu_seconds"] + 0.999))
+    file_size = config["max_file_mb"] * 1024 * 1024
+    limits = [
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_FSIZE, file_size, file_size),
+        (resource.RLIMIT_CORE, 0, 0),
+        (resource.RLIMIT_NOFILE, 256, 256),
+    ]
+    # RLIMIT_NPROC counts every task of the real uid: on a uid shared with the user's other programs
+    # their tasks are added so the code can still start a few processes of its own.
+    processes = config["max_processes"] + other_tasks
+    limits.append((resource.RLIMIT_NPROC, processes, processes))
+    for which, soft, hard in limits:
+        try:
+            resource.setrlimit(which, (soft, hard))
+        except (ValueError, OSError):
+            pass
+    # A handler, because pid 1 of a namespace ignores SIGXCPU's default action; the hard limit one second
+    # later still kills code that catches the exception.
+    signal.signal(signal.SIGXCPU, _on_cpu_limit)
+
+
+def _block_sockets() -> None:
+    """Best-effort network block when no network namespace could be made (bypassable via ctypes)."""
+    import _socket
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise PermissionError("network access is disabled in this sandbox")
+
+    class NoSocket(socket.socket):
+        def __init__(self, *args, **kwargs):
+            refuse()
+
+    socket.socket = _socket.socket = NoSocket
+    for name in ("create_connection", "getaddrinfo", "gethostbyname", "socketpair", "fromfd"):
+        setattr(socket, name, refuse)
+
+
+def isolate(config: dict) -> dict:
+    """Apply every layer the OS allows; returns which ones are active."""
+    is_root = os.geteuid() == 0
+    workdir = os.path.realpath(os.getcwd())
+    uid = config.get("uid")
+    will_drop = is_root and uid is not None
+    # Counted before /proc is replaced by the namespace's own view.
+    other_tasks = 0 if will_drop or is_root else _count_tasks(os.getuid())
+    report: dict = {"root": is_root, "namespaces": config["namespaces"] and _enter_namespaces(is_root)}
+    report["network"] = "namespace" if report["namespaces"] else "socket-patch"
+    paths = _python_paths()
+    if report["namespaces"]:
+        _become_pid_namespace_init(config["report_fd"])
+        report["pid_namespace"] = os.getpid() == 1
+        try:
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            try:  # a /proc of the namespace: the code sees only its own processes
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            except OSError:
+                pass
+            if will_drop and not _reachable_by_others(paths):
+                report["hidden"] = _expose_python(paths)
+            owner = uid if will_drop else os.getuid()
+            failed = _read_only_except(workdir, config["max_disk_mb"], owner)
+            report["filesystem"] = "read-only" if not failed else "read-only-partial"
+            if failed:
+                report["writable_mounts"] = failed
+        except OSError as error:
+            report["filesystem"] = f"unchanged ({error})"
+    else:
+        report["filesystem"] = "unchanged"
+    if will_drop and not _reachable_by_others(paths):
+        will_drop = False
+        report["uid_note"] = "interpreter not readable by an unprivileged uid; staying root"
+    # Re-enter the working dir by path (the old cwd points below the tmpfs mounted above), before
+    # dropping privileges in case a directory on the way is closed to the sandbox uid.
+    os.chdir(workdir)
+    _set_limits(config, other_tasks)
+    if will_drop:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        report["uid"] = uid
+    else:
+        report["uid"] = os.getuid()
+        report["capabilities_dropped"] = _drop_capabilities()
+    report["no_new_privs"] = LINUX and _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+    if not report["namespaces"]:
+        _block_sockets()
+    return report
+
+
+def run_code(source: str, show_last: bool) -> int:
+    """Run ``source`` as ``__main__``; print the last bare expression's repr like a notebook does."""
+    linecache.cache[FILENAME] = (len(source), None, source.splitlines(True), FILENAME)
+    try:
+        tree = ast.parse(source, FILENAME)
+    except SyntaxError as error:
+        traceback.print_exception(type(error), error, None)
+        return 1
+    last = tree.body.pop() if show_last and tree.body and isinstance(tree.body[-1], ast.Expr) else None
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(tree, FILENAME, "exec"), namespace)
+        if last is not None:
+            value = eval(compile(ast.Expression(last.value), FILENAME, "eval"), namespace)
+            if value is not None:
+                print(repr(value))
+    except SystemExit as error:
+        code = error.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException as error:  # noqa: BLE001 - everything the code raises is reported to the model
+        report = traceback.TracebackException(type(error), error, error.__traceback__)
+        # Only the code's own frames: this file's (the exec call, the CPU-limit handler) are noise.
+        report.stack = traceback.StackSummary.from_list([f for f in report.stack if f.filename != __file__])
+        print("".join(report.format()), end="", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    with open(config["code_path"], encoding="utf-8") as handle:
+        source = handle.read()
+    report_fd = config["report_fd"]
+    try:
+        report = isolate(config)
+    except Exception as error:  # noqa: BLE001 - a setup failure is reported, never runs the code
+        os.write(report_fd, json.dumps({"setup_error": repr(error)}).encode())
+        os._exit(70)
+    os.write(report_fd, json.dumps(report).encode())
+    os.close(report_fd)
+    status = run_code(source, config["show_last_expression"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: threads the code left running must not keep the sandbox alive.
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

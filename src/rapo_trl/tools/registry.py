@@ -1,0 +1,62 @@
+"""Checking a user's tools and indexing them by tag.
+
+Adding a tool of your own needs no base class: any object with ``tag``, ``timeout`` and ``run`` works.
+Raise ``ToolError`` for a failure the model should see (it is counted as a failed call)::
+
+    class Calculator:
+        tag = "calc"          # the policy writes <calc>2 * (3 + 4)</calc>
+        timeout = 2.0         # seconds; run_tool_calls gives up on the call after this (plus a grace)
+
+        def run(self, text: str) -> str:
+            import ast, operator
+            ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+            def value(node):
+                if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+                    return node.value
+                if isinstance(node, ast.BinOp) and type(node.op) in ops:
+                    return ops[type(node.op)](value(node.left), value(node.right))
+                raise ToolError(f"unsupported expression: {ast.unparse(node)}")
+
+            return str(value(ast.parse(text.strip(), mode="eval").body))
+
+    trainer = RAPOTrainer(..., tools=[PythonTool(), Calculator()])
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from .base import Tool
+
+# Tags the prompt format already uses for other things; a tool with one of them would be ambiguous.
+RESERVED_TAGS = frozenset({"think", "answer", "result", "retrieve"})
+_TAG = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+
+
+def tools_by_tag(tools: Iterable[Tool] | None) -> dict[str, Tool]:
+    """``{tag: tool}`` after checking each tool's shape and tag; raises a clear error otherwise."""
+    registry: dict[str, Tool] = {}
+    for tool in tools or ():
+        if not isinstance(tool, Tool):
+            raise TypeError(
+                f"{tool!r} is not a tool: it needs a `tag` (str), a `timeout` (seconds) and `run(text) -> str`."
+            )
+        tag = tool.tag
+        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+            raise ValueError(
+                f"Invalid tool tag {tag!r} on {type(tool).__name__}: use a letter followed by letters, digits, "
+                "'_', '-' or '.', so that <tag>...</tag> is a well-formed tag."
+            )
+        if tag in RESERVED_TAGS:
+            raise ValueError(f"Tool tag {tag!r} is reserved by the prompt format ({sorted(RESERVED_TAGS)}).")
+        if tag in registry:
+            raise ValueError(
+                f"Two tools share the tag {tag!r} ({type(registry[tag]).__name__} and {type(tool).__name__}); "
+                "give each tool its own tag."
+            )
+        if not isinstance(tool.timeout, (int, float)) or tool.timeout <= 0:
+            raise ValueError(f"Tool {tag!r} needs a positive timeout in seconds, got {tool.timeout!r}.")
+        registry[tag] = tool
+    return registry

@@ -1,0 +1,155 @@
+"""RAPO's format rules (RAPO.md §8.1) against hand-made completions."""
+
+from __future__ import annotations
+
+import pytest
+
+from rapo_trl.rewards import RETRIEVE_PREFACE, format_check, last_boxed, strip_retrieved_blocks, tools_used
+from rapo_trl.rewards.parsing import completion_text, extract_prediction
+
+THINK = "<think>plan</think>\n"
+PY = "<python>\nprint(6 * 7)\n</python>\n<result>\n42\n</result>\n"
+SEARCH = "<search>capital of Zorvia</search>\n<result>\nDoc 1 (Zorvia): ...\n</result>\n"
+ANSWER = "<answer>\\boxed{42}</answer>"
+
+GOOD = [
+    ("think and answer only", THINK + ANSWER),
+    ("python call", THINK + PY + "<think>done</think>" + ANSWER),
+    ("both tools", THINK + SEARCH + PY + ANSWER),
+    ("several think blocks", THINK + PY + THINK + SEARCH + THINK + ANSWER),
+    ("nested braces in boxed", THINK + "<answer>\\boxed{\\frac{1}{2}}</answer>"),
+    ("text around boxed", THINK + "<answer>It is \\boxed{42} apples.</answer>"),
+    (
+        "tags inside a tool result are not the policy's",
+        THINK + "<python>\nx\n</python><result>\n<answer></think>\n</result>" + ANSWER,
+    ),
+    (
+        "result on the same line as the call",
+        THINK + "<search>q</search> <result>\nDoc 1: a\n</result>" + ANSWER,
+    ),
+]
+
+BAD = [
+    ("no think", ANSWER, "no <think> block"),
+    ("</think> without open", "plan</think>" + ANSWER, "</think> without an opening <think>"),
+    ("<think> never closed", "<think>plan" + ANSWER, "<think> never closed"),
+    ("nested think", "<think>a<think>b</think></think>" + ANSWER, "<think> opened again before </think>"),
+    ("empty think", "<think> \n</think>" + ANSWER, "empty <think> block"),
+    (
+        "double answer",
+        THINK + ANSWER + ANSWER,
+        "expected exactly one <answer>...</answer>, found 2 <answer> and 2 </answer>",
+    ),
+    ("no answer", THINK, "expected exactly one <answer>...</answer>, found 0 <answer> and 0 </answer>"),
+    ("answer not closed", THINK + "<answer>\\boxed{42}", "found 1 <answer> and 0 </answer>"),
+    ("answer closed before opened", THINK + "</answer>\\boxed{1}<answer>", "</answer> before <answer>"),
+    ("no boxed", THINK + "<answer>42</answer>", "no complete \\boxed{} inside <answer>"),
+    ("unclosed boxed", THINK + "<answer>\\boxed{42</answer>", "no complete \\boxed{} inside <answer>"),
+    (
+        "boxed outside answer",
+        THINK + "\\boxed{42}<answer>42</answer>",
+        "no complete \\boxed{} inside <answer>",
+    ),
+    (
+        "python without close",
+        THINK + "<python>print(1)\n" + ANSWER,
+        "tool call not completed: missing </python>",
+    ),
+    (
+        "missing result",
+        THINK + "<python>print(1)</python>\n" + THINK + ANSWER,
+        "tool call not completed: missing <result>",
+    ),
+    (
+        "result never closed",
+        THINK + "<search>q</search><result>Doc 1" + ANSWER,
+        "tool call not completed: missing </result>",
+    ),
+    (
+        "result without call",
+        THINK + "<result>\n42\n</result>" + ANSWER,
+        "<result> at char 20 without a preceding tool call",
+    ),
+    (
+        "close without open",
+        THINK + "print(1)</python>" + ANSWER,
+        "</python> at char 28 without a preceding tool call",
+    ),
+    (
+        "mismatched close",
+        THINK + "<python>x</search><result>1</result>" + ANSWER,
+        "expected </python> but found </search> at char 29",
+    ),
+    (
+        "call inside a call",
+        THINK + "<python><search>q</search></python>" + ANSWER,
+        "expected </python> but found <search> at char 28",
+    ),
+]
+
+
+@pytest.mark.parametrize("text", [t for _, t in GOOD], ids=[n for n, _ in GOOD])
+def test_well_formed_completions_pass(text):
+    assert format_check(text) == (True, None)
+
+
+@pytest.mark.parametrize("text,reason", [(t, r) for _, t, r in BAD], ids=[n for n, _, _ in BAD])
+def test_each_broken_rule_is_named(text, reason):
+    ok, why = format_check(text)
+    assert not ok
+    assert reason in why
+
+
+def test_tools_used_ignores_tags_in_results():
+    assert tools_used(THINK + PY + ANSWER) == {"python"}
+    assert tools_used(THINK + SEARCH + PY + ANSWER) == {"python", "search"}
+    assert tools_used(THINK + "<python>\nx\n</python><result>\n<search>\n</result>" + ANSWER) == {"python"}
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("\\boxed{42}", "42"),
+        ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{a} then \\boxed{b{c}d}", "b{c}d"),
+        ("\\boxed {x}", "x"),
+        ("\\boxed{1} \\boxed{unclosed", "1"),
+        ("no box", None),
+    ],
+)
+def test_last_boxed_balances_braces(text, expected):
+    assert last_boxed(text) == expected
+
+
+def test_extract_prediction_prefers_the_answer_block():
+    assert extract_prediction("\\boxed{1}<answer>\\boxed{2} or \\boxed{3}</answer>") == "3"
+    assert extract_prediction("<answer> plain </answer>") == "plain"
+    assert extract_prediction("only \\boxed{7}") == "7"
+    assert extract_prediction("nothing") is None
+
+
+def test_completion_text_reads_both_forms():
+    assert completion_text("plain") == "plain"
+    assert completion_text([{"role": "assistant", "content": "a"}, {"role": "tool", "content": "b"}]) == "ab"
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "x"}]}]) == "x"
+
+
+BLOCK = (
+    "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n<think>stored</think><answer>\\boxed{9}</answer>\n</retrieve>\n"
+)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("A" + BLOCK + "B", "A\nB"),
+        ("A" + BLOCK + "B" + BLOCK + "C", "A\nB\nC"),
+        ("A <retrieve>x <retrieve>y</retrieve> z</retrieve>B", "A B"),
+        ("A\n" + RETRIEVE_PREFACE + "\n<retrieve>\ncut by the length bud", "A\n"),
+        ("stray </retrieve> kept", "stray </retrieve> kept"),
+        ("no blocks", "no blocks"),
+    ],
+    ids=["one", "two", "nested", "unclosed", "stray-close", "none"],
+)
+def test_strip_retrieved_blocks(text, expected):
+    assert strip_retrieved_blocks(text) == expected

@@ -1,0 +1,132 @@
+"""RAPO's outcome reward (RAPO.md §8) called the way TRL calls it."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import pytest
+
+from rapo_trl.rewards import RETRIEVE_PREFACE, make_rapo_outcome_reward, rapo_outcome_reward
+
+THINK = "<think>plan</think>\n"
+PY = "<python>\nprint(6 * 7)\n</python>\n<result>\n42\n</result>\n"
+SEARCH = "<search>q</search>\n<result>\nDoc 1 (Zorvia): text\n</result>\n"
+
+
+def answer(value: str) -> str:
+    return f"<answer>The answer is \\boxed{{{value}}}.</answer>"
+
+
+def retrieved(step: str) -> str:
+    return f"\n{RETRIEVE_PREFACE}\n<retrieve>\n{step}\n</retrieve>\n"
+
+
+def score(text, gold, reward=rapo_outcome_reward, column="answer"):
+    return reward(prompts=["q"], completions=[text], completion_ids=[[0]], **{column: [gold]})[0]
+
+
+CASES = [
+    ("exact, no tool", THINK + answer("Talmir"), "Talmir", 1.0),
+    ("exact, one tool", THINK + PY + answer("42"), "42", 1.0),
+    ("exact, both tools: bonus", THINK + SEARCH + PY + answer("42"), "42", 1.1),
+    ("wrong, both tools: no bonus", THINK + SEARCH + PY + answer("41"), "42", 0.0),
+    ("partial F1", THINK + answer("Talmir"), "Talmir harbour", 2 / 3),
+    ("partial F1 plus bonus", THINK + SEARCH + PY + answer("Talmir"), "Talmir harbour", 2 / 3 + 0.1),
+    ("SQuAD normalisation", THINK + answer("The  Cat!"), "cat", 1.0),
+    ("thousands separator", THINK + answer("1,000"), "1000", 1.0),
+    ("best of several golds", THINK + answer("Sam Vex"), ["Samuel Vex", "Sam Vex", "Vex"], 1.0),
+    ("gold as a number", THINK + answer("42"), 42, 1.0),
+    ("GSM8K solution as gold", THINK + answer("1000"), "so it is 10*100 #### 1,000", 1.0),
+    ("last boxed in the answer counts", THINK + "<answer>\\boxed{41} no, \\boxed{42}</answer>", "42", 1.0),
+    ("nested braces", THINK + answer("\\frac{1}{2}"), "\\frac{1}{2}", 1.0),
+    ("double answer", THINK + answer("42") + answer("42"), "42", -1.0),
+    ("python without close", THINK + "<python>print(1)\n" + answer("42"), "42", -1.0),
+    ("missing result", THINK + "<search>q</search>\n" + answer("42"), "42", -1.0),
+    ("</think> without open", "plan</think>" + answer("42"), "42", -1.0),
+    ("no boxed", THINK + "<answer>42</answer>", "42", -1.0),
+]
+
+
+@pytest.mark.parametrize("text,gold,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_outcome_reward(text, gold, expected):
+    assert score(text, gold) == pytest.approx(expected)
+
+
+def test_plain_and_conversational_completions_score_alike():
+    texts = [THINK + SEARCH + PY + answer("42"), THINK + answer("7"), answer("42")]
+    plain = rapo_outcome_reward(
+        prompts=["q"] * 3, completions=texts, completion_ids=[[0]] * 3, answer=["42"] * 3
+    )
+    conversational = rapo_outcome_reward(
+        prompts=[[{"role": "user", "content": "q"}]] * 3,
+        completions=[[{"role": "assistant", "content": t}] for t in texts],
+        completion_ids=[[0]] * 3,
+        answer=["42"] * 3,
+    )
+    assert plain == conversational == pytest.approx([1.1, 0.0, -1.0])
+
+
+@pytest.mark.parametrize("column", ["answer", "answers", "solution"])
+def test_gold_column_names(column):
+    assert score(THINK + answer("42"), ["42"], column=column) == 1.0
+
+
+def test_missing_gold_column_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs one of the columns answer, answers, solution"):
+        rapo_outcome_reward(prompts=["q"], completions=["x"], completion_ids=[[0]], question=["q"])
+
+
+def test_retrieved_answer_is_not_double_counted_by_default():
+    text = (
+        THINK + PY + retrieved("<think>stored</think>" + answer("42")) + "<think>go on</think>" + answer("42")
+    )
+    assert score(text, "42") == 1.0
+    # Scored with retrieved blocks (the reference code's way) the second <answer> breaks the format.
+    assert score(text, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == -1.0
+
+
+def test_retrieved_answer_alone_does_not_count_by_default():
+    text = THINK + PY + retrieved("<think>stored</think>" + answer("42"))
+    assert score(text, "42") == -1.0
+    assert score(text, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == 1.0
+
+
+def test_retrieved_tool_call_does_not_earn_the_bonus():
+    text = THINK + PY + retrieved(SEARCH) + answer("42")
+    assert score(text, "42") == 1.0
+    assert score(text, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == pytest.approx(1.1)
+
+
+def test_factory_settings():
+    reward = make_rapo_outcome_reward(multi_tool_bonus=0.5, format_penalty=-2.0, name="strict")
+    assert reward.__name__ == "strict"
+    assert reward.max_reward == 1.5
+    assert score(THINK + SEARCH + PY + answer("42"), "42", reward=reward) == 1.5
+    assert score(answer("42"), "42", reward=reward) == -2.0
+    assert rapo_outcome_reward.__name__ == "rapo_outcome_reward"
+    assert rapo_outcome_reward.max_reward == pytest.approx(1.1)
+
+
+def test_format_failure_is_explained_in_the_debug_log(caplog):
+    with caplog.at_level(logging.DEBUG, logger="rapo_trl.rewards"):
+        score(THINK + answer("1") + answer("1"), "1")
+    assert "found 2 <answer>" in caplog.text
+
+
+def test_format_failure_rate_goes_to_trl_metrics():
+    logged = []
+    texts = [THINK + answer("1"), answer("1"), "x", THINK + answer("2")]
+    rapo_outcome_reward(
+        prompts=["q"] * 4,
+        completions=texts,
+        completion_ids=[[0]] * 4,
+        answer=["1"] * 4,
+        log_metric=lambda name, value: logged.append((name, value)),
+    )
+    assert logged == [("rapo_outcome_reward/format_failure_rate", 0.5)]
+
+
+def test_reward_pickles():
+    # TRL may ship reward functions to other processes.
+    assert pickle.loads(pickle.dumps(rapo_outcome_reward)).__name__ == "rapo_outcome_reward"

