@@ -265,3 +265,43 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, tmp_path):
     assert resumed.rollout_engine.rng.getstate() == full.rollout_engine.rng.getstate()
     for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
+    store = FixedStore()
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0, num_hybrid_generations=G)
+    script(trainer)
+    trainer.model.eval()
+    out = trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
+    assert store.queries == [] and out["rapo_num_retrievals"] == [0] * G
+    assert not any(out["rapo_is_hybrid"])
+
+
+def test_model_card_cites_rapo(tiny_model_dir, tmp_path):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path)
+    trainer.create_model_card(model_name="tiny-rapo")
+    card = (tmp_path / "README.md").read_text()
+    assert "2603.03078" in card and "RAPO" in card and "rapo" in card
+
+
+class RecordingStore(FixedStore):
+    def __init__(self):
+        super().__init__()
+        self.added = []
+
+    def add_policy_trajectories(self, prompts, completions, rewards, question_ids, min_reward, keep_top_k):
+        self.added.append((prompts, completions, rewards, question_ids))
+        return len(completions)
+
+
+def test_store_growth_adds_each_groups_best_policy_trajectory(tiny_model_dir, tmp_path):
+    store = RecordingStore()
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0, num_hybrid_generations=2,
+                           grow_store=True, grow_store_min_reward=2.0)
+    script(trainer)
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_inputs())
+    ((prompts, completions, rewards, qids),) = store.added
+    assert rewards == [3.0]  # row 2 ("777") is the group's best and clears the threshold
+    assert "<answer>777</answer>" in completions[0] and "<retrieve>" not in completions[0]
+    assert prompts[0] == batch_inputs()[0]["prompt"] and len(qids[0]) == 16

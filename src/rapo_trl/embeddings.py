@@ -114,3 +114,31 @@ def resolve_embedder(embedder=None) -> Embedder:
     if isinstance(embedder, Embedder):
         return embedder
     return SentenceTransformerEmbedder(embedder)
+
+
+class HashingEmbedder:
+    """A model-free embedder: hashed bag of words (and word bigrams), L2-normalised.
+
+    Deterministic across processes and machines, instant, and similar texts get similar vectors, so
+    tests and smoke runs can exercise retrieval without loading a network.
+    """
+
+    def __init__(self, dimension: int = 256, name: str | None = None, bigrams: bool = True):
+        self.dimension = dimension
+        self.bigrams = bigrams
+        self.name = name or f"hashing-bow-{dimension}"
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        import hashlib
+        import re
+
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = re.findall(r"\w+", text.lower())
+            features = words + ([f"{a} {b}" for a, b in zip(words, words[1:], strict=False)] if self.bigrams else [])
+            for feature in features:
+                digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
+                index = int.from_bytes(digest[:4], "little") % self.dimension
+                vectors[row, index] += 1.0 if digest[4] & 1 else -1.0
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)

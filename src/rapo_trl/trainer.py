@@ -37,23 +37,14 @@ from rapo_trl.rollout import (
     TransformersBackend,
 )
 from rapo_trl.rollout.engine import is_hybrid_row
+from rapo_trl.store.steps import prompt_text
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
 
 
-def _question_text(prompt) -> str:
-    """The retrieval context of a prompt: its non-system text (RAPO.md §2 drops the system prompt)."""
-    if isinstance(prompt, str):
-        return prompt
-    parts = []
-    for message in prompt:
-        if message.get("role") == "system":
-            continue
-        content = message.get("content", "")
-        if isinstance(content, list):  # typed content blocks
-            content = " ".join(block.get("text", "") for block in content if isinstance(block, dict))
-        parts.append(content)
-    return "\n".join(parts) + "\n"
+def _query_prefix(prompt) -> str:
+    """A prompt's retrieval context: its non-system text, as the store builds keys (RAPO.md §2)."""
+    return prompt_text(prompt) + "\n"
 
 
 class RAPOTrainer(GRPOTrainer):
@@ -234,7 +225,7 @@ class RAPOTrainer(GRPOTrainer):
         prompt_ids, _, _ = self._tokenize_prompts(prompts)
         self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
         rows = self.rollout_engine.run(
-            prompt_ids, [_question_text(p) for p in prompts], hybrid, retrieval_enabled=training
+            prompt_ids, [_query_prefix(p) for p in prompts], hybrid, retrieval_enabled=training
         )
         self._last_rows, self._last_mode = rows, mode
         self._log_rollout_metrics(rows, mode)
@@ -346,29 +337,31 @@ class RAPOTrainer(GRPOTrainer):
 
     def _grow_store(self, inputs, rows: list[RolloutRow]) -> None:
         """Add each group's best policy trajectory (retrieved spans removed) when its reward is high enough."""
-        adder = getattr(self.trace_store, "add_policy_trajectories", None)
         rewards_per_func = getattr(self, "_last_rewards_per_func", None)
-        if adder is None or rewards_per_func is None:
+        if rewards_per_func is None or not hasattr(self.trace_store, "add_policy_trajectories"):
             return
-        weights = self.reward_weights.to(rewards_per_func.device)
-        rewards = (rewards_per_func * weights).nansum(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
         start = self.accelerator.process_index * len(rows)
-        group = self.num_generations
-        chosen_texts, chosen_rewards, chosen_qids = [], [], []
-        for g in range(0, rewards.numel(), group):
-            best = g + int(rewards[g : g + group].argmax())
+        chosen = []
+        for first in range(0, rewards.numel(), self.num_generations):
+            best = first + int(rewards[first : first + self.num_generations].argmax())
             local = best - start
-            reward = float(rewards[best])
-            if 0 <= local < len(rows) and reward >= self.args.grow_store_min_reward:
-                text = self._tokenizer.decode(self._policy_view(rows[local]), skip_special_tokens=True)
-                qid = inputs[local].get("question_id") or hashlib.sha1(
-                    _question_text(inputs[local]["prompt"]).encode()
-                ).hexdigest()[:16]
-                chosen_texts.append(text)
-                chosen_rewards.append(reward)
-                chosen_qids.append(str(qid))
-        if chosen_texts:
-            adder(chosen_texts, chosen_rewards, chosen_qids)
+            if 0 <= local < len(rows) and float(rewards[best]) >= self.args.grow_store_min_reward:
+                chosen.append((local, float(rewards[best])))
+        if not chosen:
+            return
+        prompts = [inputs[i]["prompt"] for i, _ in chosen]
+        self.trace_store.add_policy_trajectories(
+            prompts=prompts,
+            completions=[self._tokenizer.decode(self._policy_view(rows[i]), skip_special_tokens=True) for i, _ in chosen],
+            rewards=[reward for _, reward in chosen],
+            question_ids=[
+                str(inputs[i].get("question_id") or hashlib.sha1(prompt_text(p).encode()).hexdigest()[:16])
+                for (i, _), p in zip(chosen, prompts)
+            ],
+            min_reward=float("-inf"),
+            keep_top_k=1,
+        )
 
     # ------------------------------------------------------------------ seam 3: shaped ratio
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
+from rapo_trl.protocol import TOOL_TAGS
 from rapo_trl.rewards.parsing import find_boxed
-
-TOOL_TAGS = ("python", "search")
 
 _RESULT_BLOCK_RE = re.compile(r"<result>.*?</result>", re.DOTALL)
 _THINK_RE = re.compile(r"</?think>")

@@ -11,7 +11,7 @@ from typing import Any
 
 # The sentence the hybrid rollout puts before every retrieved block (RAPO.md §3). It contains the
 # literal tags "<retrieve> </retrieve>", so it has to be removed before the blocks themselves.
-RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tags. Use it if helpful."
+from rapo_trl.protocol import RETRIEVE_PREFACE
 
 _PREFACE_RE = re.compile(r"[ \t]*" + r"\s+".join(map(re.escape, RETRIEVE_PREFACE.split())) + r"[ \t]*\n?")
 _RETRIEVE_TAG_RE = re.compile(r"</?retrieve>")

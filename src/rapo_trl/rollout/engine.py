@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.entropy import step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
@@ -21,7 +22,8 @@ from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
 
 logger = logging.getLogger(__name__)
 
-RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tags. Use it if helpful."
+__all__ = ["RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats", "is_hybrid_row"]
+
 
 
 class StepSelector(Protocol):
@@ -52,9 +54,9 @@ class RolloutConfig:
     """Step entropy estimator: ``"topk"`` (reference code) or ``"full"`` (paper)."""
     entropy_first_tokens: int = 20
     """Tokens per step the ``"topk"`` estimator averages over."""
-    result_template: str = "\n<result>\n{output}\n</result>\n"
+    result_template: str = RESULT_TEMPLATE
     """How a tool's output is shown to the policy (forced tokens)."""
-    retrieve_template: str = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
+    retrieve_template: str = RETRIEVE_TEMPLATE
     """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
     tool_limit_message: str = "Tool-call limit reached; answer with what you have."
     """Shown instead of a result once ``max_tool_calls`` calls have run."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # Mirrors ``RolloutConfig.result_template``: how the rollout appends a tool's output after the call.
-RESULT_TEMPLATE = "\n<result>\n{output}\n</result>\n"
+from rapo_trl.protocol import RESULT_TEMPLATE
 
 
 def run_python_locally(code: str) -> str:

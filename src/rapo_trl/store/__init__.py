@@ -1,0 +1,24 @@
+"""RAPO's step-trace store on Chroma: build it from an agent or a dataset, retrieve steps by context."""
+
+from rapo_trl.store.agent import TrajectorySampler
+from rapo_trl.store.config import DEFAULT_FALLBACK_TEXT, StoreConfig
+from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError, TraceStoreError
+from rapo_trl.store.selection import Retrieved
+from rapo_trl.store.steps import StepRecord, preprocess_context, split_steps, step_records
+from rapo_trl.store.trace_store import TraceStore
+
+__all__ = [
+    "DEFAULT_FALLBACK_TEXT",
+    "CorruptStoreError",
+    "EmbedderMismatchError",
+    "Retrieved",
+    "StepRecord",
+    "StoreConfig",
+    "StorePathError",
+    "TraceStore",
+    "TraceStoreError",
+    "TrajectorySampler",
+    "preprocess_context",
+    "split_steps",
+    "step_records",
+]

@@ -1,0 +1,144 @@
+"""Building a store from an off-policy agent: sample N trajectories per question, score them with
+the reward function, keep the top K per question, store their steps. Questions already in the store
+(from the same source) are skipped, so a killed build resumes where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+from rapo_trl.store.steps import prompt_text
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class TrajectorySampler(Protocol):
+    """An agent that samples tagged trajectories in batches (e.g. a vLLM-backed policy with tools).
+
+    ``sample_trajectories(prompts, num_samples)`` returns, for each prompt, ``num_samples`` texts.
+    """
+
+    def sample_trajectories(self, prompts: list, num_samples: int) -> list[list[str]]: ...
+
+
+def sample(agent, prompts: list, num_samples: int) -> list[list[str]]:
+    """``num_samples`` trajectories per prompt from a :class:`TrajectorySampler` or a plain
+    ``agent(prompt) -> str`` callable (called once per sample)."""
+    if isinstance(agent, TrajectorySampler):
+        samples = agent.sample_trajectories(prompts, num_samples)
+        if len(samples) != len(prompts) or any(len(group) != num_samples for group in samples):
+            raise ValueError(
+                f"{type(agent).__name__}.sample_trajectories returned {[len(g) for g in samples]} samples for "
+                f"{len(prompts)} prompts; expected {num_samples} each."
+            )
+        return [list(group) for group in samples]
+    if callable(agent):
+        return [[agent(prompt) for _ in range(num_samples)] for prompt in prompts]
+    raise TypeError(
+        f"The agent must be a callable prompt -> trajectory text or have sample_trajectories(); got "
+        f"{type(agent).__name__}."
+    )
+
+
+def question_id_for(prompt) -> str:
+    """A stable id from the question text, for questions given without ids."""
+    return hashlib.sha1(prompt_text(prompt).encode("utf-8")).hexdigest()[:16]
+
+
+def _questions_table(questions, question_column: str, id_column: str | None):
+    """``(prompts, question_ids, extra_columns)`` from a list of prompts or a ``datasets.Dataset``."""
+    if isinstance(questions, (list, tuple)):
+        return list(questions), [question_id_for(q) for q in questions], {}
+    from rapo_trl.store.dataset_io import require_columns
+
+    require_columns(questions, [question_column], "question")
+    prompts = list(questions[question_column])
+    if id_column is not None and id_column in questions.column_names:
+        ids = [str(value) for value in questions[id_column]]
+    else:
+        ids = [question_id_for(prompt) for prompt in prompts]
+    extras = {c: list(questions[c]) for c in questions.column_names if c not in (question_column, id_column)}
+    return prompts, ids, extras
+
+
+def _done_questions(store, question_ids: list[str], source: str) -> set[str]:
+    found = store.collection.get(
+        where={"$and": [{"source": source}, {"question_id": {"$in": question_ids}}]}, include=["metadatas"]
+    )
+    return {metadata["question_id"] for metadata in found["metadatas"]}
+
+
+def build_from_agent(
+    store,
+    agent,
+    questions: Sequence | object,
+    reward_fn: Callable[..., list[float]],
+    num_samples: int = 16,
+    keep_top_k: int = 5,
+    question_column: str = "prompt",
+    id_column: str | None = "question_id",
+    questions_per_batch: int = 8,
+    source: str = "agent",
+    resume: bool = True,
+    show_progress: bool | None = None,
+) -> int:
+    """Build (or resume building) ``store`` from an off-policy agent; returns the records added.
+
+    Args:
+        agent: a callable ``prompt -> trajectory`` or a :class:`TrajectorySampler`.
+        questions: a list of prompts (question text or chat messages) or a ``datasets.Dataset``
+            with ``question_column`` and optionally ``id_column`` (ids default to a hash of the text).
+        reward_fn: a TRL-style reward function ``reward_fn(prompts=..., completions=..., **columns)
+            -> list[float]``; ``columns`` are the dataset's other columns, one value per completion.
+        num_samples: trajectories sampled per question (paper: 16).
+        keep_top_k: best trajectories kept per question (paper: 5).
+        questions_per_batch: questions sampled, scored and written together.
+        resume: skip questions that already have records from ``source``.
+    """
+    from tqdm.auto import tqdm
+
+    prompts, ids, extras = _questions_table(questions, question_column, id_column)
+    show = store.config.show_progress if show_progress is None else show_progress
+    added = skipped_rows = 0
+    with tqdm(total=len(prompts), desc="Building trace store", unit="q", disable=not show) as bar:
+        for start in range(0, len(prompts), questions_per_batch):
+            batch = list(range(start, min(start + questions_per_batch, len(prompts))))
+            if resume:
+                done = _done_questions(store, [ids[i] for i in batch], source)
+                batch = [i for i in batch if ids[i] not in done]
+            if batch:
+                added_now, skipped_now = _build_batch(
+                    store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source
+                )
+                added += added_now
+                skipped_rows += skipped_now
+            bar.update(min(questions_per_batch, len(prompts) - start))
+    if skipped_rows:
+        logger.warning(
+            "Skipped %d malformed agent trajectories (empty or untagged, or NaN reward).", skipped_rows
+        )
+    return added
+
+
+def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source):
+    samples = sample(agent, [prompts[i] for i in batch], num_samples)
+    flat_prompts = [prompts[i] for i in batch for _ in range(num_samples)]
+    completions = [text for group in samples for text in group]
+    columns = {
+        name: [values[i] for i in batch for _ in range(num_samples)] for name, values in extras.items()
+    }
+    rewards = list(reward_fn(prompts=flat_prompts, completions=completions, **columns))
+    if len(rewards) != len(completions):
+        raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(completions)} completions.")
+    from rapo_trl.store.ingest import validate_trajectories
+
+    question_ids = [ids[i] for i in batch for _ in range(num_samples)]
+    # An agent's malformed samples are data, not a user error: skip them.
+    _, problems = validate_trajectories(completions, rewards, question_ids, None, on_invalid="skip")
+    added = store.add_trajectories(
+        completions, rewards, question_ids, source, keep_top_k, flat_prompts, on_invalid="skip"
+    )
+    return added, len(problems)

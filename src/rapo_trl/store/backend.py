@@ -1,0 +1,110 @@
+"""Opening Chroma: an embedded persistent client or a server client, and our collection with its
+embedder check. Chroma never embeds anything here (``embedding_function=None``): its default
+function downloads a model and fails offline, so every vector comes from our embedder."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rapo_trl.store.config import StoreConfig
+from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError
+
+STORE_FORMAT = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _settings():
+    from chromadb.config import Settings
+
+    # One Settings value for every client: Chroma refuses two clients of one path with different ones.
+    return Settings(anonymized_telemetry=False)
+
+
+def open_persistent_client(path: str | os.PathLike):
+    """An embedded ``chromadb.PersistentClient`` at ``path``, after checking the path is usable."""
+    import chromadb
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise StorePathError(f"Trace store path {path} is a file, not a directory.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StorePathError(f"Cannot create the trace store directory {path}: {error}") from error
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StorePathError(f"Trace store directory {path} is not writable.")
+    database = path / "chroma.sqlite3"
+    if database.exists():
+        with open(database, "rb") as handle:
+            header = handle.read(len(_SQLITE_MAGIC))
+        # An empty file is what an interrupted first open leaves; Chroma initialises it.
+        if header and header != _SQLITE_MAGIC:
+            raise CorruptStoreError(
+                f"{database} is not an SQLite database; the trace store at {path} is corrupt. "
+                "Left untouched: move it away or point the store at another directory."
+            )
+        if not os.access(database, os.W_OK):
+            raise StorePathError(f"Trace store database {database} is not writable.")
+    try:
+        return chromadb.PersistentClient(path=str(path), settings=_settings())
+    except Exception as error:  # Chroma raises its own InternalError for a damaged database
+        raise CorruptStoreError(
+            f"Cannot open the trace store at {path} ({type(error).__name__}: {error}). It may be corrupt "
+            "or written by an incompatible Chroma version; it was left untouched."
+        ) from error
+
+
+def open_http_client(host: str, port: int, ssl: bool = False, headers: dict | None = None):
+    """A ``chromadb.HttpClient`` to a ``chroma run`` server."""
+    import chromadb
+
+    try:
+        return chromadb.HttpClient(host=host, port=int(port), ssl=ssl, headers=headers, settings=_settings())
+    except Exception as error:
+        raise ConnectionError(f"Cannot reach the Chroma server at {host}:{port}: {error}") from error
+
+
+def collection_metadata(embedder, config: StoreConfig) -> dict:
+    """What a new collection records about how its keys were made."""
+    return {
+        "rapo_store_format": STORE_FORMAT,
+        "embedder": embedder.name,
+        "dimension": int(embedder.dimension),
+        "key_max_chars": int(config.key_max_chars),
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def open_collection(client, name: str, embedder, config: StoreConfig, where: str):
+    """Get or create collection ``name`` and refuse it if another embedder built it."""
+    try:
+        collection = client.get_or_create_collection(
+            name=name,
+            metadata=collection_metadata(embedder, config),
+            configuration=config.hnsw_configuration(),
+            embedding_function=None,
+        )
+    except Exception as error:
+        if "Expected a name" in str(error):
+            raise ValueError(f"Invalid trace store collection name {name!r}: {error}") from error
+        raise
+    check_embedder(collection.metadata or {}, embedder, f"collection {name!r} at {where}")
+    return collection
+
+
+def check_embedder(metadata: dict, embedder, where: str) -> None:
+    """Raise :class:`EmbedderMismatchError` unless ``metadata`` records this embedder and dimension."""
+    if "embedder" not in metadata or "dimension" not in metadata:
+        raise EmbedderMismatchError(
+            f"The {where} was not created by a rapo_trl TraceStore (no embedder recorded in its metadata)."
+        )
+    stored = (metadata["embedder"], int(metadata["dimension"]))
+    given = (embedder.name, int(embedder.dimension))
+    if stored != given:
+        raise EmbedderMismatchError(
+            f"The {where} was built with embedder {stored[0]!r} (dimension {stored[1]}), but "
+            f"embedder {given[0]!r} (dimension {given[1]}) was given. Open it with the same embedder, "
+            "or build a new collection."
+        )

@@ -1,0 +1,19 @@
+"""Errors a trace store raises; each names the store and the problem."""
+
+from __future__ import annotations
+
+
+class TraceStoreError(Exception):
+    """Base class of trace-store errors."""
+
+
+class EmbedderMismatchError(TraceStoreError, ValueError):
+    """The collection was built with another embedder or dimension than the one given."""
+
+
+class StorePathError(TraceStoreError, OSError):
+    """The store's directory cannot be created or written."""
+
+
+class CorruptStoreError(TraceStoreError, RuntimeError):
+    """The files at the store's path are not a readable Chroma database."""

@@ -1,0 +1,84 @@
+"""Validating trajectories before anything is written, and keeping the top-K per question."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rapo_trl.store.steps import reward_problem, trajectory_problem
+
+_SHOWN_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """A validated trajectory with its outcome reward and question."""
+
+    text: str
+    reward: float
+    question_id: str
+    question: str = ""
+
+
+def validate_trajectories(
+    trajectories: Sequence,
+    rewards: Sequence,
+    question_ids: Sequence,
+    prompts: Sequence[str] | None = None,
+    on_invalid: str = "raise",
+) -> tuple[list[Trajectory], list[str]]:
+    """Check every row first, so a bad row aborts before anything is stored.
+
+    Returns the valid rows and one message per skipped row (``on_invalid="skip"``); with
+    ``on_invalid="raise"`` any bad row raises a ``ValueError`` listing the first problems.
+    """
+    if on_invalid not in ("raise", "skip"):
+        raise ValueError(f"on_invalid must be 'raise' or 'skip', got {on_invalid!r}.")
+    lengths = {"trajectories": len(trajectories), "rewards": len(rewards), "question_ids": len(question_ids)}
+    if prompts is not None:
+        lengths["prompts"] = len(prompts)
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"Trajectory inputs differ in length: {lengths}; nothing was stored.")
+    rows: list[Trajectory] = []
+    problems: list[str] = []
+    for index, (text, reward, question_id) in enumerate(
+        zip(trajectories, rewards, question_ids, strict=True)
+    ):
+        row_problems = []
+        if (problem := trajectory_problem(text)) is not None:
+            row_problems.append(f"trajectory {problem}")
+        if (problem := reward_problem(reward)) is not None:
+            row_problems.append(f"reward {problem}")
+        if question_id is None or str(question_id).strip() == "":
+            row_problems.append("question id is missing")
+        if row_problems:
+            problems.append(f"row {index}: {', '.join(row_problems)}")
+            continue
+        question = "" if prompts is None else str(prompts[index])
+        rows.append(Trajectory(text, float(reward), str(question_id), question))
+    if problems and on_invalid == "raise":
+        shown = "; ".join(problems[:_SHOWN_PROBLEMS])
+        more = f" (and {len(problems) - _SHOWN_PROBLEMS} more)" if len(problems) > _SHOWN_PROBLEMS else ""
+        raise ValueError(f"{len(problems)} invalid trajectory row(s), nothing was stored: {shown}{more}.")
+    return rows, problems
+
+
+def keep_top_k(rows: list[Trajectory], k: int | None) -> list[Trajectory]:
+    """Distinct trajectories per question, the ``k`` best by reward (earlier rows win ties).
+
+    ``k=None`` keeps all distinct trajectories. Questions keep their first-seen order.
+    """
+    if k is not None and k < 1:
+        raise ValueError(f"keep_top_k must be >= 1 or None, got {k}.")
+    groups: dict[str, list[Trajectory]] = {}
+    seen: set[tuple[str, str]] = set()
+    for row in rows:
+        if (row.question_id, row.text) in seen:
+            continue
+        seen.add((row.question_id, row.text))
+        groups.setdefault(row.question_id, []).append(row)
+    kept: list[Trajectory] = []
+    for group in groups.values():
+        ranked = sorted(group, key=lambda row: -row.reward)  # stable: ties keep input order
+        kept.extend(ranked if k is None else ranked[:k])
+    return kept

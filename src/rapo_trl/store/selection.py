@@ -1,0 +1,61 @@
+"""RAPO's selection rule: among the top-k neighbours keep the highest stored reward (ties: most
+similar); fall back to a fixed text when that reward is not above ``min_reward``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Retrieved:
+    """What a retrieval inserts into a hybrid rollout, with its provenance (``None`` on fallback)."""
+
+    text: str
+    reward: float | None
+    similarity: float | None
+    record_id: str | None
+    question_id: str | None
+    step_index: int | None
+    source: str | None
+    is_fallback: bool
+
+
+def fallback(text: str) -> Retrieved:
+    """The fallback retrieval: ``text`` tells the model to reason on its own."""
+    return Retrieved(text, None, None, None, None, None, None, True)
+
+
+def similarity_from_distance(distance: float, space: str) -> float:
+    """Cosine similarity of normalised vectors from a Chroma distance in ``space``."""
+    if space == "l2":  # Chroma's l2 is the squared distance: |a-b|^2 = 2 - 2 cos
+        return 1.0 - distance / 2.0
+    return 1.0 - distance  # cosine and ip distances are 1 - <a, b>
+
+
+def choose(
+    ids: list[str],
+    distances: list[float],
+    metadatas: list[dict],
+    space: str,
+    min_reward: float,
+    fallback_text: str,
+) -> Retrieved:
+    """Apply the selection rule to one query's neighbours."""
+    best = None
+    for record_id, distance, metadata in zip(ids, distances, metadatas, strict=True):
+        candidate = (float(metadata["reward"]), similarity_from_distance(float(distance), space))
+        if best is None or candidate > best[0]:
+            best = (candidate, record_id, metadata)
+    if best is None or best[0][0] <= min_reward:
+        return fallback(fallback_text)
+    (reward, similarity), record_id, metadata = best
+    return Retrieved(
+        text=metadata["value"],
+        reward=reward,
+        similarity=similarity,
+        record_id=record_id,
+        question_id=metadata.get("question_id"),
+        step_index=metadata.get("step_index"),
+        source=metadata.get("source"),
+        is_fallback=False,
+    )

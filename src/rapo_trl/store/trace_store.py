@@ -1,0 +1,394 @@
+"""TraceStore: RAPO's step-trace buffer as a Chroma collection.
+
+Each record is one agent step: the document is its key (the preprocessed context before the step,
+which is what gets embedded), the metadata carries the step text (``value``), the trajectory's reward
+and provenance. Ids are deterministic, so adding the same trajectories again (a resumed build) stores
+nothing twice and embeds nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rapo_trl.embeddings import resolve_embedder
+from rapo_trl.store.backend import open_collection, open_http_client, open_persistent_client
+from rapo_trl.store.config import StoreConfig
+from rapo_trl.store.ingest import keep_top_k as top_k_per_question
+from rapo_trl.store.ingest import validate_trajectories
+from rapo_trl.store.selection import Retrieved, choose, fallback
+from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
+
+
+class TraceStore:
+    """Step traces in a Chroma collection, retrieved by context similarity (RAPO §2-3).
+
+    Args:
+        path: directory of an embedded Chroma database (created if missing).
+        collection: collection name (3-512 characters of ``[a-zA-Z0-9._-]``).
+        embedder: an :class:`~rapo_trl.embeddings.Embedder`, a sentence-transformers model or path;
+            ``None`` is all-MiniLM-L6-v2. A collection only opens with the embedder that built it.
+        config: selection, preprocessing, index and batching settings.
+    """
+
+    def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
+        self._init(open_persistent_client(path), collection, embedder, config, location=str(Path(path)))
+        self.path: Path | None = Path(path)
+
+    @classmethod
+    def connect(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        collection: str = "traces",
+        embedder=None,
+        config: StoreConfig | None = None,
+        ssl: bool = False,
+        headers: dict | None = None,
+    ) -> TraceStore:
+        """A store on a ``chroma run`` server, shared by several processes."""
+        store = cls.__new__(cls)
+        store._init(
+            open_http_client(host, port, ssl, headers), collection, embedder, config, f"{host}:{port}"
+        )
+        store.path = None
+        return store
+
+    def _init(self, client, collection: str, embedder, config: StoreConfig | None, location: str) -> None:
+        self.config = config or StoreConfig()
+        self.embedder = resolve_embedder(embedder)
+        self.client = client
+        self.location = location
+        self.collection_name = collection
+        self.collection = open_collection(client, collection, self.embedder, self.config, location)
+        self.last_timing: dict[str, float] = {}
+        """Seconds spent in the last ``select`` or write, split into embedding and Chroma work."""
+
+    def __len__(self) -> int:
+        return self.collection.count()
+
+    def __repr__(self) -> str:
+        return f"TraceStore({self.location!r}, collection={self.collection_name!r}, embedder={self.embedder.name!r})"
+
+    # ------------------------------------------------------------------ retrieval
+
+    def preprocess(self, context: str) -> str:
+        """A raw context (prompt + completion so far) as the store's keys are written."""
+        return preprocess_context(context, self.config.key_max_chars, self.config.system_prompt)
+
+    def select(
+        self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None
+    ) -> list[Retrieved]:
+        """One retrieval per context: a single embedding call and a single Chroma query for all."""
+        contexts = list(contexts)
+        if not contexts:
+            return []
+        start = time.perf_counter()
+        vectors = self._embed([self.preprocess(context) for context in contexts])
+        embed_s = time.perf_counter() - start
+        retrieved = self.select_embedded(vectors, top_k, min_reward)
+        self.last_timing = {"embed_s": embed_s, **self.last_timing}
+        return retrieved
+
+    def select_embedded(
+        self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None
+    ) -> list[Retrieved]:
+        """:meth:`select` for query vectors already embedded by this store's embedder."""
+        config = self.config
+        top_k = config.top_k if top_k is None else top_k
+        min_reward = config.min_reward if min_reward is None else min_reward
+        start = time.perf_counter()
+        result = self.collection.query(
+            query_embeddings=np.asarray(vectors, dtype=np.float32),
+            n_results=top_k,
+            include=["metadatas", "distances"],
+        )
+        self.last_timing = {"search_s": time.perf_counter() - start}
+        return [
+            choose(ids, distances, metadatas, config.hnsw_space, min_reward, config.fallback_text)
+            if ids
+            else fallback(config.fallback_text)
+            for ids, distances, metadatas in zip(
+                result["ids"], result["distances"], result["metadatas"], strict=True
+            )
+        ]
+
+    # ------------------------------------------------------------------ writing
+
+    def add_trajectories(
+        self,
+        trajectories: Sequence[str],
+        rewards: Sequence[float],
+        question_ids: Sequence[str],
+        source: str = "offline",
+        keep_top_k: int | None = 5,
+        prompts: Sequence | None = None,
+        on_invalid: str = "raise",
+    ) -> int:
+        """Split tagged trajectories into steps and store them; returns the number of records added.
+
+        Per question only the ``keep_top_k`` best distinct trajectories by reward are kept (``None``:
+        all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
+        system prompt is dropped. Every row is validated before anything is written; with
+        ``on_invalid="skip"`` bad rows are skipped instead of raising.
+        """
+        texts = None if prompts is None else [prompt_text(prompt) for prompt in prompts]
+        rows, _ = validate_trajectories(trajectories, rewards, question_ids, texts, on_invalid)
+        created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        records = [
+            record
+            for row in top_k_per_question(rows, keep_top_k)
+            for record in step_records(
+                row.text,
+                row.reward,
+                row.question_id,
+                row.question,
+                source,
+                self.config.key_max_chars,
+                self.config.system_prompt,
+                created_at,
+            )
+        ]
+        return self.add_records(records)
+
+    def add_policy_trajectories(
+        self,
+        prompts: Sequence,
+        completions: Sequence[str],
+        rewards: Sequence[float],
+        question_ids: Sequence[str],
+        min_reward: float = 0.0,
+        keep_top_k: int = 1,
+        source: str = "policy",
+    ) -> int:
+        """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
+        best completions per question whose reward is above ``min_reward``. Malformed completions
+        are skipped, never raised on, so a training step cannot fail here."""
+        keep = [
+            index for index, reward in enumerate(rewards) if _finite(reward) and float(reward) > min_reward
+        ]
+        if not keep:
+            return 0
+        texts = [prompt_text(prompts[index]) for index in keep]
+        rows, _ = validate_trajectories(
+            [completions[index] for index in keep],
+            [rewards[index] for index in keep],
+            [question_ids[index] for index in keep],
+            texts,
+            on_invalid="skip",
+        )
+        created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        records = [
+            record
+            for row in top_k_per_question(rows, keep_top_k)
+            for record in step_records(
+                row.text,
+                row.reward,
+                row.question_id,
+                row.question,
+                source,
+                self.config.key_max_chars,
+                self.config.system_prompt,
+                created_at,
+            )
+        ]
+        return self.add_records(records, show_progress=False)
+
+    def add_records(
+        self,
+        records: Sequence[StepRecord],
+        embeddings: np.ndarray | None = None,
+        show_progress: bool | None = None,
+        extra_metadata: Sequence[dict] | None = None,
+    ) -> int:
+        """Embed and write step records in batches, skipping ids already stored; returns how many
+        were added. ``embeddings`` (one row per record) skips embedding."""
+        from tqdm.auto import tqdm
+
+        if embeddings is not None:
+            embeddings = np.asarray(embeddings, dtype=np.float32)
+            if embeddings.shape != (len(records), self.embedder.dimension):
+                raise ValueError(
+                    f"Got embeddings of shape {embeddings.shape} for {len(records)} records; the store's "
+                    f"embedder {self.embedder.name!r} has dimension {self.embedder.dimension}."
+                )
+        batches = list(_question_aligned_batches(records, self.config.write_batch_size))
+        show = self.config.show_progress if show_progress is None else show_progress
+        timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
+        added = 0
+        with tqdm(
+            total=len(records), desc="Storing steps", unit="rec", disable=not show or len(batches) < 2
+        ) as bar:
+            for start, stop in batches:
+                added += self._write_batch(records, start, stop, embeddings, extra_metadata, timing)
+                bar.update(stop - start)
+        self.last_timing = timing
+        return added
+
+    def _write_batch(self, records, start, stop, embeddings, extra_metadata, timing) -> int:
+        clock = time.perf_counter()
+        batch_ids = [record.record_id for record in records[start:stop]]
+        existing = set(self.collection.get(ids=batch_ids, include=[])["ids"])
+        positions, seen = [], set(existing)
+        for position in range(start, stop):
+            if records[position].record_id not in seen:
+                seen.add(records[position].record_id)
+                positions.append(position)
+        timing["check_s"] += time.perf_counter() - clock
+        if not positions:
+            return 0
+        chosen = [records[position] for position in positions]
+        clock = time.perf_counter()
+        if embeddings is None:
+            vectors = self._embed([record.key for record in chosen])
+        else:
+            vectors = embeddings[positions]
+        timing["embed_s"] += time.perf_counter() - clock
+        metadatas = [self._metadata(record) for record in chosen]
+        if extra_metadata is not None:
+            for metadata, position in zip(metadatas, positions, strict=True):
+                metadata.update({k: v for k, v in extra_metadata[position].items() if k not in metadata})
+        clock = time.perf_counter()
+        self.collection.add(
+            ids=[record.record_id for record in chosen],
+            embeddings=vectors,
+            documents=[record.key for record in chosen],
+            metadatas=metadatas,
+        )
+        timing["index_s"] += time.perf_counter() - clock
+        return len(chosen)
+
+    def _metadata(self, record: StepRecord) -> dict:
+        return {
+            "value": record.value,
+            "reward": record.reward,
+            "question_id": record.question_id,
+            "step_index": record.step_index,
+            "num_steps": record.num_steps,
+            "source": record.source,
+            "trajectory_id": record.trajectory_id,
+            "created_at": record.created_at,
+            "embedder": self.embedder.name,
+        }
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape != (len(texts), self.embedder.dimension):
+            raise ValueError(
+                f"Embedder {self.embedder.name!r} returned vectors of shape {vectors.shape} for {len(texts)} "
+                f"texts; the store expects dimension {self.embedder.dimension}."
+            )
+        if not np.isfinite(vectors).all():
+            raise ValueError(f"Embedder {self.embedder.name!r} returned non-finite vectors.")
+        return vectors
+
+    # ------------------------------------------------------------------ building
+
+    def add_from_dataset(
+        self,
+        ds,
+        text_column: str = "trajectory",
+        reward_column: str = "reward",
+        question_column: str = "question_id",
+        **kwargs,
+    ) -> int:
+        """Store a ``datasets.Dataset`` of tagged trajectories; see :func:`~rapo_trl.store.dataset_io.add_from_dataset`."""
+        from rapo_trl.store.dataset_io import add_from_dataset
+
+        return add_from_dataset(self, ds, text_column, reward_column, question_column, **kwargs)
+
+    def build_from_agent(
+        self, agent, questions, reward_fn, num_samples: int = 16, keep_top_k: int = 5, **kwargs
+    ) -> int:
+        """Have an off-policy agent solve every question; see :func:`~rapo_trl.store.agent.build_from_agent`."""
+        from rapo_trl.store.agent import build_from_agent
+
+        return build_from_agent(self, agent, questions, reward_fn, num_samples, keep_top_k, **kwargs)
+
+    def to_dataset(self, include_embeddings: bool = True):
+        """All records as a ``datasets.Dataset`` (one row per step; ``embedding`` column optional)."""
+        from rapo_trl.store.dataset_io import to_dataset
+
+        return to_dataset(self, include_embeddings)
+
+    @classmethod
+    def from_dataset(
+        cls, ds, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None
+    ) -> TraceStore:
+        """A new (or resumed) store at ``path`` holding the records of an exported dataset."""
+        from rapo_trl.store.dataset_io import add_records_from_dataset
+
+        store = cls(path, collection=collection, embedder=embedder, config=config)
+        add_records_from_dataset(store, ds)
+        return store
+
+    # ------------------------------------------------------------------ inspection
+
+    def iter_batches(self, include: Sequence[str] = ("metadatas",)) -> Iterator[dict]:
+        """Every record in pages of ``config.read_batch_size`` (Chroma ``get`` results)."""
+        offset = 0
+        while True:
+            page = self.collection.get(
+                include=list(include), limit=self.config.read_batch_size, offset=offset
+            )
+            if not page["ids"]:
+                return
+            yield page
+            offset += len(page["ids"])
+
+    def stats(self, bins: int = 10) -> dict:
+        """Records, questions, trajectories, sources, a reward histogram, the embedder and disk size."""
+        rewards, questions, trajectories, sources = [], set(), set(), {}
+        for page in self.iter_batches():
+            for metadata in page["metadatas"]:
+                rewards.append(float(metadata["reward"]))
+                questions.add(metadata["question_id"])
+                trajectories.add(metadata.get("trajectory_id"))
+                sources[metadata["source"]] = sources.get(metadata["source"], 0) + 1
+        counts, edges = np.histogram(rewards, bins=bins) if rewards else (np.zeros(0), np.zeros(0))
+        return {
+            "records": len(rewards),
+            "questions": len(questions),
+            "trajectories": len(trajectories),
+            "sources": sources,
+            "reward_mean": float(np.mean(rewards)) if rewards else None,
+            "reward_histogram": {"counts": counts.astype(int).tolist(), "edges": [float(e) for e in edges]},
+            "embedder": self.embedder.name,
+            "dimension": int(self.embedder.dimension),
+            "collection": self.collection_name,
+            "location": self.location,
+            "size_bytes": _directory_size(self.path) if self.path is not None else None,
+            "index": (self.collection.configuration or {}).get("hnsw"),
+        }
+
+
+def _finite(value) -> bool:
+    try:
+        return bool(np.isfinite(float(value)))
+    except (TypeError, ValueError):
+        return False
+
+
+def _question_aligned_batches(records: Sequence[StepRecord], size: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` slices of about ``size`` records that do not split a question's records
+    (unless one question alone exceeds ``size``): a build killed between writes leaves whole questions."""
+    start = 0
+    while start < len(records):
+        stop = min(start + size, len(records))
+        if stop < len(records):
+            boundary = stop
+            while boundary > start and records[boundary - 1].question_id == records[boundary].question_id:
+                boundary -= 1
+            stop = boundary if boundary > start else stop
+        yield start, stop
+        start = stop
+
+
+def _directory_size(path: Path) -> int:
+    return sum(
+        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
+    )

@@ -1,0 +1,143 @@
+"""Building a store: trajectories, datasets, an off-policy agent, online growth, stats."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from datasets import Dataset
+
+
+def test_add_trajectories_keeps_top_k_per_question(trajectory, make_store):
+    store = make_store()
+    trajectories = [trajectory(str(i), tools=1) for i in range(4)] + [trajectory("x", tools=2)]
+    rewards = [0.1, 0.9, 0.5, 0.9, 1.0]
+    added = store.add_trajectories(
+        trajectories, rewards, ["q1"] * 4 + ["q2"], keep_top_k=2, prompts=["What is 12*7?"] * 4 + ["Other?"]
+    )
+    # q1 keeps rewards 0.9 (row 1) and 0.9 (row 3) -> 2 steps each; q2 keeps its 3-step trajectory
+    assert added == 2 * 2 + 3 == len(store)
+    rows = store.to_dataset(include_embeddings=False)
+    assert sorted(set(rows["reward"])) == [0.9, 1.0]
+    assert {(q, s) for q, s in zip(rows["question_id"], rows["source"])} == {
+        ("q1", "offline"),
+        ("q2", "offline"),
+    }
+    first = [k for k, i in zip(rows["key"], rows["step_index"]) if i == 0]
+    assert set(first) == {"What is 12*7?", "Other?"}
+
+
+def test_re_adding_stores_and_embeds_nothing_twice(trajectory, make_store, embedder):
+    store = make_store()
+    args = ([trajectory("1"), trajectory("2")], [1.0, 0.5], ["q1", "q1"])
+    assert store.add_trajectories(*args) == 4
+    embedder.calls.clear()
+    assert store.add_trajectories(*args) == 0
+    assert len(store) == 4 and embedder.calls == []
+
+
+def test_duplicate_trajectories_count_once_for_top_k(trajectory, make_store):
+    store = make_store()
+    same = trajectory("1")
+    store.add_trajectories([same, same, trajectory("2")], [1.0, 1.0, 0.5], ["q"] * 3, keep_top_k=2)
+    assert len(store) == 4  # two distinct trajectories, two steps each
+
+
+def test_writes_in_batches_without_splitting_questions(trajectory, make_store, embedder):
+    store = make_store(write_batch_size=5)
+    texts = [trajectory(str(i), tools=1) for i in range(6)]
+    store.add_trajectories(texts, [1.0] * 6, ["a", "a", "b", "b", "c", "c"], keep_top_k=None)
+    assert len(store) == 12 and embedder.calls == [4, 4, 4]
+
+
+def test_add_from_dataset(trajectory, make_store):
+    store = make_store()
+    ds = Dataset.from_dict(
+        {
+            "trajectory": [trajectory("1"), trajectory("2"), trajectory("3")],
+            "reward": [1.0, 0.0, 0.7],
+            "question_id": ["q1", "q1", "q2"],
+            "prompt": [[{"role": "system", "content": "SYS"}, {"role": "user", "content": "Question one?"}]]
+            * 2
+            + [[{"role": "user", "content": "Question two?"}]],
+            "origin": ["expert", "expert", "weak"],
+        }
+    )
+    assert store.add_from_dataset(ds, keep_top_k=1, source_column="origin") == 4
+    stats = store.stats()
+    assert stats["sources"] == {"expert": 2, "weak": 2} and stats["questions"] == 2
+    keys = store.to_dataset(include_embeddings=False)["key"]
+    assert "Question one?" in keys and not any("SYS" in k for k in keys)
+
+
+def test_build_from_agent_callable(trajectory, make_store):
+    store = make_store()
+    calls = []
+
+    def agent(prompt):
+        calls.append(prompt)
+        return trajectory(str(len(calls) % 3))
+
+    def reward_fn(prompts, completions, answer, **kwargs):
+        return [1.0 if f"{{{a}}}" in c else 0.0 for c, a in zip(completions, answer)]
+
+    questions = Dataset.from_dict({"prompt": ["P0", "P1"], "question_id": ["a", "b"], "answer": ["1", "2"]})
+    added = store.build_from_agent(agent, questions, reward_fn, num_samples=4, keep_top_k=2)
+    assert len(calls) == 8 and added == len(store) > 0
+    rows = store.to_dataset(include_embeddings=False)
+    assert set(rows["source"]) == {"agent"} and set(rows["question_id"]) == {"a", "b"}
+    # per question: the rewarded trajectory first, then the best of the rest
+    assert max(r for r, q in zip(rows["reward"], rows["question_id"]) if q == "a") == 1.0
+    # resuming skips finished questions: the agent is not called again
+    assert store.build_from_agent(agent, questions, reward_fn, num_samples=4) == 0 and len(calls) == 8
+
+
+def test_build_from_agent_sampler_and_skips_malformed_samples(trajectory, make_store, caplog):
+    class Sampler:
+        def sample_trajectories(self, prompts, num_samples):
+            return [[trajectory("7"), "", "no tags at all", trajectory("8")][:num_samples] for _ in prompts]
+
+    store = make_store()
+    added = store.build_from_agent(
+        Sampler(),
+        ["What is 7?", "What is 8?"],
+        lambda prompts, completions, **_: [0.5 for _ in completions],
+        num_samples=4,
+        keep_top_k=5,
+    )
+    assert added == 8  # 2 questions x 2 valid trajectories x 2 steps
+    assert "Skipped 4 malformed" in caplog.text
+
+
+def test_build_from_agent_rejects_a_bad_sampler(trajectory, make_store):
+    class Short:
+        def sample_trajectories(self, prompts, num_samples):
+            return [[trajectory()] for _ in prompts]
+
+    store = make_store()
+    with pytest.raises(ValueError, match="expected 3 each"):
+        store.build_from_agent(Short(), ["q"], lambda **_: [], num_samples=3)
+    with pytest.raises(TypeError, match="callable"):
+        store.build_from_agent(42, ["q"], lambda **_: [], num_samples=1)
+    assert len(store) == 0
+
+
+def test_online_growth_adds_the_best_policy_trajectory(trajectory, make_store):
+    store = make_store()
+    added = store.add_policy_trajectories(
+        prompts=["Q1"] * 3 + ["Q2"] * 2,
+        completions=[trajectory("1"), trajectory("2"), "broken", trajectory("3"), trajectory("4")],
+        rewards=[0.4, 0.8, 5.0, 0.0, math.nan],
+        question_ids=["q1"] * 3 + ["q2"] * 2,
+    )
+    rows = store.to_dataset(include_embeddings=False)
+    assert added == 2 and set(rows["reward"]) == {0.8} and set(rows["source"]) == {"policy"}
+
+
+def test_stats(trajectory, make_store):
+    store = make_store()
+    store.add_trajectories([trajectory("1", tools=2), trajectory("2")], [1.0, -1.0], ["q1", "q2"])
+    stats = store.stats(bins=2)
+    assert stats["records"] == len(store) == 5 and stats["trajectories"] == 2 and stats["questions"] == 2
+    assert stats["reward_histogram"]["counts"] == [2, 3] and stats["embedder"] == "test-hashing-128"
+    assert stats["dimension"] == 128 and stats["size_bytes"] > 0 and stats["index"]["space"] == "cosine"

@@ -1,0 +1,81 @@
+"""Export to a datasets.Dataset and rebuild a store from it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rapo_trl.embeddings import HashingEmbedder
+from rapo_trl.store import StoreConfig, TraceStore
+
+
+@pytest.fixture
+def source_store(make_store, trajectory):
+    store = make_store("source")
+    store.add_trajectories(
+        [trajectory("1", tools=2), trajectory("2"), trajectory("3", topic="search a capital")],
+        [1.0, 0.0, 0.5],
+        ["q1", "q1", "q2"],
+        prompts=["What is 12*7?", "What is 12*7?", "Capital of Peru?"],
+    )
+    return store
+
+
+def test_export_has_one_row_per_record(source_store):
+    ds = source_store.to_dataset()
+    assert len(ds) == len(source_store) == 7
+    assert {
+        "id",
+        "key",
+        "value",
+        "reward",
+        "question_id",
+        "step_index",
+        "source",
+        "embedder",
+        "embedding",
+    } <= set(ds.column_names)
+    assert len(ds[0]["embedding"]) == 128 and ds[0]["embedder"] == "test-hashing-128"
+    # deterministic order: by question, trajectory, step
+    order = list(zip(ds["question_id"], ds["trajectory_id"], ds["step_index"]))
+    assert order == sorted(order)
+    assert source_store.to_dataset(include_embeddings=False).column_names == [
+        c for c in ds.column_names if c != "embedding"
+    ]
+
+
+def test_roundtrip_reuses_embeddings(source_store, embedder, tmp_path):
+    ds = source_store.to_dataset()
+    embedder.calls.clear()
+    copy = TraceStore.from_dataset(
+        ds, tmp_path / "copy", collection="copy", embedder=embedder, config=StoreConfig(show_progress=False)
+    )
+    assert embedder.calls == []  # vectors came from the dataset
+    assert len(copy) == 7
+    exported = copy.to_dataset()
+    for column in ("id", "key", "value", "reward", "question_id", "step_index", "num_steps", "source"):
+        assert exported[column] == ds[column], column
+    np.testing.assert_allclose(np.array(exported["embedding"]), np.array(ds["embedding"]), atol=1e-6)
+    query = ["What is 12*7? <think>I need to multiply twelve by seven"]
+    assert copy.select(query)[0] == source_store.select(query)[0]
+
+
+def test_import_with_another_embedder_re_embeds(source_store, tmp_path):
+    other = HashingEmbedder(64, name="other-64")
+    copy = TraceStore.from_dataset(
+        source_store.to_dataset(), tmp_path / "other", embedder=other, config=StoreConfig(show_progress=False)
+    )
+    assert len(copy) == 7 and copy.stats()["embedder"] == "other-64"
+    assert copy.collection.get(limit=1, include=["embeddings"])["embeddings"].shape == (1, 64)
+
+
+def test_import_is_idempotent(source_store, tmp_path):
+    ds = source_store.to_dataset(include_embeddings=False)
+    copy = TraceStore.from_dataset(
+        ds, tmp_path / "c", embedder=HashingEmbedder(32), config=StoreConfig(show_progress=False)
+    )
+    assert copy.add_records([]) == 0
+    TraceStore.from_dataset(
+        ds, tmp_path / "c", embedder=HashingEmbedder(32), config=StoreConfig(show_progress=False)
+    )
+    assert len(copy) == 7

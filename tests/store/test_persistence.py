@@ -1,0 +1,92 @@
+"""Persistence: reopening from disk, and a build killed midway that reopens and resumes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from rapo_trl.store import StoreConfig, TraceStore
+
+
+def _forget_open_clients():
+    # Chroma caches one client per path in a process; dropping it makes a reopen read the disk.
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+
+
+def test_reopen_reads_records_and_checks_the_embedder(tmp_path, embedder, trajectory):
+    store = TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder)
+    store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    before = store.select(["What is 12*7?"])[0]
+    del store
+    _forget_open_clients()
+    reopened = TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder)
+    assert len(reopened) == 3
+    after = reopened.select(["What is 12*7?"])[0]
+    assert (after.record_id, after.text, after.reward) == (before.record_id, before.text, before.reward)
+    assert reopened.collection.metadata["embedder"] == embedder.name
+    # another collection in the same directory is independent
+    assert len(TraceStore(tmp_path / "s", collection="other", embedder=embedder)) == 0
+
+
+_KILLED_BUILD = textwrap.dedent(
+    """
+    import os, sys
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import StoreConfig, TraceStore
+
+    path, stop_after = sys.argv[1], int(sys.argv[2])
+    calls = []
+
+    def agent(prompt):
+        calls.append(prompt)
+        if len(calls) > stop_after:
+            os.kill(os.getpid(), 9)  # killed mid-build, no cleanup
+        return "<python>print(1)</python><result>1</result><answer>" + prompt + "</answer>"
+
+    store = TraceStore(path, embedder=HashingEmbedder(64), config=StoreConfig(show_progress=False))
+    store.build_from_agent(agent, [f"question {i}" for i in range(10)], lambda prompts, completions, **_:
+                           [1.0] * len(completions), num_samples=2, questions_per_batch=2)
+    """
+)
+
+
+def _build(path, stop_after):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-c", _KILLED_BUILD, str(path), str(stop_after)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_killed_build_reopens_and_resumes(tmp_path):
+    path = tmp_path / "killed"
+    first = _build(path, stop_after=9)  # dies while sampling the 3rd batch of questions
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    from rapo_trl.embeddings import HashingEmbedder
+
+    store = TraceStore(path, embedder=HashingEmbedder(64), config=StoreConfig(show_progress=False))
+    assert len(store) == 4 * 2  # the first two batches (4 questions x 1 distinct trajectory x 2 steps)
+    calls = []
+
+    def agent(prompt):
+        calls.append(prompt)
+        return "<python>print(1)</python><result>1</result><answer>" + prompt + "</answer>"
+
+    store.build_from_agent(
+        agent,
+        [f"question {i}" for i in range(10)],
+        lambda prompts, completions, **_: [1.0] * len(completions),
+        num_samples=2,
+        questions_per_batch=2,
+    )
+    assert len(calls) == 6 * 2 and "question 3" not in calls  # only the 6 unfinished questions
+    stats = store.stats()
+    assert stats["records"] == 10 * 2 and stats["questions"] == 10  # no duplicates
