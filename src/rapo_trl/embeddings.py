@@ -33,7 +33,8 @@ class SentenceTransformerEmbedder:
         model: a ``SentenceTransformer``, or a path/name to load one (offline: a local folder).
         name: identity recorded in stores; defaults to the model's folder name.
         batch_size: texts per forward pass.
-        bf16: run the transformer in bfloat16 (about 3x faster on CPU, cosine >= 0.9998 to fp32).
+        bf16: run the transformer in bfloat16 (cosine >= 0.9998 to fp32). About 3x faster on CPUs with
+            native bf16 (AVX512-BF16/AMX); on AVX2-only CPUs torch emulates it and it is ~5x SLOWER.
         max_seq_length: truncate inputs to this many tokens (``None`` keeps the model's own limit).
     """
 
@@ -65,7 +66,9 @@ class SentenceTransformerEmbedder:
             import torch
 
             model[0].auto_model.to(torch.bfloat16)
-        self.dimension = int(model.get_sentence_embedding_dimension())
+        # sentence-transformers >= 6 renamed the method; older versions only have the long name.
+        get_dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        self.dimension = int(get_dimension())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:

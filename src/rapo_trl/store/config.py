@@ -34,7 +34,9 @@ class StoreConfig:
     hnsw_ef_construction: int = 100
     """HNSW build-time candidate list size (Chroma default)."""
     hnsw_ef_search: int = 100
-    """HNSW query-time candidate list size: higher is more accurate and slower (Chroma default)."""
+    """HNSW query-time candidate list size: higher is more accurate and slower (Chroma default).
+    Fixed at creation like the others; to change it later, ``collection.modify(configuration=...)``
+    and reopen the store (a loaded index keeps its value)."""
     hnsw_max_neighbors: int = 16
     """HNSW graph degree M (Chroma default)."""
 
@@ -51,8 +53,9 @@ class StoreConfig:
             raise ValueError(f"StoreConfig.top_k must be >= 1, got {self.top_k}.")
         if self.key_max_chars < 1:
             raise ValueError(f"StoreConfig.key_max_chars must be >= 1, got {self.key_max_chars}.")
-        if self.write_batch_size < 1 or self.read_batch_size < 1:
-            raise ValueError("StoreConfig batch sizes must be >= 1.")
+        for name in ("write_batch_size", "read_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"StoreConfig.{name} must be >= 1, got {getattr(self, name)}.")
         if self.hnsw_space not in ("cosine", "l2", "ip"):
             raise ValueError(
                 f"StoreConfig.hnsw_space must be 'cosine', 'l2' or 'ip', got {self.hnsw_space!r}."

@@ -36,8 +36,9 @@ class TraceStore:
     """
 
     def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
-        self._init(open_persistent_client(path), collection, embedder, config, location=str(Path(path)))
-        self.path: Path | None = Path(path)
+        path = Path(path).expanduser()
+        self._init(open_persistent_client(path), collection, embedder, config, location=str(path))
+        self.path: Path | None = path
 
     @classmethod
     def connect(
@@ -139,20 +140,15 @@ class TraceStore:
         texts = None if prompts is None else [prompt_text(prompt) for prompt in prompts]
         rows, _ = validate_trajectories(trajectories, rewards, question_ids, texts, on_invalid)
         created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        config = self.config
         records = [
             record
             for row in top_k_per_question(rows, keep_top_k)
             for record in step_records(
-                row.text,
-                row.reward,
-                row.question_id,
-                row.question,
-                source,
-                self.config.key_max_chars,
-                self.config.system_prompt,
-                created_at,
+                row.text, row.reward, row.question_id, row.question, source,
+                config.key_max_chars, config.system_prompt, created_at,
             )
-        ]
+        ]  # fmt: skip
         return self.add_records(records)
 
     def add_policy_trajectories(
@@ -168,35 +164,18 @@ class TraceStore:
         """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
         best completions per question whose reward is above ``min_reward``. Malformed completions
         are skipped, never raised on, so a training step cannot fail here."""
-        keep = [
-            index for index, reward in enumerate(rewards) if _finite(reward) and float(reward) > min_reward
-        ]
+        keep = [i for i, reward in enumerate(rewards) if _finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
-        texts = [prompt_text(prompts[index]) for index in keep]
-        rows, _ = validate_trajectories(
-            [completions[index] for index in keep],
-            [rewards[index] for index in keep],
-            [question_ids[index] for index in keep],
-            texts,
+        return self.add_trajectories(
+            [completions[i] for i in keep],
+            [rewards[i] for i in keep],
+            [question_ids[i] for i in keep],
+            source=source,
+            keep_top_k=keep_top_k,
+            prompts=[prompts[i] for i in keep],
             on_invalid="skip",
         )
-        created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        records = [
-            record
-            for row in top_k_per_question(rows, keep_top_k)
-            for record in step_records(
-                row.text,
-                row.reward,
-                row.question_id,
-                row.question,
-                source,
-                self.config.key_max_chars,
-                self.config.system_prompt,
-                created_at,
-            )
-        ]
-        return self.add_records(records, show_progress=False)
 
     def add_records(
         self,

@@ -1,0 +1,31 @@
+"""The shipped YAML recipes only use known fields with the right types."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from trl import ModelConfig
+
+from rapo_trl.cli import parse_recipe
+from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_types
+from rapo_trl.config import RAPOConfig
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_recipe_fields_are_known_and_typed(path):
+    check_config_types(yaml.safe_load(path.read_text()), (RAPOScriptArguments, RAPOConfig, ModelConfig))
+
+
+def test_demo_recipe_parses_into_rapo_config():
+    script, args, model = parse_recipe("train", ["--config", str(CONFIGS[0].parent / "demo_cpu.yaml")])
+    assert isinstance(args, RAPOConfig) and args.num_hybrid_generations == 2 and args.use_cpu
+    assert script.task == "arithmetic" and model.use_peft and model.lora_r == 8
+
+
+def test_type_check_names_the_bad_key():
+    with pytest.raises(ValueError, match="max_steps"):
+        check_config_types({"max_steps": "ten"}, (RAPOConfig,))
+    with pytest.raises(ValueError, match="unknown key 'retrive_prob'"):
+        check_config_types({"retrive_prob": 0.5}, (RAPOConfig,))
