@@ -173,6 +173,11 @@ class RAPOTrainer(GRPOTrainer):
                         "RAPOTrainer runs multi-turn rollouts on vLLM in colocate mode only (server mode can "
                         "desynchronise ranks); set vllm_mode='colocate' or pass vllm_llm=."
                     )
+                if args.vllm_tensor_parallel_size > 1:
+                    raise ValueError(
+                        "RAPOTrainer's multi-turn vLLM rollouts need vllm_tensor_parallel_size=1 (each rank "
+                        "generates its own rows); use data parallelism across GPUs instead."
+                    )
                 return VLLMBackend(self.vllm_generation.llm, self._tokenizer, sampling)
             return VLLMBackend(vllm_llm, self._tokenizer, sampling, adapter_source=self._adapter_source,
                                version=lambda: self.state.global_step)
@@ -224,9 +229,10 @@ class RAPOTrainer(GRPOTrainer):
         ]
         prompt_ids, _, _ = self._tokenize_prompts(prompts)
         self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
-        rows = self.rollout_engine.run(
-            prompt_ids, [_query_prefix(p) for p in prompts], hybrid, retrieval_enabled=training
-        )
+        with self._vllm_awake():
+            rows = self.rollout_engine.run(
+                prompt_ids, [_query_prefix(p) for p in prompts], hybrid, retrieval_enabled=training
+            )
         self._last_rows, self._last_mode = rows, mode
         self._log_rollout_metrics(rows, mode)
         use_logprobs = all(row.logprobs is not None for row in rows)
@@ -238,6 +244,20 @@ class RAPOTrainer(GRPOTrainer):
             "rapo_is_hybrid": [row.is_hybrid for row in rows],
             "rapo_num_retrievals": [len(row.retrievals) for row in rows],
         }
+
+    @contextmanager
+    def _vllm_awake(self):
+        """Keep a sleeping colocated vLLM engine's KV cache awake for all turns of a rollout."""
+        engine = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if engine is None or not getattr(engine, "enable_sleep_mode", False):
+            yield
+            return
+        engine.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield
+        finally:
+            engine.llm.sleep(level=2)
+            engine._llm_weights_sleeping = True
 
     def _gathered_mean(self, values: list[float], weights: list[float] | None = None) -> float:
         device = self.accelerator.device
