@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import warnings
 
 from rapo_trl import __version__
 
@@ -31,26 +33,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _read_config(argv: list[str]) -> tuple[str, dict] | None:
+    """``(path, mapping)`` of the ``--config`` YAML, read before TRL is imported so a bad file fails fast."""
+    import yaml
+
+    if "--config" not in argv:
+        return None
+    index = argv.index("--config")
+    if index + 1 >= len(argv):
+        raise ValueError("--config needs the path of a YAML file")
+    path = argv[index + 1]
+    try:
+        with open(path) as handle:
+            config = yaml.safe_load(handle)
+    except OSError as error:
+        raise ValueError(f"cannot read config {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"config {path} must be a YAML mapping of field: value")
+    return path, config
+
+
 def parse_recipe(command: str, argv: list[str]):
     """``(script, rapo_config, model_config)`` from ``--config`` YAML and CLI overrides."""
-    import yaml
+    # TrlParser only knows `--config PATH`; accept `--config=PATH` too.
+    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
+    found = _read_config(argv)
+
     from trl import ModelConfig, TrlParser
 
     from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_types
     from rapo_trl.config import RAPOConfig
 
+    class RecipeParser(TrlParser):
+        def error(self, message):  # one line, not argparse's usage of every TrainingArguments field
+            self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
     types = (RAPOScriptArguments, RAPOConfig, ModelConfig)
-    if "--config" in argv:
-        path = argv[argv.index("--config") + 1]
-        try:
-            with open(path) as handle:
-                config = yaml.safe_load(handle)
-        except OSError as error:
-            raise ValueError(f"cannot read config {path}: {error.strerror}") from None
-        if not isinstance(config, dict):
-            raise ValueError(f"config {path} must be a YAML mapping of field: value")
-        check_config_types(config, types)
-    parser = TrlParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command])
+    if found is not None:
+        check_config_types(found[1], types)
+    parser = RecipeParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command])
     return parser.parse_args_and_config(argv)
 
 
@@ -62,21 +85,26 @@ def _run_recipe(command: str, argv: list[str]):
     return runner(script, rapo_args, model_args)
 
 
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # TRL's configs default `gradient_checkpointing`, which transformers now warns is a deprecated alias:
+    # noise on every command that says nothing about the user's recipe.
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
     if argv and argv[0] in RECIPE_COMMANDS:
         command, rest = argv[0], argv[1:]
-        if "-h" in rest or "--help" in rest:
-            parse_recipe(command, rest)  # prints help and exits
         try:
-            _run_recipe(command, rest)
+            _run_recipe(command, rest)  # `--help` prints the recipe's fields and exits
         except SystemExit:
             raise
         except Exception as error:  # noqa: BLE001 - one clear line, not a traceback, for user errors
-            if logging.getLogger().isEnabledFor(logging.DEBUG) or "RAPO_TRACEBACK" in __import__("os").environ:
+            if logging.getLogger().isEnabledFor(logging.DEBUG) or "RAPO_TRACEBACK" in os.environ:
                 raise
-            print(f"rapo {command}: error: {error}", file=sys.stderr)
+            print(f"rapo {command}: error: {_one_line(error)}", file=sys.stderr)
             return 2
         return 0
     parser = build_parser()
@@ -90,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             store_commands.run(args)
         except Exception as error:  # noqa: BLE001
-            print(f"rapo store: error: {error}", file=sys.stderr)
+            print(f"rapo store: error: {_one_line(error)}", file=sys.stderr)
             return 2
     return 0
 

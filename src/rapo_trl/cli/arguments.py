@@ -49,6 +49,12 @@ def _matches(value, hint) -> bool:
     if hint is type(None):
         return value is None
     if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string; argparse converts it
+            try:
+                float(value)
+            except ValueError:
+                return False
+            return True
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -57,6 +63,10 @@ def _matches(value, hint) -> bool:
     if hint is str:
         return isinstance(value, str)
     return True
+
+
+def _type_name(hint) -> str:
+    return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
 def check_config_types(config: dict, dataclass_types) -> None:
@@ -72,4 +82,6 @@ def check_config_types(config: dict, dataclass_types) -> None:
         if key not in known:
             raise ValueError(f"unknown key '{key}' in the config; check its spelling (see `rapo train --help`)")
         if not _matches(value, known[key]):
-            raise ValueError(f"config key '{key}' = {value!r} has the wrong type; expected {known[key]}")
+            raise ValueError(
+                f"config key '{key}' = {value!r} has the wrong type; expected {_type_name(known[key])}"
+            )

@@ -63,8 +63,15 @@ def load_questions(script: RAPOScriptArguments, split: str):
             raise UsageError(f"task=jsonl needs dataset_path pointing at a JSONL file, got {script.dataset_path!r}")
         from rapo_trl.tasks import load_jsonl_qa
 
-        rows = load_jsonl_qa(script.dataset_path, question_key=script.question_column,
-                             answer_key=script.answer_column)
+        try:
+            rows = load_jsonl_qa(script.dataset_path, question_key=script.question_column,
+                                 answer_key=script.answer_column)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"dataset_path {script.dataset_path} is not JSONL (one JSON object a line): {error}") from None
+        except ValueError as error:
+            if "no key" not in str(error):
+                raise
+            raise UsageError(f"{error}; set question_column and answer_column to the file's field names") from None
         return rows.select(range(min(n, len(rows))))
     raise UsageError(f"unknown task '{script.task}'; choose one of {', '.join(TASK_NAMES)}")
 

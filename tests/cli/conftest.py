@@ -1,0 +1,129 @@
+"""The ``rapo`` command lines that tests/cli checks, declared once and run together (see runs.py).
+
+One store is built, one LoRA model trained on it and evaluated, one full fine-tune trained without a
+store; every bad-input case is its own command line. All on the tiny model with tiny budgets.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.cli.runs import CliRuns, Run
+
+TRAIN_SIZE = 6
+EVAL_SIZE = 2
+
+
+def recipe(tiny_model_dir, work) -> dict:
+    """A complete tiny recipe: the YAML a user would write, sized for seconds on a CPU."""
+    return {
+        # TRL ModelConfig
+        "model_name_or_path": str(tiny_model_dir),
+        "use_peft": True,
+        "lora_r": 4,
+        "lora_alpha": 8,
+        "lora_target_modules": ["q_proj", "v_proj"],
+        # RAPOScriptArguments
+        "task": "arithmetic",
+        "train_size": TRAIN_SIZE,
+        "eval_size": EVAL_SIZE,
+        "store_path": str(work / "store"),
+        "agent": "expert",
+        "num_samples": 2,
+        "keep_top_k": 1,
+        "eval_batch_size": EVAL_SIZE,
+        # RAPOConfig
+        "output_dir": str(work / "model-lora"),
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+        "max_steps": 1,
+        "per_device_train_batch_size": 2,
+        "num_generations": 2,
+        "retrieve_prob": 1.0,
+        "max_completion_length": 32,
+        "max_turn_tokens": 16,
+        "learning_rate": 1.0e-4,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+    }
+
+
+def write_yaml(path, config: dict):
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def first_train_question() -> str:
+    from rapo_trl.tasks import load_task
+
+    return load_task("arithmetic", split="train", n=TRAIN_SIZE, seed=0)[0]["question"]
+
+
+def bad_input_runs(work, base: dict) -> dict[str, Run]:
+    """One command line per kind of bad input (the table test_bad_input.py checks)."""
+    bad = work / "bad"
+    bad.mkdir()
+    jsonl = bad / "qa.jsonl"
+    jsonl.write_text("".join(json.dumps({"problem": f"{i} + {i}?", "solution": str(2 * i)}) + "\n"
+                             for i in range(4)))
+    configs = {
+        "unknown_key": {**base, "lora_rank": 8},
+        "wrong_type": {**base, "max_steps": "ten"},
+        "jsonl_columns": {**base, "task": "jsonl", "dataset_path": str(jsonl), "retrieve_prob": 0.0},
+        "missing_store": {**base, "store_path": str(bad / "no-store"), "retrieve_prob": 0.5},
+        "missing_model": {**base, "model_name_or_path": str(bad / "no-model")},
+    }
+    runs = {name: Run(("train", "--config", write_yaml(bad / f"{name}.yaml", config)))
+            for name, config in configs.items()}
+    runs["override_type"] = Run(("train", "--config", work / "recipe.yaml", "--max_steps", "ten"))
+    runs["missing_config"] = Run(("train", "--config", bad / "no-such-recipe.yaml"))
+    runs["config_without_path"] = Run(("eval", "--config"))
+    (bad / "broken.yaml").write_text("max_steps: [1\n")
+    runs["config_not_yaml"] = Run(("build-store", "--config", bad / "broken.yaml"))
+    runs["store_stats_missing"] = Run(("store", "stats", bad / "no-store"))
+    return runs
+
+
+@pytest.fixture(scope="session")
+def cli_work(tmp_path_factory, tiny_model_dir):
+    """The folder the runs work in, with ``recipe.yaml`` (the tiny recipe) and the recipe as a dict."""
+    work = tmp_path_factory.mktemp("rapo-cli")
+    base = recipe(tiny_model_dir, work)
+    write_yaml(work / "recipe.yaml", base)
+    return work, base
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rapo_runs(*names): the `cli_runs` command lines a test reads")
+
+
+@pytest.fixture(scope="session")
+def cli_runs(request, cli_work):
+    """The command lines of tests/cli; ``cli_runs[name]`` waits for one. Those the selected tests
+    name with ``@pytest.mark.rapo_runs`` all start on first use, so independent ones overlap."""
+    work, base = cli_work
+    wanted = {name for item in request.session.items for mark in item.iter_markers("rapo_runs")
+              for name in mark.args}
+    recipe_yaml = work / "recipe.yaml"
+    table = {
+        # the chain: store -> LoRA training with retrieval from it -> evaluation beside the base model
+        "build-store": Run(("build-store", "--config", recipe_yaml), side=False),
+        "train-lora": Run(("train", "--config", recipe_yaml), after="build-store", side=False),
+        "eval": Run(("eval", f"--config={recipe_yaml}"), after="train-lora", side=False),
+        "store-stats": Run(("store", "stats", base["store_path"]), after="build-store"),
+        "store-query": Run(("store", "query", base["store_path"], first_train_question, "--top_k", "3"),
+                           after="build-store"),
+        # full fine-tune, CLI overrides over the YAML, p = 0 so no store is needed (and none exists there)
+        "train-full": Run(("train", "--config", recipe_yaml, "--use_peft", "false", "--retrieve_prob", "0",
+                           "--store_path", work / "never-built", "--output_dir", work / "model-full")),
+        "train-help": Run(("train", "--help")),
+        **bad_input_runs(work, base),
+    }
+    runs = CliRuns(table, cwd=work, wanted=wanted)
+    yield runs
+    runs.close()

@@ -1,0 +1,123 @@
+"""Run ``rapo`` command lines as real subprocesses, several at once.
+
+Each recipe command imports torch, transformers and TRL (seconds of CPU each), so the command lines
+of ``tests/cli`` are declared in one table and started together: the build -> train -> eval chain
+runs as soon as its inputs exist, and the independent runs (bad input, help) share a few slots
+beside it. A test asks for a run by name and waits for its result.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TIMEOUT_S = 600
+
+
+def rapo_env() -> dict[str, str]:
+    """The test environment (offline, set by tests/conftest.py), one torch thread per process."""
+    env = dict(os.environ)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env[name] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("WANDB_DISABLED", "true")
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("RAPO_TRACEBACK", None)
+    return env
+
+
+def rapo_argv(*args) -> list[str]:
+    """``python -m rapo_trl.cli ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "rapo_trl.cli", *map(str, args)]
+
+
+def rapo(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run one ``rapo`` command line and wait for it."""
+    return subprocess.run(rapo_argv(*args), cwd=cwd, env=rapo_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+def describe(run: subprocess.CompletedProcess) -> str:
+    """The command, exit code and output tails, for assertion messages."""
+    return (f"$ {' '.join(run.args[3:])}\nexit {run.returncode}\n--- stdout\n{run.stdout[-3000:]}"
+            f"\n--- stderr\n{run.stderr[-3000:]}")
+
+
+@dataclass
+class Run:
+    """One command line of the table: its arguments and the run it needs first (``after``)."""
+
+    args: tuple
+    """Command-line arguments after ``rapo``; a callable one is called when the run starts."""
+    after: str | None = None
+    side: bool = True
+    """Side runs share ``CliRuns.side_slots``; chain runs (``side=False``) start as soon as they can."""
+    future: Future | None = field(default=None, repr=False)
+
+
+class CliRuns:
+    """Starts the runs ``wanted`` (and what they need first) at once; ``runs[name]`` waits for one
+    (and starts it, if nobody wanted it up front)."""
+
+    def __init__(self, table: dict[str, Run], cwd: Path, wanted=(), side_slots: int = 3):
+        self.table = table
+        self.cwd = cwd
+        self._side = threading.Semaphore(side_slots)
+        self._lock = threading.RLock()
+        self._procs: list[subprocess.Popen] = []
+        self._closed = False
+        self._pool = ThreadPoolExecutor(max_workers=len(table), thread_name_prefix="rapo-cli")
+        for name in table:  # table order: the chain first, so it is first in line
+            if name in wanted:
+                self._start(name)
+
+    def _start(self, name: str) -> Future:
+        with self._lock:
+            run = self.table[name]
+            if run.future is None:
+                if run.after is not None:
+                    self._start(run.after)
+                run.future = self._pool.submit(self._execute, name, run)
+            return run.future
+
+    def __getitem__(self, name: str) -> subprocess.CompletedProcess:
+        return self._start(name).result(timeout=3 * TIMEOUT_S)
+
+    def _execute(self, name: str, run: Run) -> subprocess.CompletedProcess:
+        if run.after is not None:
+            needed = self[run.after]
+            if needed.returncode != 0:
+                raise RuntimeError(f"'{name}' needs '{run.after}', which failed:\n{describe(needed)}")
+        if run.side:
+            with self._side:
+                return self._spawn(run.args)
+        return self._spawn(run.args)
+
+    def _spawn(self, args: tuple) -> subprocess.CompletedProcess:
+        argv = rapo_argv(*(arg() if callable(arg) else arg for arg in args))
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the test session ended before this run started")
+            proc = subprocess.Popen(argv, cwd=self.cwd, env=rapo_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            self._procs.append(proc)
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+    def close(self) -> None:
+        """Stop the runs this object started that are still going (a test run cut short)."""
+        with self._lock:
+            self._closed = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    proc.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)

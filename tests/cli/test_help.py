@@ -1,0 +1,59 @@
+"""`rapo --help`, `--version` and a recipe command's help, through the real command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rapo_trl import __version__
+from tests.cli.runs import describe, rapo, rapo_env
+
+
+def test_help_lists_every_command():
+    run = rapo("--help")
+    assert run.returncode == 0, describe(run)
+    for command in ("build-store", "train", "eval", "store"):
+        assert command in run.stdout
+    assert run.stderr == ""
+
+
+def test_no_command_prints_help():
+    run = rapo()
+    assert run.returncode == 0, describe(run)
+    assert run.stdout.startswith("usage: rapo")
+
+
+def test_version():
+    run = rapo("--version")
+    assert run.returncode == 0, describe(run)
+    assert run.stdout.strip() == f"rapo_trl {__version__}"
+
+
+def test_console_script():
+    script = Path(sys.executable).with_name("rapo")
+    if not script.exists():
+        pytest.skip(f"no `rapo` console script next to {sys.executable} (package not installed)")
+    run = subprocess.run([str(script), "--version"], env=rapo_env(), capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"rapo_trl {__version__}"
+
+
+def test_store_help():
+    run = rapo("store", "--help")
+    assert run.returncode == 0, describe(run)
+    assert "stats" in run.stdout and "query" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.rapo_runs("train-help")
+def test_train_help_lists_fields_of_all_three_dataclasses(cli_runs):
+    run = cli_runs["train-help"]
+    assert run.returncode == 0, describe(run)
+    assert run.stdout.startswith("usage: rapo train")
+    # RAPOScriptArguments, RAPOConfig (RAPO's own and GRPO's fields) and TRL's ModelConfig
+    for option in ("--store_path", "--num_samples", "--retrieve_prob", "--retrieval_advantage_weight",
+                   "--num_generations", "--max_steps", "--model_name_or_path", "--use_peft"):
+        assert option in run.stdout, option

@@ -1,0 +1,112 @@
+"""End to end on the tiny model: build a store, look inside it, train (LoRA with retrieval, full
+fine-tune without a store), evaluate beside the base model; each step is the real `rapo` command."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.cli.runs import describe
+
+pytestmark = pytest.mark.slow
+
+METRICS = ("pass@1", "f1", "em", "format_ok", "tool_calls")
+
+
+@pytest.mark.rapo_runs("build-store")
+def test_build_store_fills_the_store(cli_runs, cli_work):
+    _, base = cli_work
+    run = cli_runs["build-store"]
+    assert run.returncode == 0, describe(run)
+    match = re.search(r"Added (\d+) step records; the store now holds (\d+) records from (\d+) questions", run.stdout)
+    assert match, describe(run)
+    added, records, questions = map(int, match.groups())
+    assert added == records > 0
+    assert questions == base["train_size"]
+    assert (Path(base["store_path"]) / "chroma.sqlite3").is_file()
+
+
+@pytest.mark.rapo_runs("build-store", "store-stats")
+def test_store_stats_reports_the_records(cli_runs, cli_work):
+    _, base = cli_work
+    built = cli_runs["build-store"]
+    run = cli_runs["store-stats"]
+    assert run.returncode == 0, describe(run)
+    stats = json.loads(run.stdout)
+    records = int(re.search(r"holds (\d+) records", built.stdout).group(1))
+    assert stats["records"] == records
+    assert stats["questions"] == base["train_size"]
+    # keep_top_k 1 of num_samples 2: one trajectory per question, every record from the expert
+    assert stats["trajectories"] == base["train_size"]
+    assert stats["sources"] == {"agent:expert": records}
+    assert sum(stats["reward_histogram"]["counts"]) == records
+    assert stats["reward_mean"] > 0
+    assert stats["dimension"] > 0
+
+
+@pytest.mark.rapo_runs("store-query")
+def test_store_query_returns_a_stored_step(cli_runs):
+    run = cli_runs["store-query"]
+    assert run.returncode == 0, describe(run)
+    found = json.loads(run.stdout)
+    # the first step of the queried question itself: its key is the question, so it is the top hit
+    assert found["fallback"] is False
+    assert found["record_id"] and found["question_id"]
+    assert found["similarity"] > 0.8
+    assert found["reward"] > 0
+    assert "<python>" in found["text"] and "<result>" in found["text"]
+
+
+@pytest.mark.rapo_runs("train-lora")
+def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
+    _, base = cli_work
+    run = cli_runs["train-lora"]
+    assert run.returncode == 0, describe(run)
+    assert re.search(r"Trained 1 steps in [\d.]+s", run.stdout), describe(run)
+    out = Path(base["output_dir"])
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert Path(adapter["base_model_name_or_path"]) == Path(base["model_name_or_path"])
+    assert adapter["r"] == base["lora_r"]
+    assert (out / "adapter_model.safetensors").is_file()
+    assert not (out / "model.safetensors").exists()
+    # the hybrid rollouts could retrieve: RAPO's metrics were logged
+    assert re.search(r"'rapo/retrieve_prob': '?1(\.0)?'?[,}]", run.stdout), describe(run)
+
+
+@pytest.mark.rapo_runs("train-full")
+def test_train_full_fine_tune_needs_no_store_when_p_is_zero(cli_runs, cli_work):
+    work, _ = cli_work
+    run = cli_runs["train-full"]
+    assert run.returncode == 0, describe(run)
+    out = work / "model-full"
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+    assert not (out / "adapter_config.json").exists()
+    assert not (work / "never-built").exists()
+    assert re.search(r"'rapo/retrieve_prob': '?0(\.0)?'?[,}]", run.stdout), describe(run)
+
+
+@pytest.mark.rapo_runs("eval")
+def test_eval_prints_base_and_trained_side_by_side(cli_runs, cli_work):
+    _, base = cli_work
+    run = cli_runs["eval"]
+    assert run.returncode == 0, describe(run)
+    rows = {}
+    for line in run.stdout.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0].startswith("model"):
+            assert cells[1:] == list(METRICS), line
+        elif cells[0] in ("base", "trained"):
+            rows[cells[0]] = [float(cell) for cell in cells[1:]]
+    assert set(rows) == {"base", "trained"}, describe(run)
+
+    saved = json.loads((Path(base["output_dir"]) / "eval_results.json").read_text())
+    assert saved["task"] == "arithmetic" and saved["n"] == base["eval_size"]
+    assert list(saved["results"]) == ["base", "trained"]
+    for name, printed in rows.items():
+        metrics = saved["results"][name]
+        assert [round(metrics[m], 3) for m in METRICS] == printed
+        assert all(0.0 <= metrics[m] <= 1.0 for m in METRICS if m != "tool_calls")
+        assert len(saved["samples"][name]) == min(3, base["eval_size"])
