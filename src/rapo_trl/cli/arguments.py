@@ -31,6 +31,10 @@ class RAPOScriptArguments:
     eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
     eval_batch_size: int = field(default=8, metadata={"help": "eval: rows generated together."})
+    sft_warmup_steps: int = field(
+        default=0, metadata={"help": "train: SFT steps on the store's best trajectories before RAPO (0: none)."}
+    )
+    sft_learning_rate: float = field(default=2e-4, metadata={"help": "train: learning rate of the SFT warm start."})
 
 
 def _matches(value, hint) -> bool:

@@ -15,13 +15,21 @@ def run(script, rapo_args, model_args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    wants_store = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+    wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
     store = open_store(script, must_exist=True) if wants_store else None
+    rows = training_rows(script, "train")
+    if script.sft_warmup_steps > 0:
+        from rapo_trl.cli.warm_start import warm_start
+
+        model_path = warm_start(
+            model_path, tokenizer, rows, store, rapo_args.output_dir, script.sft_warmup_steps,
+            script.sft_learning_rate, min_reward=1.0, use_cpu=rapo_args.use_cpu, seed=rapo_args.seed,
+        )
     trainer = RAPOTrainer(
         model_path,
         make_reward(script),
         args=rapo_args,
-        train_dataset=training_rows(script, "train"),
+        train_dataset=rows,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
         trace_store=store,

@@ -1,0 +1,63 @@
+"""Optional cold start for ``rapo train``: a few supervised steps on the store's best trajectories.
+
+Very small models (SmolLM2-135M) almost never write a closing tool tag on their own, so they never
+reach a tool step, and a hybrid rollout only retrieves after one. A short SFT on the off-policy
+agent's trajectories (reassembled from the trace store, so any agent's store works) teaches the tag
+protocol; RAPO then trains a fresh LoRA on top of the merged warm-start model.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
+    """``question_id -> trajectory`` for each question's best stored trajectory with reward >= min_reward."""
+    records = store.to_dataset(include_embeddings=False)
+    steps: dict[str, list[tuple[int, str]]] = {}
+    best: dict[str, tuple[float, str]] = {}
+    for row in records:
+        steps.setdefault(row["trajectory_id"], []).append((row["step_index"], row["value"]))
+        reward = float(row["reward"])
+        if reward >= min_reward and reward > best.get(row["question_id"], (float("-inf"), ""))[0]:
+            best[row["question_id"]] = (reward, row["trajectory_id"])
+    return {qid: "\n".join(text for _, text in sorted(steps[tid])) for qid, (_, tid) in best.items()}
+
+
+def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
+               min_reward: float, use_cpu: bool, seed: int) -> str:
+    """SFT a LoRA for ``steps`` steps on stored trajectories, merge it, save the model; return its path."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import SFTConfig, SFTTrainer
+
+    by_question = trajectories_from_store(store, min_reward)
+    examples = [
+        {"prompt": row["prompt"], "completion": [{"role": "assistant", "content": by_question[row["question_id"]]}]}
+        for row in rows
+        if row["question_id"] in by_question
+    ]
+    if not examples:
+        raise ValueError("the store holds no trajectory for the training questions to warm-start from; "
+                         "run `rapo build-store` on the same task first")
+    target = Path(output_dir) / "sft-warm-start"
+    args = SFTConfig(
+        output_dir=str(target / "run"), max_steps=steps, learning_rate=learning_rate, per_device_train_batch_size=4,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=False, seed=seed,
+        gradient_checkpointing=False,
+    )
+    trainer = SFTTrainer(
+        model_path, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"),
+    )
+    trainer.train()
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    logger.info("SFT warm start: %d examples, %d steps, loss %.3f -> %.3f", len(examples), steps,
+                losses[0], losses[-1])
+    merged = trainer.model.merge_and_unload()
+    merged.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return str(target)
