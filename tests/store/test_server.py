@@ -100,3 +100,19 @@ def test_server_store_is_shared_between_clients(chroma_server, embedder, traject
 def test_connect_to_nothing_fails_clearly(embedder):
     with pytest.raises(ConnectionError, match=r"Cannot reach the Chroma server at 127\.0\.0\.1:"):
         TraceStore.connect("127.0.0.1", _free_port(), embedder=embedder)
+
+
+def test_server_reader_sees_records_written_after_its_reward_map_warmed(chroma_server, embedder, trajectory):
+    config = StoreConfig(show_progress=False)  # top 3: the two step-0 keys are the same text
+    writer = TraceStore.connect(
+        "127.0.0.1", chroma_server, collection="maps", embedder=embedder, config=config
+    )
+    reader = TraceStore.connect(
+        "127.0.0.1", chroma_server, collection="maps", embedder=embedder, config=config
+    )
+    writer.add_trajectories([trajectory("1")], [-1.0], ["q1"], prompts=["What is 12*7?"])
+    assert reader.select(["What is 12*7?"])[0].is_fallback  # its map now holds the -1 record
+    # the same question, solved again, better: new ids the reader has never seen
+    writer.add_trajectories([trajectory("84", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    got = reader.select(["What is 12*7?"])[0]
+    assert not got.is_fallback and got.reward == 1.0 and got.question_id == "q1"

@@ -40,6 +40,18 @@ class StoreConfig:
     hnsw_max_neighbors: int = 16
     """HNSW graph degree M (Chroma default)."""
 
+    local_index: str | None = None
+    """Optional in-process k-NN index that ``select`` searches instead of querying Chroma (which
+    stays the store of record; every returned record is read back from it): ``"hnsw"`` (hnswlib,
+    same HNSW settings; needs the ``hnswlib`` package) or ``"exact"`` (numpy brute force, small
+    stores only). Built from the stored vectors on first select (or ``build_local_index()``), kept
+    in step with this process's writes, re-synced when the record count changes."""
+    local_index_sync_s: float = 10.0
+    """With ``local_index``: how often (seconds) ``select`` compares the collection's record count
+    with the index's to pick up records other writers added (``collection.count()`` costs about
+    one search at 170k records). 0 checks on every select. A winner deleted by another writer is
+    never returned whatever this is: winners are always read back from Chroma."""
+
     # --- batching ---
     write_batch_size: int = 1024
     """Records embedded and written per Chroma call; a killed build loses at most one batch."""
@@ -59,6 +71,10 @@ class StoreConfig:
         if self.hnsw_space not in ("cosine", "l2", "ip"):
             raise ValueError(
                 f"StoreConfig.hnsw_space must be 'cosine', 'l2' or 'ip', got {self.hnsw_space!r}."
+            )
+        if self.local_index not in (None, "hnsw", "exact"):
+            raise ValueError(
+                f"StoreConfig.local_index must be None, 'hnsw' or 'exact', got {self.local_index!r}."
             )
 
     def hnsw_configuration(self) -> dict:

@@ -32,23 +32,22 @@ def similarity_from_distance(distance: float, space: str) -> float:
     return 1.0 - distance  # cosine and ip distances are 1 - <a, b>
 
 
-def choose(
-    ids: list[str],
-    distances: list[float],
-    metadatas: list[dict],
-    space: str,
-    min_reward: float,
-    fallback_text: str,
-) -> Retrieved:
-    """Apply the selection rule to one query's neighbours."""
+def best_candidate(rewards, distances, space: str) -> tuple[int, float, float] | None:
+    """``(position, reward, similarity)`` of the candidate the rule keeps: the highest reward, ties
+    broken by similarity, exact ties by rank (the nearer one); ``None`` when there is no candidate."""
     best = None
-    for record_id, distance, metadata in zip(ids, distances, metadatas, strict=True):
-        candidate = (float(metadata["reward"]), similarity_from_distance(float(distance), space))
+    for position, (reward, distance) in enumerate(zip(rewards, distances, strict=True)):
+        candidate = (float(reward), similarity_from_distance(float(distance), space))
         if best is None or candidate > best[0]:
-            best = (candidate, record_id, metadata)
-    if best is None or best[0][0] <= min_reward:
-        return fallback(fallback_text)
-    (reward, similarity), record_id, metadata = best
+            best = (candidate, position)
+    if best is None:
+        return None
+    (reward, similarity), position = best
+    return position, reward, similarity
+
+
+def retrieved(record_id: str, metadata: dict, reward: float, similarity: float) -> Retrieved:
+    """The retrieval of stored record ``record_id`` with its Chroma ``metadata``."""
     return Retrieved(
         text=metadata["value"],
         reward=reward,
@@ -59,3 +58,21 @@ def choose(
         source=metadata.get("source"),
         is_fallback=False,
     )
+
+
+def choose(
+    ids: list[str],
+    distances: list[float],
+    metadatas: list[dict],
+    space: str,
+    min_reward: float,
+    fallback_text: str,
+) -> Retrieved:
+    """Apply the selection rule to one query's neighbours."""
+    if not len(ids) == len(distances) == len(metadatas):
+        raise ValueError("choose() needs one distance and one metadata per id.")
+    best = best_candidate([metadata["reward"] for metadata in metadatas], distances, space)
+    if best is None or best[1] <= min_reward:
+        return fallback(fallback_text)
+    position, reward, similarity = best
+    return retrieved(ids[position], metadatas[position], reward, similarity)

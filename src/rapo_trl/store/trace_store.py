@@ -20,7 +20,8 @@ from rapo_trl.store.backend import open_collection, open_http_client, open_persi
 from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.ingest import validate_trajectories
-from rapo_trl.store.selection import Retrieved, choose, fallback
+from rapo_trl.store.local_index import LocalIndex
+from rapo_trl.store.selection import Retrieved, best_candidate, fallback, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
 
 
@@ -68,6 +69,11 @@ class TraceStore:
         self.collection = open_collection(client, collection, self.embedder, self.config, location)
         self.last_timing: dict[str, float] = {}
         """Seconds spent in the last ``select`` or write, split into embedding and Chroma work."""
+        self._rewards: dict[str, float] = {}
+        """Reward of each record id seen by this object (read on first sight, kept on its writes)."""
+        self._local: LocalIndex | None = None
+        """The optional in-process k-NN index (``config.local_index``), built on first select."""
+        self._local_checked = 0.0
 
     def __len__(self) -> int:
         return self.collection.count()
@@ -98,25 +104,151 @@ class TraceStore:
     def select_embedded(
         self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None
     ) -> list[Retrieved]:
-        """:meth:`select` for query vectors already embedded by this store's embedder."""
+        """:meth:`select` for query vectors already embedded by this store's embedder.
+
+        One Chroma query (or, with ``config.local_index``, the in-process index) gives only ids and
+        distances; the rule runs on rewards from this object's reward map (records not yet in it are
+        read in one ``get``), then one ``get`` fetches the winners' metadata. A winner Chroma no
+        longer has, or whose stored reward differs from the map's, makes its row re-read all its
+        candidates: what is returned always comes from Chroma.
+        """
         config = self.config
         top_k = config.top_k if top_k is None else top_k
         min_reward = config.min_reward if min_reward is None else min_reward
         start = time.perf_counter()
-        result = self.collection.query(
-            query_embeddings=np.asarray(vectors, dtype=np.float32),
-            n_results=top_k,
-            include=["metadatas", "distances"],
-        )
+        vectors = np.asarray(vectors, dtype=np.float32)
+        found = self._local_knn(vectors, top_k) if config.local_index else None
+        if found is None:
+            result = self.collection.query(query_embeddings=vectors, n_results=top_k, include=["distances"])
+            found = result["ids"], result["distances"]
+        retrieved = self._apply_rule(*found, min_reward)
         self.last_timing = {"search_s": time.perf_counter() - start}
-        return [
-            choose(ids, distances, metadatas, config.hnsw_space, min_reward, config.fallback_text)
-            if ids
-            else fallback(config.fallback_text)
-            for ids, distances, metadatas in zip(
-                result["ids"], result["distances"], result["metadatas"], strict=True
-            )
+        return retrieved
+
+    def _apply_rule(self, id_rows, distance_rows, min_reward: float) -> list[Retrieved]:
+        space, fallback_text = self.config.hnsw_space, self.config.fallback_text
+        rewards = self._rewards
+        fetched: dict[str, dict] = {}  # metadata read from Chroma during this call
+        unknown = [i for i in dict.fromkeys(i for row in id_rows for i in row) if i not in rewards]
+        if unknown:
+            fetched.update(self._fetch_metadata(unknown))
+        picks = []
+        for ids, distances in zip(id_rows, distance_rows, strict=True):
+            known = [(i, d) for i, d in zip(ids, distances, strict=True) if i in rewards]
+            best = best_candidate([rewards[i] for i, _ in known], [d for _, d in known], space)
+            picks.append(None if best is None or best[1] <= min_reward else (known[best[0]][0], *best[1:]))
+        winners = [i for i in dict.fromkeys(pick[0] for pick in picks if pick) if i not in fetched]
+        if winners:
+            fetched.update(self._fetch_metadata(winners))
+        stale = [
+            row
+            for row, pick in enumerate(picks)
+            if pick and (pick[0] not in fetched or float(fetched[pick[0]]["reward"]) != pick[1])
         ]
+        if stale:  # changed or deleted behind this process's back: decide these rows on fresh data
+            again = [i for i in dict.fromkeys(i for row in stale for i in id_rows[row]) if i not in fetched]
+            if again:
+                fetched.update(self._fetch_metadata(again))
+            for row in stale:
+                pairs = [
+                    (i, d) for i, d in zip(id_rows[row], distance_rows[row], strict=True) if i in fetched
+                ]
+                picks[row] = None
+                best = best_candidate([fetched[i]["reward"] for i, _ in pairs], [d for _, d in pairs], space)
+                if best is not None and best[1] > min_reward:
+                    picks[row] = (pairs[best[0]][0], *best[1:])
+        return [
+            fallback(fallback_text)
+            if pick is None
+            else retrieved(pick[0], fetched[pick[0]], pick[1], pick[2])
+            for pick in picks
+        ]
+
+    def _fetch_metadata(self, ids: list[str]) -> dict[str, dict]:
+        """Metadata of ``ids`` in one Chroma ``get``; refreshes their entries in the reward map."""
+        page = self.collection.get(ids=ids, include=["metadatas"])
+        found = dict(zip(page["ids"], page["metadatas"], strict=True))
+        gone = []
+        for record_id in ids:
+            if record_id in found:
+                self._rewards[record_id] = float(found[record_id]["reward"])
+            else:
+                self._rewards.pop(record_id, None)
+                gone.append(record_id)
+        if gone and self._local is not None:
+            self._local.remove(gone)
+        return found
+
+    def load_rewards(self) -> int:
+        """Read every record's reward into the reward map now (pages of ``config.read_batch_size``),
+        instead of on first sight during :meth:`select`; returns the number of records."""
+        self._rewards = {}
+        for page in self.iter_batches():
+            self._remember_rewards(page["ids"], page["metadatas"])
+        return len(self._rewards)
+
+    def _local_knn(self, vectors: np.ndarray, top_k: int):
+        if self._local is None:
+            self.build_local_index()
+        elif time.monotonic() - self._local_checked >= self.config.local_index_sync_s:
+            # count() costs about as much as a search at 170k records: not on every select
+            if self.collection.count() != len(self._local):
+                self.sync_local_index()
+            self._local_checked = time.monotonic()
+        return self._local.knn(vectors, top_k)
+
+    def build_local_index(self) -> int:
+        """Build the in-process index of ``config.local_index`` from the collection's stored vectors
+        now (else it is built on the first :meth:`select`); also fills the reward map. Returns the
+        number of records indexed."""
+        config = self.config
+        if config.local_index is None:
+            raise ValueError("This store has no local index: set StoreConfig(local_index='hnsw' or 'exact').")
+        index = LocalIndex(
+            config.local_index,
+            self.embedder.dimension,
+            config.hnsw_space,
+            config.hnsw_ef_construction,
+            config.hnsw_ef_search,
+            config.hnsw_max_neighbors,
+        )
+        for page in self.iter_batches(include=("embeddings", "metadatas")):
+            index.add(page["ids"], page["embeddings"])
+            self._remember_rewards(page["ids"], page["metadatas"])
+        self._local = index
+        if self.collection.count() != len(index):  # written to while we read: catch up
+            self.sync_local_index()
+        self._local_checked = time.monotonic()
+        return len(index)
+
+    def sync_local_index(self) -> None:
+        """Make the in-process index hold exactly the collection's records (after another writer
+        added or deleted some). :meth:`select` calls it when the record counts differ, checked at
+        most every ``config.local_index_sync_s`` seconds."""
+        if self._local is None:
+            self.build_local_index()
+            return
+        stored = set()
+        for page in self.iter_batches(include=()):
+            stored.update(page["ids"])
+        local = self._local
+        local.remove([record_id for record_id in local.label_of if record_id not in stored])
+        missing = [record_id for record_id in stored if record_id not in local]
+        size = self.config.read_batch_size
+        for start in range(0, len(missing), size):
+            page = self.collection.get(ids=missing[start : start + size], include=["embeddings", "metadatas"])
+            local.add(page["ids"], page["embeddings"])
+            self._remember_rewards(page["ids"], page["metadatas"])
+
+    def _remember_rewards(self, ids, metadatas) -> None:
+        self._rewards.update(
+            (record_id, float(metadata["reward"])) for record_id, metadata in zip(ids, metadatas, strict=True)
+        )
+
+    def forget_rewards(self) -> None:
+        """Empty the reward map. Needed only if rewards of stored records are changed outside
+        TraceStore (it never rewrites a stored record; records added by others are read on sight)."""
+        self._rewards = {}
 
     # ------------------------------------------------------------------ writing
 
@@ -238,6 +370,9 @@ class TraceStore:
             documents=[record.key for record in chosen],
             metadatas=metadatas,
         )
+        self._rewards.update((record.record_id, float(record.reward)) for record in chosen)
+        if self._local is not None:
+            self._local.add([record.record_id for record in chosen], vectors)
         timing["index_s"] += time.perf_counter() - clock
         return len(chosen)
 
