@@ -1,0 +1,602 @@
+"""Rollout throughput: RAPO's hybrid rollout engine against TRL's own multi-turn tool loop (issue 4).
+
+Side by side in one process, on the same model object, prompts, batch, completion budget and sampling
+(temperature 1.0, torch seeded identically before the matching runs of each path):
+
+  A  TRL: a real ``GRPOTrainer`` built with ``tools=[python]`` (a plain function tool running the same
+     sandboxed ``PythonTool``), timing ``trainer._generate(prompts)``: TRL's generate, JSON tool-call
+     parsing and tool loop. Where TRL refuses the model's chat template for tools (SmolLM2's own
+     template cannot render tool calls), the output says so (see the variants for what runs instead).
+  A0 TRL's plain single-turn ``_generate`` (no ``tools=``), natural variant only: the same prompt tokens
+     as B (A's prompts also carry TRL's JSON tool schema), so B/A0 is the engine's own overhead.
+  B  RAPO: a ``RAPOTrainer`` with ``PythonTool``, a Chroma ``TraceStore`` (all-MiniLM-L6-v2) built from
+     the arithmetic task's expert trajectories, hybrid rows (num_generations // 2 per group) and
+     retrieve_prob 0.5, timing ``trainer._generate(prompts)``, which runs the hybrid rollout through
+     ``rollout_func``. ``rollout_engine.last_stats`` splits its time into generate / tools / retrieval.
+
+Variants:
+  natural   the model as it is. The random tiny model never writes a tool call and SmolLM2 almost never
+            does, so this measures the pure generation path (one turn) of both.
+  scripted  tool-heavy: ``model.generate`` is wrapped with a logits processor that, in every turn of a
+            row that has made fewer than ``--calls`` tool calls, lets the policy sample ``--free-tokens``
+            tokens (EOS banned), then forces a tool call in the path's own format: RAPO's
+            ``<python>CODE</python>`` (the engine stops on the closing tag) or TRL's
+            ``<tool_call>{"name": "python", "arguments": {"code": CODE}}</tool_call><|im_end|>``. Every
+            forced token still costs a real forward pass, as a real call would. After the last call the
+            row samples freely to EOS or the budget. Both paths therefore make the same number of real
+            sandboxed tool calls per row; RAPO's hybrid rows also retrieve after each call (p = 0.5).
+            For SmolLM2, TRL's tool loop runs on a copy of its tokenizer with TRL's Qwen2.5 ChatML
+            template (same <|im_start|>/<|im_end|> tokens), since SmolLM2's own template has no tools.
+
+Policy tokens are completion tokens with mask 1 (TRL's ``tool_mask``, RAPO's ``env_mask``): sampled or
+scripted-call tokens, never tool results or retrieved steps. Runs: one warm-up per path, then
+``--repeats`` timed rounds, the path order reversed every round to cancel drift; rates are medians over
+runs, B/A ratios medians over rounds of the within-round ratio. torch runs one intra-op thread by
+default (``--threads``): on the shared, oversubscribed 2-core machine two OpenMP threads were 10-25x
+slower than one.
+
+    nice -n 5 .venv/bin/python benchmarks/bench_rollout.py            # default: ~12.5 min at load 4-7 on 2 cores
+    nice -n 5 .venv/bin/python benchmarks/bench_rollout.py --quick    # smoke run: ~2.5 min at load 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime
+import io
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch  # noqa: E402
+from transformers import LogitsProcessor, LogitsProcessorList  # noqa: E402
+
+CALL_CODE = "print(sum(i * i for i in range(1000)))  # bench-call"
+CALL_MARKER = "# bench-call"
+RAPO_CALL = f"<python>\n{CALL_CODE}\n</python>"
+RESULTS = Path(__file__).resolve().parent / "results"
+# The shipped RAPO system prompt is ~370 SmolLM2 tokens; re-prefilled every turn it dominates a CPU rollout.
+# ``--system-prompt short`` (default) keeps the same instructions in ~60 tokens.
+SHORT_SYSTEM_PROMPT = (
+    "Solve the problem step by step. To run Python, write code between <python> and </python>; its output "
+    "comes back between <result> and </result>. Finish with <answer>\\boxed{...}</answer>."
+)
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info() -> dict:
+    import transformers
+    import trl
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": f"{_cpu_model()}, {os.cpu_count()} cores (torch threads: {torch.get_num_threads()})",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+    }
+
+
+# ----------------------------------------------------------------------------- scripted tool calls
+
+
+class ScriptedToolCalls(LogitsProcessor):
+    """Per row: sample ``free`` tokens (EOS banned), then force ``call_ids``; rows without a plan are free."""
+
+    def __init__(self, start: int, plans: list[list[int] | None], free: int, banned: list[int]):
+        self.start, self.plans, self.free, self.banned = start, plans, free, banned
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.start
+        for row, plan in enumerate(self.plans):
+            if plan is None:
+                continue
+            if step < self.free:
+                scores[row, self.banned] = -float("inf")
+            elif step - self.free < len(plan):
+                token = plan[step - self.free]
+                scores[row, :] = -float("inf")
+                scores[row, token] = 0.0
+        return scores
+
+
+@contextlib.contextmanager
+def scripted_generate(model, tokenizer, call_text: str, calls: int, free: int):
+    """Wrap ``model.generate`` so every turn of a row with fewer than ``calls`` calls ends in a forced call."""
+    call_ids = tokenizer(call_text, add_special_tokens=False)["input_ids"]
+    banned = sorted({tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None})
+    original = model.generate
+
+    def generate(*args, **kwargs):
+        input_ids = kwargs["input_ids"]
+        texts = tokenizer.batch_decode(input_ids, skip_special_tokens=False)
+        plans = [call_ids if text.count(CALL_MARKER) < calls else None for text in texts]
+        processor = ScriptedToolCalls(input_ids.shape[1], plans, free, banned)
+        kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), processor])
+        return original(*args, **kwargs)
+
+    model.generate = generate
+    try:
+        yield
+    finally:
+        del model.generate
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+# ----------------------------------------------------------------------------- tools and store
+
+
+class TimedPythonFunction:
+    """TRL's tool: a plain function (TRL reads name, signature and docstring) running the same sandbox."""
+
+    def __init__(self):
+        from rapo_trl.tools import PythonTool
+
+        self.sandbox = PythonTool()
+        self.seconds = 0.0
+        self.calls = 0
+
+    def make(self):
+        def python(code: str) -> str:
+            """Run Python code in a sandbox and return what it prints.
+
+            Args:
+                code: The Python source code to run.
+            """
+            start = time.perf_counter()
+            try:
+                return self.sandbox.run(code)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        return python
+
+
+class InMemoryStore:
+    """Stand-in for ``TraceStore`` when it does not import: numpy cosine top-1 over embedded step keys."""
+
+    def __init__(self, keys: list[str], texts: list[str]):
+        from rapo_trl.embeddings import default_embedder
+
+        self.embedder = default_embedder()
+        self.texts = texts
+        self.vectors = self.embedder.embed(keys)
+
+    def __len__(self):
+        return len(self.texts)
+
+    def select(self, contexts):
+        from types import SimpleNamespace
+
+        if not contexts:
+            return []
+        queries = self.embedder.embed([c[-1300:] for c in contexts])
+        best = (queries @ self.vectors.T).argmax(axis=1)
+        return [SimpleNamespace(text=self.texts[i], is_fallback=False, record_id=str(i), reward=1.0,
+                                similarity=None) for i in best]
+
+
+def build_store(path: Path, n_questions: int):
+    """The arithmetic expert's trajectories in a Chroma TraceStore (or the in-memory stand-in)."""
+    from rapo_trl.tasks import load_task
+    from rapo_trl.tasks.arithmetic import expert
+
+    rows = list(load_task("arithmetic", "train", n=n_questions))
+    trajectories = [expert(row) for row in rows]
+    try:
+        from rapo_trl.store import TraceStore
+        from rapo_trl.store.config import StoreConfig
+    except ImportError as error:  # the store is still being written elsewhere
+        print(f"TraceStore does not import ({error}); using an in-memory stand-in.", file=sys.stderr)
+        keys, texts = [], []
+        for row, trajectory in zip(rows, trajectories):
+            for step in trajectory.split("</think>"):
+                keys.append(row["question"] + "\n" + step)
+                texts.append(step)
+        return InMemoryStore(keys, texts), "in-memory numpy (TraceStore did not import)"
+    store = TraceStore(path, config=StoreConfig(show_progress=False))
+    store.add_trajectories(
+        trajectories, [1.0] * len(rows), [row["question_id"] for row in rows],
+        prompts=[row["question"] for row in rows],
+    )
+    return store, f"Chroma TraceStore, {len(store)} step records, all-MiniLM-L6-v2"
+
+
+# ----------------------------------------------------------------------------- trainers
+
+
+@dataclass
+class Setup:
+    name: str
+    model: object
+    tokenizer: object
+    max_completion_length: int
+    scripted_max_completion_length: int
+    prompts_per_batch: int
+    num_generations: int
+    repeats: int
+    notes: list[str] = field(default_factory=list)
+
+
+def common_args(out: Path, setup: Setup, max_completion_length: int, seed: int) -> dict:
+    return dict(
+        output_dir=str(out), use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+        per_device_train_batch_size=setup.prompts_per_batch * setup.num_generations,
+        num_generations=setup.num_generations, max_completion_length=max_completion_length,
+        temperature=1.0, top_p=1.0, seed=seed, logging_steps=1, beta=0.0,
+    )
+
+
+def zero_reward(completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def make_trl_trainer(setup: Setup, tokenizer, dataset, out: Path, max_len: int, seed: int, tool_fn):
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(**common_args(out, setup, max_len, seed))
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return GRPOTrainer(setup.model, zero_reward, args=args, train_dataset=dataset,
+                           processing_class=tokenizer, tools=[tool_fn] if tool_fn else None)
+
+
+def make_rapo_trainer(setup: Setup, dataset, out: Path, max_len: int, seed: int, store, calls: int):
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.tools import PythonTool
+    from rapo_trl.trainer import RAPOTrainer
+
+    args = RAPOConfig(
+        **common_args(out, setup, max_len, seed),
+        max_turn_tokens=max_len,  # TRL has no per-turn cap: give ours the whole budget per turn too
+        max_tool_calls=max(calls, 1), num_hybrid_generations=setup.num_generations // 2,
+        retrieve_prob=0.5, tool_workers=8,
+    )
+    with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return RAPOTrainer(setup.model, zero_reward, args=args, train_dataset=dataset,
+                           processing_class=setup.tokenizer, trace_store=store, tools=[PythonTool()])
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@dataclass
+class RunResult:
+    seconds: float
+    rows: int
+    policy_tokens: int
+    forced_tokens: int
+    prompt_tokens: float
+    tool_calls: int
+    retrievals: int = 0
+    generate_s: float = 0.0
+    tool_s: float = 0.0
+    retrieval_s: float = 0.0
+
+
+def run_trl(trainer, prompts, tool_wrapper) -> RunResult:
+    if trainer.tools:  # built per batch in _generate_and_score_completions, which we bypass
+        trainer._sync_tool_dicts = [{t.__name__: t for t in trainer.tools} for _ in prompts]
+        trainer._async_tool_dicts = [{} for _ in prompts]
+    calls_before = tool_wrapper.calls if tool_wrapper else 0
+    tool_before = tool_wrapper.seconds if tool_wrapper else 0.0
+    start = time.perf_counter()
+    prompt_ids, completion_ids, tool_mask, *_ = trainer._generate(prompts)
+    seconds = time.perf_counter() - start
+    masks = tool_mask if tool_mask is not None else [[1] * len(c) for c in completion_ids]
+    policy = sum(sum(m) for m in masks)
+    total = sum(len(c) for c in completion_ids)
+    tool_s = (tool_wrapper.seconds - tool_before) if tool_wrapper else 0.0
+    return RunResult(seconds, len(completion_ids), policy, total - policy,
+                     statistics.mean(len(p) for p in prompt_ids),
+                     (tool_wrapper.calls - calls_before) if tool_wrapper else 0, tool_s=tool_s)
+
+
+def run_rapo(trainer, prompts) -> RunResult:
+    start = time.perf_counter()
+    prompt_ids, completion_ids, tool_mask, *_ = trainer._generate(prompts)
+    seconds = time.perf_counter() - start
+    policy = sum(sum(m) for m in tool_mask)
+    total = sum(len(c) for c in completion_ids)
+    stats = trainer.rollout_engine.last_stats
+    rows = trainer._last_rows
+    return RunResult(seconds, len(completion_ids), policy, total - policy,
+                     statistics.mean(len(p) for p in prompt_ids), sum(r.tool_calls for r in rows),
+                     sum(len(r.retrievals) for r in rows), stats.generate_seconds, stats.tool_seconds,
+                     stats.retrieval_seconds)
+
+
+def bench_paths(label: str, paths: dict, repeats: int, seed: int) -> dict[str, list[RunResult]]:
+    """Warm up each path once, then ``repeats`` timed rounds; the order rotates every round to cancel drift.
+
+    ``paths`` maps a name to ``(run, reset)``; every path of a round starts from the same torch seed.
+    """
+    runs = {name: [] for name in paths}
+    names = list(paths)
+    for rep in range(-1, repeats):
+        order = names if rep % 2 == 0 else names[::-1]
+        for name in order:
+            run, reset = paths[name]
+            torch.manual_seed(seed + 1000 * (rep + 1))
+            if reset is not None:
+                reset(seed + rep)
+            result = run()
+            if rep >= 0:
+                runs[name].append(result)
+            tag = "warm-up" if rep < 0 else f"run {rep + 1}"
+            print(f"  [{label}] {name} {tag}: {result.seconds:.2f}s, {result.policy_tokens} policy tok, "
+                  f"{result.tool_calls} calls, {result.retrievals} retrievals", flush=True)
+    return runs
+
+
+def summarize(runs: list[RunResult]) -> dict:
+    """Medians over the timed runs (robust to a run hit by the shared machine); shares are time-weighted."""
+    seconds = sum(r.seconds for r in runs)
+    return {
+        "s_median": statistics.median(r.seconds for r in runs),
+        "s_min": min(r.seconds for r in runs),
+        "s_max": max(r.seconds for r in runs),
+        "rows": runs[0].rows,
+        "prompt_tokens": statistics.mean(r.prompt_tokens for r in runs),
+        "policy_tokens": statistics.mean(r.policy_tokens for r in runs),
+        "forced_tokens": statistics.mean(r.forced_tokens for r in runs),
+        "tool_calls": statistics.mean(r.tool_calls for r in runs),
+        "retrievals": statistics.mean(r.retrievals for r in runs),
+        "tok_s": statistics.median(r.policy_tokens / r.seconds for r in runs),
+        "rows_s": statistics.median(r.rows / r.seconds for r in runs),
+        "gen_share": sum(r.generate_s for r in runs) / seconds,
+        "tool_share": sum(r.tool_s for r in runs) / seconds,
+        "retrieval_share": sum(r.retrieval_s for r in runs) / seconds,
+    }
+
+
+def paired_ratio(b_runs: list[RunResult], a_runs: list[RunResult], rows: bool) -> float:
+    """Median over rounds of B's rate / A's rate in the same round (same seed, adjacent in time)."""
+    def rate(r):
+        return (r.rows if rows else r.policy_tokens) / r.seconds
+
+    return statistics.median(rate(b) / rate(a) for b, a in zip(b_runs, a_runs))
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def load_setups(args, workdir: Path) -> list[Setup]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rapo_trl.models import build_tiny_model, smollm2_path
+
+    setups = []
+    if "tiny" in args.models:
+        model, tokenizer, _ = build_tiny_model(workdir / "tiny")
+        setups.append(Setup("tiny (Qwen2, random, h=32)", model, tokenizer,
+                            args.tiny_max_len, args.tiny_scripted_max_len, args.prompts, args.generations,
+                            args.repeats))
+    if "smollm2" in args.models:
+        path = smollm2_path()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        setups.append(Setup("SmolLM2-135M-Instruct", model, tokenizer,
+                            args.smol_max_len, args.smol_scripted_max_len, args.smol_prompts, args.generations,
+                            args.smol_repeats))
+    return setups
+
+
+def qwen_template_copy(tokenizer):
+    """The same tokenizer with TRL's Qwen2.5 ChatML template (it renders tools and tool calls)."""
+    from rapo_trl.models import _qwen25_chat_template
+
+    clone = copy.deepcopy(tokenizer)
+    clone.chat_template = _qwen25_chat_template()
+    return clone
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def fmt_row(model, variant, path, s, ratio_tok="", ratio_rows="", shares=True) -> str:
+    share = (f"{100 * s['gen_share']:.0f}% | {100 * s['tool_share']:.0f}% | {100 * s['retrieval_share']:.0f}%"
+             if shares else f"– | {100 * s['tool_share']:.0f}% | –")
+    return (f"| {model} | {variant} | {path} | {s['rows']} | {s['prompt_tokens']:.0f} | {s['policy_tokens']:.0f} | "
+            f"{s['forced_tokens']:.0f} | {s['tool_calls']:.1f} | {s['retrievals']:.1f} | "
+            f"{s['s_median']:.2f} ({s['s_min']:.2f}–{s['s_max']:.2f}) | {s['tok_s']:.1f} | {s['rows_s']:.2f} | {ratio_tok} | "
+            f"{ratio_rows} | {share} |")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: small budgets, 1 repeat (~2.5 min at load 4 on 2 cores)")
+    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
+    parser.add_argument("--variants", nargs="+", default=["natural", "scripted"], choices=["natural", "scripted"])
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per path (tiny model)")
+    parser.add_argument("--smol-repeats", type=int, default=2, help="timed runs per path (SmolLM2)")
+    parser.add_argument("--prompts", type=int, default=2, help="distinct prompts per batch (tiny model)")
+    parser.add_argument("--smol-prompts", type=int, default=1, help="distinct prompts per batch (SmolLM2)")
+    parser.add_argument("--system-prompt", choices=["short", "full"], default="short",
+                        help="short: a ~60-token tag instruction; full: the shipped RAPO system prompt")
+    parser.add_argument("--generations", type=int, default=4, help="rows per prompt (G)")
+    parser.add_argument("--tiny-max-len", type=int, default=256)
+    parser.add_argument("--tiny-scripted-max-len", type=int, default=384)
+    parser.add_argument("--smol-max-len", type=int, default=48)
+    parser.add_argument("--smol-scripted-max-len", type=int, default=176)
+    parser.add_argument("--calls", type=int, default=2, help="scripted tool calls per row")
+    parser.add_argument("--free-tokens", type=int, default=8, help="sampled tokens before each scripted call")
+    parser.add_argument("--store-questions", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (1: on a shared, oversubscribed machine OpenMP barriers make 2 "
+                             "threads 10-25x slower than 1; 0: leave torch's default)")
+    parser.add_argument("--out", type=Path, default=None, help="markdown output (default results/rollout.md)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = args.smol_repeats = 1
+        args.tiny_max_len, args.tiny_scripted_max_len = 64, 160
+        args.smol_max_len, args.smol_scripted_max_len = 16, 96
+        args.calls, args.store_questions = 1, 20
+        args.prompts, args.smol_prompts, args.generations = 1, 1, 2
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    out_path = args.out or RESULTS / ("rollout_quick.md" if args.quick else "rollout.md")
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    logging.getLogger("rapo_trl").setLevel(logging.ERROR)
+    from datasets import Dataset
+
+    from rapo_trl.tasks import SYSTEM_PROMPT, load_task, to_rapo_rows
+
+    started = time.perf_counter()
+    info = machine_info()
+    workdir = Path(tempfile.mkdtemp(prefix="bench_rollout_"))
+    store, store_desc = build_store(workdir / "store", args.store_questions)
+    system_prompt = SHORT_SYSTEM_PROMPT if args.system_prompt == "short" else SYSTEM_PROMPT
+    print(f"store: {store_desc}", flush=True)
+
+    lines, notes, batches = [], [], []
+    for setup in load_setups(args, workdir):
+        data = to_rapo_rows(load_task("arithmetic", "eval", n=setup.prompts_per_batch), system_prompt=system_prompt)
+        prompts = [row["prompt"] for row in data for _ in range(setup.num_generations)]
+        dataset = Dataset.from_list([{"prompt": row["prompt"]} for row in data])
+        batches.append(f"{setup.name}: {setup.prompts_per_batch} prompt(s) x G={setup.num_generations} = "
+                       f"{len(prompts)} rows, {setup.repeats} timed repeats per path")
+        for variant in args.variants:
+            scripted = variant == "scripted"
+            max_len = setup.scripted_max_completion_length if scripted else setup.max_completion_length
+            label = f"{setup.name} / {variant}"
+            tool_wrapper = TimedPythonFunction()
+            trl_tokenizer, trl_kind = setup.tokenizer, "TRL tools= loop"
+            paths, kinds = {}, {}
+            try:
+                trl = make_trl_trainer(setup, trl_tokenizer, dataset, workdir / "trl", max_len, args.seed,
+                                       tool_wrapper.make())
+            except ValueError as error:
+                if "tool calling" not in str(error):
+                    raise
+                refusal = (f"{setup.name}: TRL refuses `tools=` with the model's own chat template "
+                           f"(\"{str(error).splitlines()[0]}\")")
+                trl = None
+                if not scripted:
+                    notes.append(refusal + "; natural variant: only TRL's plain single-turn `_generate` (A0) runs.")
+                else:
+                    notes.append(refusal + "; scripted variant: TRL's tool loop runs on a tokenizer copy with TRL's "
+                                 "Qwen2.5 ChatML template (same <|im_start|>/<|im_end|> tokens).")
+                    trl_tokenizer = qwen_template_copy(setup.tokenizer)
+                    trl = make_trl_trainer(setup, trl_tokenizer, dataset, workdir / "trl", max_len, args.seed,
+                                           tool_wrapper.make())
+                    trl_kind = "TRL tools= loop (Qwen2.5 template)"
+            if trl is not None:
+                trl_call = ('<tool_call>\n{"name": "python", "arguments": {"code": "' + CALL_CODE
+                            + '"}}\n</tool_call>' + trl_tokenizer.eos_token)
+
+                def run_a(trl=trl, tool_wrapper=tool_wrapper, tok=trl_tokenizer, call=trl_call, scripted=scripted,
+                          setup=setup, prompts=prompts):
+                    ctx = (scripted_generate(setup.model, tok, call, args.calls, args.free_tokens)
+                           if scripted else contextlib.nullcontext())
+                    with ctx:
+                        return run_trl(trl, copy.deepcopy(prompts), tool_wrapper)
+
+                paths["A"], kinds["A"] = (run_a, None), trl_kind
+            if not scripted:  # the strict engine-overhead baseline: TRL without tools=, same prompt tokens as B
+                plain = make_trl_trainer(setup, setup.tokenizer, dataset, workdir / "plain", max_len, args.seed, None)
+
+                def run_a0(plain=plain, prompts=prompts):
+                    return run_trl(plain, copy.deepcopy(prompts), None)
+
+                paths["A0"], kinds["A0"] = (run_a0, None), "TRL single-turn (no tools=)"
+            rapo = make_rapo_trainer(setup, dataset, workdir / "rapo", max_len, args.seed, store, args.calls)
+
+            def run_b(rapo=rapo, scripted=scripted, setup=setup, prompts=prompts):
+                ctx = (scripted_generate(setup.model, setup.tokenizer, RAPO_CALL, args.calls, args.free_tokens)
+                       if scripted else contextlib.nullcontext())
+                with ctx:
+                    return run_rapo(rapo, copy.deepcopy(prompts))
+
+            def reset_b(seed, rapo=rapo):
+                rapo.rollout_engine.rng.seed(seed)
+
+            paths["B"], kinds["B"] = (run_b, reset_b), "RAPO engine"
+            setup.model.train()
+            print(f"{label}: max_completion_length={max_len}; " + "; ".join(f"{k} = {v}" for k, v in kinds.items()),
+                  flush=True)
+            runs = bench_paths(label, paths, setup.repeats, args.seed)
+            sums = {name: summarize(r) for name, r in runs.items()}
+            others = [name for name in sums if name != "B"]
+            ratios = [f"**{paired_ratio(runs['B'], runs[n], rows=False):.2f}** vs {n}" for n in others]
+            row_ratios = [f"**{paired_ratio(runs['B'], runs[n], rows=True):.2f}** vs {n}" for n in others]
+            for name, summary in sums.items():
+                if name == "B":
+                    lines.append(fmt_row(setup.name, f"{variant} (L={max_len})", f"B: {kinds[name]}", summary,
+                                         "<br>".join(ratios), "<br>".join(row_ratios)))
+                else:
+                    lines.append(fmt_row(setup.name, f"{variant} (L={max_len})", f"{name}: {kinds[name]}", summary,
+                                         shares=False))
+            del paths, runs
+
+    header = [
+        "| model | variant | path | rows | prompt tok | policy tok/run | forced tok/run | tool calls/run | "
+        "retrievals/run | s/run median (min–max) | policy tok/s | rows/s | B/A policy tok/s | B/A rows/s | generate | tools | retrieval |",
+        "|" + "---|" * 17,
+    ]
+    env = (f"Machine: {info['cpu']}; Python {info['python']}, torch {info['torch']}, transformers "
+           f"{info['transformers']}, trl {info['trl']}; {info['date']}.")
+    settings = (f"Batches (arithmetic eval prompts, {args.system_prompt} system prompt): {'; '.join(batches)}; "
+                f"temperature 1.0, torch seeded identically per round, torch threads {torch.get_num_threads()}; "
+                f"one warm-up per path, then timed rounds with the path order reversed every round. RAPO: hybrid rows {args.generations // 2}/{args.generations}, "
+                f"retrieve_prob 0.5, store: {store_desc}; PythonTool sandbox for both paths. Scripted variant: "
+                f"{args.calls} forced call(s) per row after {args.free_tokens} sampled tokens each.")
+    legend = ("Rates are medians over the timed runs; B/A ratios are medians over rounds of the ratio within a round "
+              "(same seed, adjacent in time). policy tok = completion tokens with mask 1; forced tok = tool results (+ retrieved steps for B) "
+              "and, for TRL, the chat-template tool-response framing. generate/tools/retrieval = share of B's "
+              "wall time from `rollout_engine.last_stats` (A: tools share = time inside the tool function). A0 (natural variant only) is TRL's plain `_generate` without `tools=`: same prompt tokens as B, so B/A0 is the engine's own overhead; A's prompts also carry TRL's tool schema.")
+    text = "\n".join([
+        f"# Rollout throughput: RAPO engine (B) vs TRL's tool loop (A){' — quick smoke run' if args.quick else ''}",
+        "", env, "", settings, "", *header, *lines, "", legend, "", *(f"- {n}" for n in notes), "",
+        f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`; total {time.perf_counter() - started:.0f} s.",
+        "",
+    ])
+    print("\n" + text)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(text)
+    print(f"written to {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
