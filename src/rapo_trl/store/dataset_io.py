@@ -20,17 +20,7 @@ RECORD_COLUMNS = (
     "embedder",
 )
 _REQUIRED_RECORD_COLUMNS = ("key", "value", "reward", "question_id", "step_index")
-_CORE_METADATA = {
-    "value",
-    "reward",
-    "question_id",
-    "step_index",
-    "num_steps",
-    "source",
-    "trajectory_id",
-    "created_at",
-    "embedder",
-}
+_CORE_METADATA = set(RECORD_COLUMNS) - {"id", "key"}  # what Chroma keeps as metadata
 
 
 def require_columns(ds, columns, what: str) -> None:
