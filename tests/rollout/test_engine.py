@@ -191,7 +191,9 @@ def test_turn_budget_ends_a_runaway_step(tiny_model):
 
 def test_eos_finishes_row(tiny_model):
     model, tok = tiny_model
-    engine, prompts, _ = make_engine(tiny_model, [[Turn("<answer>\\boxed{1}</answer>" + tok.eos_token + " junk")]])
+    engine, prompts, _ = make_engine(
+        tiny_model, [[Turn("<answer>\\boxed{1}</answer>" + tok.eos_token + " junk")]], answer_stop=None
+    )
     (row,) = engine.run(prompts, hybrid=[False])
     assert row.finished and row.completion_ids[-1] == tok.eos_token_id
     assert row.completion_ids == encode(tok, "<answer>\\boxed{1}</answer>" + tok.eos_token)

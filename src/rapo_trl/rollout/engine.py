@@ -64,6 +64,10 @@ class RolloutConfig:
     """Tool output longer than this is cut (keeping its head and tail) before tokenisation."""
     tool_workers: int = 8
     """Tool calls that run concurrently across rows."""
+    answer_stop: str | None = "</answer>"
+    """A turn that closes the final answer ends the rollout there (``None``: only EOS ends it)."""
+    max_retrieved_tokens: int | None = None
+    """Retrieved blocks longer than this many tokens are skipped, not cut (``None``: no cap)."""
 
     def __post_init__(self):
         if not 0.0 <= self.retrieve_prob <= 1.0:
@@ -75,6 +79,8 @@ class RolloutConfig:
             )
         if self.max_turn_tokens < 1 or self.max_completion_length < 1:
             raise ValueError("max_turn_tokens and max_completion_length must be positive.")
+        if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
+            raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
         if self.step_entropy not in ("topk", "full"):
             raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
 
@@ -147,7 +153,8 @@ class HybridRolloutEngine:
 
     @property
     def stop_strings(self) -> list[str]:
-        return [f"</{tag}>" for tag in self.tools]
+        stops = [f"</{tag}>" for tag in self.tools]
+        return stops + [self.config.answer_stop] if self.config.answer_stop else stops
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -212,7 +219,7 @@ class HybridRolloutEngine:
                     )
                 )
                 self._fill_post_entropy(row)
-                if out.finish == "eos":
+                if out.finish == "eos" or (out.finish == "stop" and out.stop_string == cfg.answer_stop):
                     row.finished = True
                 elif out.finish == "length" or len(row.completion_ids) >= cfg.max_completion_length:
                     row.truncated = True
@@ -300,8 +307,14 @@ class HybridRolloutEngine:
         ]
         for i, found in zip(chosen, self.store.select(contexts)):
             row = rows[i]
-            block = cfg.retrieve_template.format(text=found.text)
-            start, end = self._append_forced(row, self.encode(block), "retrieved")
+            ids = self.encode(cfg.retrieve_template.format(text=found.text))
+            # Never cut a retrieved step or end a row because of one (RAPO.md §3): a block that does not
+            # leave the policy room to continue, or exceeds the cap, is skipped and counted.
+            room = cfg.max_completion_length - len(row.completion_ids)
+            if len(ids) >= room or (cfg.max_retrieved_tokens is not None and len(ids) > cfg.max_retrieved_tokens):
+                row.skipped_retrievals += 1
+                continue
+            start, end = self._append_forced(row, ids, "retrieved")
             row.retrievals.append(
                 RetrievalEvent(
                     after_step=len(row.policy_steps) - 1,

@@ -68,6 +68,8 @@ class RolloutRow:
     tool_calls: int = 0
     tool_failures: int = 0
     tool_seconds: float = 0.0
+    skipped_retrievals: int = 0
+    """Retrievals drawn but not inserted because the block did not fit the remaining budget or the cap."""
     is_hybrid: bool = False
     truncated: bool = False
     prompt_truncated: bool = False

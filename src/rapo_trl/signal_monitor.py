@@ -1,0 +1,54 @@
+"""Notices when a run has lost its learning signal, and says what to change.
+
+GRPO-style advantages are zero in a group whose rewards are all equal, so steps where every group is flat
+(all wrong, all right, or all malformed) train nothing; rollouts cut by the budget score as failures
+whatever they did. Both are silent in the loss curve, so the trainer warns once, with the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FLAT_GROUPS_ADVICE = (
+    "every group's rewards have been equal for {steps} steps, so all advantages are zero and nothing is "
+    "learned (mean reward {reward:.3f}). Make the training questions ones the model solves sometimes "
+    "(an easier task difficulty or template subset, or a longer SFT warm start), or raise num_generations "
+    "or temperature."
+)
+TRUNCATION_ADVICE = (
+    "{share:.0%} of rollouts were truncated in each of the last {steps} steps; a truncated rollout scores as "
+    "a failure whatever it did. Raise max_turn_tokens (tokens per step) or max_completion_length, or lower "
+    "max_tool_calls."
+)
+
+
+@dataclass
+class SignalMonitor:
+    """Counts consecutive signal-less steps; ``update`` returns the warnings due (each at most once)."""
+
+    patience: int = 3
+    """Consecutive bad steps before a warning; 0 disables the monitor."""
+    truncation_threshold: float = 0.5
+    """Share of truncated rollouts above which a step counts as mostly truncated."""
+    tolerance: float = 1e-6
+    """Rewards closer than this count as equal."""
+    flat_steps: int = 0
+    truncated_steps: int = 0
+    warned: set = field(default_factory=set)
+
+    def update(self, rewards: list[float], group_size: int, truncated: list[bool]) -> list[str]:
+        if self.patience <= 0 or not rewards:
+            return []
+        groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+        flat = all(max(g) - min(g) <= self.tolerance for g in groups)
+        self.flat_steps = self.flat_steps + 1 if flat else 0
+        share = sum(truncated) / len(truncated) if truncated else 0.0
+        self.truncated_steps = self.truncated_steps + 1 if share > self.truncation_threshold else 0
+        due = []
+        if self.flat_steps >= self.patience and "flat" not in self.warned:
+            self.warned.add("flat")
+            due.append(FLAT_GROUPS_ADVICE.format(steps=self.flat_steps, reward=sum(rewards) / len(rewards)))
+        if self.truncated_steps >= self.patience and "truncated" not in self.warned:
+            self.warned.add("truncated")
+            due.append(TRUNCATION_ADVICE.format(share=share, steps=self.truncated_steps))
+        return due

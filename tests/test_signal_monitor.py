@@ -1,0 +1,55 @@
+"""The signal-loss warning: flat groups or mostly truncated rollouts for several steps, said once."""
+
+from __future__ import annotations
+
+import logging
+
+from rapo_trl.signal_monitor import SignalMonitor
+from tests.test_trainer import batch_inputs, rapo_trainer, script
+
+ALIVE = [0.0, 1.0, 0.0, 0.0]  # one group that still has variance
+FLAT = [0.0, 0.0, 0.0, 0.0]
+
+
+def test_flat_groups_warn_once_after_patience():
+    monitor = SignalMonitor(patience=3)
+    assert monitor.update(FLAT, 4, [False] * 4) == []
+    assert monitor.update(FLAT, 4, [False] * 4) == []
+    (message,) = monitor.update(FLAT, 4, [False] * 4)
+    assert "equal for 3 steps" in message and "difficulty" in message
+    assert monitor.update(FLAT, 4, [False] * 4) == []  # once
+
+
+def test_one_group_with_variance_resets_the_count():
+    monitor = SignalMonitor(patience=2)
+    monitor.update(FLAT + FLAT, 4, [False] * 8)
+    assert monitor.update(FLAT + ALIVE, 4, [False] * 8) == []
+    assert monitor.update(FLAT, 4, [False] * 4) == []
+    assert monitor.flat_steps == 1
+
+
+def test_mostly_truncated_rollouts_warn():
+    monitor = SignalMonitor(patience=2)
+    assert monitor.update(ALIVE, 4, [True, True, True, False]) == []
+    (message,) = monitor.update(ALIVE, 4, [True, True, True, False])
+    assert "75% of rollouts were truncated" in message and "max_turn_tokens" in message
+
+
+def test_half_truncated_is_not_mostly_and_zero_patience_disables():
+    monitor = SignalMonitor(patience=1)
+    assert monitor.update(ALIVE, 4, [True, True, False, False]) == []
+    assert SignalMonitor(patience=0).update(FLAT, 4, [True] * 4) == []
+
+
+def test_trainer_logs_the_warning_when_rewards_are_flat(tiny_model_dir, tmp_path, caplog):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, signal_loss_patience=2)
+    trainer.reward_funcs = [lambda completions, **kw: [1.0] * len(completions)]
+    trainer.reward_func_names = ["constant"]
+    trainer.model.train()
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        for _ in range(2):
+            script(trainer)
+            trainer._generate_and_score_completions(batch_inputs())
+    warnings = [r.getMessage() for r in caplog.records if "equal for" in r.getMessage()]
+    assert len(warnings) == 1
+    assert trainer._metrics["train"]["rapo/skipped_retrievals"]  # the budget-skip count is logged too
