@@ -45,6 +45,15 @@ class RAPOConfig(GRPOConfig):
         `max_completion_length` bounds the whole completion, forced tokens included.
     tool_workers (`int`, *optional*, defaults to `8`):
         Tool calls run concurrently across rows.
+    answer_stop (`str` or `None`, *optional*, defaults to `"</answer>"`):
+        A turn that closes the final answer ends the rollout there, EOS or not. `None`: only EOS ends it.
+    max_retrieved_tokens (`int` or `None`, *optional*, defaults to `None`):
+        Retrieved blocks longer than this are skipped (never cut), like blocks that do not fit the
+        remaining completion budget. `None`: no cap beyond the budget.
+    signal_loss_patience (`int`, *optional*, defaults to `3`):
+        After this many consecutive steps in which every group's rewards are equal (no advantage, no
+        gradient), or most rollouts were truncated, the trainer logs one warning saying what to change.
+        0 disables the warning.
 
     > Objective
 
@@ -94,6 +103,15 @@ class RAPOConfig(GRPOConfig):
     max_tool_calls: int = field(default=3, metadata={"help": "Tool calls executed per rollout."})
     max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
     tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
+    answer_stop: str | None = field(
+        default="</answer>", metadata={"help": "Text that ends a rollout once sampled (None: EOS only)."}
+    )
+    max_retrieved_tokens: int | None = field(
+        default=None, metadata={"help": "Skip retrieved blocks longer than this many tokens (None: no cap)."}
+    )
+    signal_loss_patience: int = field(
+        default=3, metadata={"help": "Steps without reward signal before one warning (0: never warn)."}
+    )
     retrieval_advantage_weight: float = field(default=0.2, metadata={"help": "a in A_acc * (1 + a * A_ret)."})
     importance_shaping_weight: float = field(default=0.05, metadata={"help": "m in (1 + m * F_ret) * r."})
     step_entropy: str = field(default="topk", metadata={"help": "Step entropy estimator: topk or full."})
@@ -127,6 +145,10 @@ class RAPOConfig(GRPOConfig):
         for name in ("retrieval_advantage_weight", "importance_shaping_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
+            raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
+        if self.signal_loss_patience < 0:
+            raise ValueError(f"signal_loss_patience must be >= 0, got {self.signal_loss_patience}.")
         for name in ("max_tool_calls", "max_turn_tokens", "tool_workers", "entropy_first_tokens", "entropy_top_k"):
             if getattr(self, name) < (0 if name == "max_tool_calls" else 1):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import textwrap
@@ -37,7 +38,10 @@ from rapo_trl.rollout import (
     TransformersBackend,
 )
 from rapo_trl.rollout.engine import is_hybrid_row
+from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
+
+logger = logging.getLogger(__name__)
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
 
@@ -134,6 +138,8 @@ class RAPOTrainer(GRPOTrainer):
                 step_entropy=args.step_entropy,
                 entropy_first_tokens=args.entropy_first_tokens,
                 tool_workers=args.tool_workers,
+                answer_stop=args.answer_stop,
+                max_retrieved_tokens=args.max_retrieved_tokens,
             ),
             seed=args.seed + self.accelerator.process_index,
         )
@@ -141,6 +147,7 @@ class RAPOTrainer(GRPOTrainer):
         self.rollout_func = self._hybrid_rollout
         self._last_rows: list[RolloutRow] = []
         self._last_mode = "train"
+        self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
 
     # ------------------------------------------------------------------ setup
 
@@ -279,6 +286,9 @@ class RAPOTrainer(GRPOTrainer):
         metrics["rapo/retrievals_per_hybrid_rollout"].append(
             self._gathered_mean([float(len(r.retrievals)) for r in hybrid_rows])
         )
+        metrics["rapo/skipped_retrievals"].append(
+            self._gathered_mean([float(r.skipped_retrievals) for r in hybrid_rows])
+        )
         metrics["rapo/fallback_rate"].append(self._gathered_mean([float(e.is_fallback) for e in events]))
         metrics["rapo/retrieved_fraction"].append(self._gathered_mean([r.retrieved_fraction for r in hybrid_rows]))
         metrics["rapo/entropy_before_retrieval"].append(
@@ -351,9 +361,25 @@ class RAPOTrainer(GRPOTrainer):
         metrics["rapo/z_std"].append(all_z[all_retrieved].std().item() if all_retrieved.sum() > 1 else 0.0)
         metrics["rapo/a_ret_abs_mean"].append(a_ret_all.abs().mean().item())
         metrics["rapo/f_ret_mean"].append(self.accelerator.gather(f_ret).mean().item())
+        metrics["rapo/z_positive_share"].append(
+            (all_z[all_retrieved] > 0).float().mean().item() if all_retrieved.any() else 0.0
+        )
+        self._check_signal(rows)
         if self.args.grow_store and self.trace_store is not None:
             self._grow_store(inputs, rows)
         return out
+
+    def _check_signal(self, rows: list[RolloutRow]) -> None:
+        """One warning when every group has been flat, or most rows truncated, for several steps."""
+        rewards_per_func = getattr(self, "_last_rewards_per_func", None)
+        if rewards_per_func is None:
+            return
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        truncated = self.accelerator.gather(
+            torch.tensor([float(r.truncated) for r in rows], device=self.accelerator.device)
+        )
+        for message in self._signal_monitor.update(rewards.tolist(), self.num_generations, truncated.bool().tolist()):
+            logger.warning("RAPO: %s", message)
 
     def _grow_store(self, inputs, rows: list[RolloutRow]) -> None:
         """Add each group's best policy trajectory (retrieved spans removed) when its reward is high enough."""
