@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in RECIPE_COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
-    from rapo_trl.cli.store_commands import add_parser
+    from rapo_trl.cli import plot_command, store_commands
 
-    add_parser(subparsers)
+    store_commands.add_parser(subparsers)
+    plot_command.add_parser(subparsers)
     return parser
 
 
@@ -119,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
             store_commands.run(args)
         except Exception as error:  # noqa: BLE001
             print(f"rapo store: error: {_one_line(error)}", file=sys.stderr)
+            return 2
+    if args.command == "plot":
+        from rapo_trl.cli import plot_command
+
+        try:
+            plot_command.run(args)
+        except Exception as error:  # noqa: BLE001
+            print(f"rapo plot: error: {_one_line(error)}", file=sys.stderr)
             return 2
     return 0
 

@@ -37,8 +37,24 @@ def run(script, rapo_args, model_args) -> dict:
     )
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
+    _save_history_and_plots(trainer, rapo_args.output_dir)
     if rapo_args.push_to_hub:
         trainer.push_to_hub()
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     return result.metrics
+
+
+def _save_history_and_plots(trainer, output_dir: str) -> None:
+    """``trainer_state.json`` (the logged history ``rapo plot`` redraws from) and the PNGs beside the model."""
+    trainer.save_state()
+    if not trainer.is_world_process_zero():
+        return
+    from rapo_trl.plots import PLOTS_DIR, plot_run
+
+    try:
+        plot_run(output_dir)
+    except ValueError as error:  # nothing was logged (e.g. logging_steps beyond max_steps): say so, go on
+        print(f"No plots written: {error}")
+        return
+    print(f"Plots in {output_dir}/{PLOTS_DIR}/ (redraw with `rapo plot {output_dir}`).")

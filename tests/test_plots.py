@@ -1,0 +1,73 @@
+"""Plots drawn from a TRL log history: which files appear, what they hold, and clear errors."""
+
+import json
+
+import pytest
+
+from rapo_trl.plots import load_log_history, pass_at_1_keys, plot_history, plot_run, series
+
+HISTORY = [
+    {"step": 1, "loss": 0.1, "reward": -1.0, "reward_std": 0.2, "rapo/retrieval_rate": 0.5,
+     "rapo/fallback_rate": 0.0, "rapo/z_mean": 0.1, "rapo/z_std": 0.05, "rapo/f_ret_mean": 0.2},
+    {"step": 2, "loss": 0.2, "reward": -0.5, "reward_std": 0.4, "rapo/retrieval_rate": 1.0,
+     "rapo/fallback_rate": 0.25, "rapo/z_mean": float("nan"), "rapo/f_ret_mean": 0.3},
+    {"step": 2, "eval_pass@1": 0.25},
+    {"step": 2, "train_runtime": 3.0},
+]
+
+
+def _png(path):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return image.size
+
+
+def test_series_skips_missing_and_non_finite_values():
+    assert series(HISTORY, "reward") == ([1, 2], [-1.0, -0.5])
+    assert series(HISTORY, "rapo/z_mean") == ([1], [0.1])
+    assert pass_at_1_keys(HISTORY) == ["eval_pass@1"]
+
+
+def test_every_quantity_gets_a_png_and_a_summary(tmp_path):
+    written = plot_history(HISTORY, tmp_path)
+    names = [p.name for p in written]
+    assert names == ["reward.png", "pass_at_1.png", "retrieval_rate.png", "retrieval_reward.png", "f_ret.png",
+                     "summary.png"]
+    width, height = _png(tmp_path / "summary.png")
+    single_width, _ = _png(tmp_path / "reward.png")
+    assert width > 4 * single_width  # five panels side by side
+
+
+def test_quantities_never_logged_get_no_file(tmp_path):
+    written = plot_history([{"step": 1, "reward": 0.5}, {"step": 2, "reward": 0.7}], tmp_path)
+    assert [p.name for p in written] == ["reward.png", "summary.png"]
+
+
+def test_nothing_to_draw_is_one_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="none of the plotted metrics"):
+        plot_history([{"step": 1, "loss": 0.3}], tmp_path)
+
+
+def test_plot_run_reads_the_latest_checkpoint_and_eval_results(tmp_path):
+    for step, history in ((1, HISTORY[:1]), (2, HISTORY[:2])):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    assert [e["step"] for e in load_log_history(tmp_path)] == [1, 2]  # checkpoint-2, not checkpoint-1
+    (tmp_path / "eval_results.json").write_text(
+        json.dumps({"n": 8, "results": {"base": {"pass@1": 0.0}, "trained": {"pass@1": 0.5}}})
+    )
+    names = [p.name for p in plot_run(tmp_path)]
+    assert "pass_at_1.png" in names  # from rapo eval's base/trained scores alone
+    assert (tmp_path / "plots" / "summary.png").is_file()
+
+
+def test_missing_or_wrong_run_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="trainer_state.json"):
+        load_log_history(tmp_path)
+    bad = tmp_path / "trainer_state.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="no log_history"):
+        load_log_history(bad)
