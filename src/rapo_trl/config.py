@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from rapo_trl.hardware import default_precision, trainer_device
+
 RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
 
 
@@ -16,6 +18,13 @@ class RAPOConfig(GRPOConfig):
 
     Everything of [`~trl.GRPOConfig`] applies; the RAPO fields are grouped below. The defaults follow
     the paper: DAPO token-mean loss, clip 0.2/0.28, dual clip 3, no KL.
+
+    > Precision
+
+    bf16 (`bool` or `None`, *optional*, defaults to `None`):
+        bf16 mixed precision. `None` chooses from the hardware the trainer runs on (`rapo_trl.hardware`):
+        bf16 where the GPU supports it natively, fp16 (`fp16=True`) on GPUs without it such as the T4, fp32
+        on the CPU (also with `use_cpu=True`). An explicit `bf16` or `fp16=True` wins.
 
     > Hybrid rollouts
 
@@ -80,6 +89,12 @@ class RAPOConfig(GRPOConfig):
         Only trajectories with at least this reward are added.
     """
 
+    # Same default (None) as TRL, but None is resolved from the hardware in __post_init__.
+    bf16: bool | None = field(
+        default=None,
+        metadata={"help": "bf16 mixed precision. None: from the hardware (bf16 where supported, fp16 on GPUs "
+                  "without it, fp32 on CPU)."},
+    )
     # RAPO's defaults for inherited fields (RAPO.md §7).
     loss_type: str = field(default="dapo", metadata={"help": "Loss aggregation; RAPO uses DAPO's token mean."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip range."})
@@ -124,6 +139,11 @@ class RAPOConfig(GRPOConfig):
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
 
     def __post_init__(self):
+        # Before TrainingArguments validates it: TRL's own default (bf16 unless fp16) refuses to start on a
+        # CPU machine, so `RAPOConfig(output_dir=...)` would fail there as written.
+        if self.bf16 is None and not self.fp16:
+            precision = default_precision(trainer_device(self.use_cpu))
+            self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
         super().__post_init__()
         if self.num_hybrid_generations is None:
             self.num_hybrid_generations = self.num_generations // 2

@@ -47,6 +47,8 @@ class SentenceTransformerEmbedder:
         bf16: run the transformer in bfloat16 (cosine >= 0.9998 to fp32). About 3x faster on CPUs with
             native bf16 (AVX512-BF16/AMX); on AVX2-only CPUs torch emulates it and it is ~5x SLOWER.
         max_seq_length: truncate inputs to this many tokens (``None`` keeps the model's own limit).
+        device: where a model loaded from a path/name runs; ``None`` follows `rapo_trl.hardware` (the GPU
+            when there is one, so the store's queries are embedded beside the policy). Vectors stay fp32.
     """
 
     def __init__(
@@ -56,7 +58,7 @@ class SentenceTransformerEmbedder:
         batch_size: int = 64,
         bf16: bool = False,
         max_seq_length: int | None = None,
-        device: str = "cpu",
+        device: str | None = None,
     ):
         from sentence_transformers import SentenceTransformer
 
@@ -65,8 +67,10 @@ class SentenceTransformerEmbedder:
             model = default_embedder_source()
             name = name or DEFAULT_EMBEDDER_NAME
         if isinstance(model, str):
+            from rapo_trl.hardware import check_device, default_device
+
             name = name or model.rstrip("/").split("/")[-1]
-            model = SentenceTransformer(model, device=device)
+            model = SentenceTransformer(model, device=check_device(device) if device else default_device())
         self.model = model
         self.name = name or type(model).__name__
         self.batch_size = batch_size

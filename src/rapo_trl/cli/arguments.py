@@ -31,6 +31,11 @@ class RAPOScriptArguments:
     eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
     eval_batch_size: int = field(default=8, metadata={"help": "eval: rows generated together."})
+    device: str | None = field(
+        default=None,
+        metadata={"help": "eval, build-store: where the model runs (cuda, cuda:N, mps, cpu). Default: the GPU when "
+                  "there is one (bf16, fp16 without bf16), else the CPU (fp32). train follows use_cpu."},
+    )
     sft_warmup_steps: int = field(
         default=0, metadata={"help": "train: SFT steps on the store's best trajectories before RAPO (0: none)."}
     )

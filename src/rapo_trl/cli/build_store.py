@@ -39,7 +39,7 @@ def run(script, rapo_args, model_args) -> dict:
         agent = RolloutAgent.from_pretrained(
             resolve_model_path(script.agent), tools,
             max_completion_length=rapo_args.max_completion_length, max_turn_tokens=rapo_args.max_turn_tokens,
-            temperature=rapo_args.temperature,
+            temperature=rapo_args.temperature, device=script.device,
         )
     store = open_store(script, must_exist=False)
     added = store.build_from_agent(

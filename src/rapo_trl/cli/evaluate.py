@@ -29,12 +29,12 @@ def score(texts: list[str], answers: list, numeric: bool) -> dict:
     return {"pass@1": sum(passed) / n, "f1": sum(f1) / n, "em": sum(em) / n, "format_ok": sum(formatted) / n}
 
 
-def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int) -> dict:
+def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None) -> dict:
     from rapo_trl.rollout.agent import RolloutAgent
 
     agent = RolloutAgent.from_pretrained(
         path, tools, max_completion_length=rapo_args.max_completion_length,
-        max_turn_tokens=rapo_args.max_turn_tokens, do_sample=False, batch_size=batch_size,
+        max_turn_tokens=rapo_args.max_turn_tokens, do_sample=False, batch_size=batch_size, device=device,
     )
     rollouts = agent.rollouts(list(rows["prompt"]))
     texts = [agent.tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
@@ -64,7 +64,7 @@ def run(script, rapo_args, model_args) -> dict:
             models = {"base": base, "trained": target}
     results, samples = {}, {}
     for name, path in models.items():
-        metrics, texts = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size)
+        metrics, texts = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device)
         if script.task in NUMERIC_TASKS:
             metrics["pass@1"] = score(texts, list(rows["answer"]), numeric=True)["pass@1"]
         results[name], samples[name] = metrics, texts[:3]

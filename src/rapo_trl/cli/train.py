@@ -9,8 +9,10 @@ def run(script, rapo_args, model_args) -> dict:
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
+    from rapo_trl.hardware import check_trainer_device
     from rapo_trl.trainer import RAPOTrainer
 
+    check_trainer_device(script.device, rapo_args.use_cpu)
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
@@ -24,6 +26,7 @@ def run(script, rapo_args, model_args) -> dict:
         model_path = warm_start(
             model_path, tokenizer, rows, store, rapo_args.output_dir, script.sft_warmup_steps,
             script.sft_learning_rate, min_reward=1.0, use_cpu=rapo_args.use_cpu, seed=rapo_args.seed,
+            bf16=rapo_args.bf16, fp16=rapo_args.fp16,
         )
     trainer = RAPOTrainer(
         model_path,

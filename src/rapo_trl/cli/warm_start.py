@@ -28,8 +28,16 @@ def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
 
 
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
-               min_reward: float, use_cpu: bool, seed: int) -> str:
-    """SFT a LoRA for ``steps`` steps on stored trajectories, merge it, save the model; return its path."""
+               min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False) -> str:
+    """SFT a LoRA for ``steps`` steps on stored trajectories, merge it, save the model; return its path.
+
+    ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
+    """
+    if bf16 is None and not fp16:
+        from rapo_trl.hardware import default_precision, trainer_device
+
+        precision = default_precision(trainer_device(use_cpu))
+        bf16, fp16 = precision == "bf16", precision == "fp16"
     from datasets import Dataset
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
@@ -46,7 +54,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     target = Path(output_dir) / "sft-warm-start"
     args = SFTConfig(
         output_dir=str(target / "run"), max_steps=steps, learning_rate=learning_rate, per_device_train_batch_size=4,
-        logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=False, seed=seed,
+        logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=bf16, fp16=fp16, seed=seed,
         gradient_checkpointing=False,
     )
     trainer = SFTTrainer(

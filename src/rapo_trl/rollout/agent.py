@@ -12,16 +12,25 @@ from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
 from rapo_trl.rollout.types import RolloutRow
 
 
-def load_policy(path: str):
-    """``(model, tokenizer)`` from a model folder or a PEFT adapter folder (its base loads first)."""
+def load_policy(path: str, device: str | None = None, dtype=None):
+    """``(model, tokenizer)`` from a model folder or a PEFT adapter folder (its base loads first).
+
+    The model is loaded straight onto ``device`` in ``dtype``; both default to the hardware rule of
+    `rapo_trl.hardware` (the GPU in bf16/fp16 when there is one, else the CPU in fp32).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rapo_trl.hardware import placement
+
+    place = placement(device, dtype)
+    # device_map puts the weights on the device as they load: no full copy in host memory first.
+    kwargs = {"dtype": place.dtype, "device_map": place.device}
     if (Path(path) / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(path)
+        model = AutoPeftModelForCausalLM.from_pretrained(path, **kwargs)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -58,8 +67,10 @@ class RolloutAgent:
 
     @classmethod
     def from_pretrained(cls, path: str, tools=(), max_completion_length: int = 1024, max_turn_tokens: int = 512,
-                        temperature: float = 1.0, do_sample: bool = True, batch_size: int = 8) -> RolloutAgent:
-        model, tokenizer = load_policy(path)
+                        temperature: float = 1.0, do_sample: bool = True, batch_size: int = 8,
+                        device: str | None = None, dtype=None) -> RolloutAgent:
+        """An agent for the model at ``path`` on ``device`` in ``dtype`` (default: from the hardware)."""
+        model, tokenizer = load_policy(path, device=device, dtype=dtype)
         config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
         return cls(model, tokenizer, tools, config, SamplingSettings(temperature=temperature, do_sample=do_sample),
                    batch_size)

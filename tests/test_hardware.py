@@ -1,0 +1,120 @@
+"""The one rule for device and precision, with the hardware patched (no GPU is needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rapo_trl import hardware
+from rapo_trl.config import RAPOConfig
+
+
+def fake_gpu(monkeypatch, native_bf16: bool) -> None:
+    """torch sees a CUDA GPU; with ``native_bf16`` an Ampere+ one, else a T4 (bf16 only emulated)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native_bf16 or including_emulation)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+
+
+def no_gpu(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+
+
+def test_ampere_gpu_gets_cuda_bf16(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=True)
+    place = hardware.placement()
+    assert (place.device, place.precision, place.dtype) == ("cuda", "bf16", torch.bfloat16)
+
+
+def test_gpu_without_native_bf16_gets_fp16(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=False)  # torch would still say True counting emulation
+    place = hardware.placement()
+    assert (place.device, place.precision, place.dtype) == ("cuda", "fp16", torch.float16)
+
+
+def test_cpu_machine_gets_cpu_fp32(monkeypatch):
+    no_gpu(monkeypatch)
+    place = hardware.placement()
+    assert (place.device, place.precision, place.dtype) == ("cpu", "fp32", torch.float32)
+
+
+def test_each_process_of_a_distributed_launch_gets_its_own_gpu(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=True)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert hardware.default_device() == "cuda:3"
+
+
+def test_explicit_device_and_dtype_win(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=True)
+    assert hardware.placement("cpu") == hardware.Placement("cpu", "fp32")
+    assert hardware.placement(dtype="float32") == hardware.Placement("cuda", "fp32")
+    assert hardware.placement("cuda:1", torch.float16) == hardware.Placement("cuda:1", "fp16")
+    assert hardware.placement(dtype="bfloat16").dtype is torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "device, dtype, message",
+    [("cuda", None, "no CUDA GPU"), ("tpu", None, "unknown device"), ("cpu", "int8", "unknown dtype"),
+     ("cpu", torch.int8, "unsupported model dtype")],
+)
+def test_bad_device_or_dtype_is_one_clear_error(monkeypatch, device, dtype, message):
+    no_gpu(monkeypatch)
+    with pytest.raises(ValueError, match=message):
+        hardware.placement(device, dtype)
+
+
+def test_train_device_must_agree_with_use_cpu(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=True)
+    hardware.check_trainer_device(None, use_cpu=False)
+    hardware.check_trainer_device("cuda", use_cpu=False)
+    hardware.check_trainer_device("cpu", use_cpu=True)
+    with pytest.raises(ValueError, match="--use_cpu true"):
+        hardware.check_trainer_device("cpu", use_cpu=False)
+    with pytest.raises(ValueError, match="use_cpu to false"):
+        hardware.check_trainer_device("cuda", use_cpu=True)
+
+
+# --- RAPOConfig's precision default is the same rule ---------------------------------------------------
+
+
+def make(**kwargs) -> RAPOConfig:
+    # pad_to_multiple_of="auto" would ask TrainingArguments for its device, which a patched GPU cannot give.
+    return RAPOConfig(output_dir="unused", report_to="none", pad_to_multiple_of=None, **kwargs)
+
+
+def test_config_on_a_cpu_machine_defaults_to_fp32(monkeypatch):
+    no_gpu(monkeypatch)
+    cfg = make()  # TRL's own default (bf16) raises "Your setup doesn't support bf16/gpu" here
+    assert (cfg.bf16, cfg.fp16) == (False, False)
+    assert (make(use_cpu=True).bf16, make(use_cpu=True).fp16) == (False, False)
+
+
+def skip_device_setup(monkeypatch) -> None:
+    """TrainingArguments sets up the (patched, absent) GPU right after RAPOConfig chose the precision: skip
+    TRL's and transformers' part of __post_init__, keep RAPOConfig's."""
+    from trl import GRPOConfig
+
+    monkeypatch.setattr(GRPOConfig, "__post_init__", lambda self: None)
+
+
+@pytest.mark.parametrize("native_bf16, expected", [(True, (True, False)), (False, (False, True))])
+def test_config_on_a_gpu_follows_the_rule(monkeypatch, native_bf16, expected):
+    fake_gpu(monkeypatch, native_bf16)
+    skip_device_setup(monkeypatch)
+    cfg = make()
+    assert (cfg.bf16, cfg.fp16) == expected
+    cfg = make(use_cpu=True)  # the trainer runs on the CPU: fp32 there too
+    assert (cfg.bf16, cfg.fp16) == (False, False)
+
+
+def test_config_explicit_precision_wins(monkeypatch):
+    fake_gpu(monkeypatch, native_bf16=True)
+    skip_device_setup(monkeypatch)
+    assert (make(bf16=False).bf16, make(bf16=False).fp16) == (False, False)
+    cfg = make(fp16=True)
+    assert (cfg.bf16, cfg.fp16) == (None, True)  # bf16 left to TRL, which sets False beside fp16
+    monkeypatch.undo()
+    no_gpu(monkeypatch)
+    cfg = make(bf16=True, use_cpu=True)
+    assert (cfg.bf16, cfg.fp16) == (True, False)
