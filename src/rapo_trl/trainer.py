@@ -78,12 +78,13 @@ class RAPOTrainer(GRPOTrainer):
         "id": "2603.03078",
         # docstyle-ignore
         "citation": textwrap.dedent("""\
-            @inproceedings{zhang2026rapo,
-                title        = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
-                author       = {Zhang and others},
-                booktitle    = {Proceedings of the 32nd ACM SIGKDD Conference on Knowledge Discovery and Data Mining},
-                year         = 2026,
-                eprint       = {arXiv:2603.03078},
+            @misc{zhang2026rapo,
+                title         = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
+                author        = {Siwei Zhang and Yun Xiong and Xi Chen and Zi'an Jia and Renhong Huang and Jiarong Xu and Jiawei Zhang},
+                year          = 2026,
+                eprint        = {2603.03078},
+                archivePrefix = {arXiv},
+                primaryClass  = {cs.AI},
             }"""),
     }
 
@@ -147,9 +148,41 @@ class RAPOTrainer(GRPOTrainer):
         self.rollout_func = self._hybrid_rollout
         self._last_rows: list[RolloutRow] = []
         self._last_mode = "train"
+        self.base_model_id: str | None = None
+        """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
 
     # ------------------------------------------------------------------ setup
+
+    def train(self, *args, **kwargs):
+        self._warn_if_nothing_to_retrieve()
+        return super().train(*args, **kwargs)
+
+    def _warn_if_nothing_to_retrieve(self) -> None:
+        """Once, at the start of training: hybrid rollouts are configured but the store cannot feed them."""
+        args = self.args
+        if args.retrieve_prob <= 0 or args.num_hybrid_generations == 0 or not self.accelerator.is_main_process:
+            return
+        if self.trace_store is None:
+            logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s) but no trace_store was given: "
+                           "nothing is retrieved and training is agentic GRPO. Pass trace_store=TraceStore(...) "
+                           "built with build_from_agent / add_from_dataset, or set retrieve_prob=0.", args.retrieve_prob)
+        elif hasattr(self.trace_store, "__len__") and len(self.trace_store) == 0:
+            logger.warning("RAPO: the trace store %r is empty: every retrieval will insert the fallback text, not "
+                           "a retrieved step. Fill it first (TraceStore.build_from_agent, add_from_dataset or "
+                           "`rapo build-store`).", self.trace_store)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
+        written to ``output_dir/README.md``; see `rapo_trl.model_card`."""
+        if not self.is_world_process_zero():
+            return
+        from rapo_trl.model_card import build_model_card
+
+        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags,
+                                base_model=kwargs.get("base_model"), evaluation=kwargs.get("evaluation"))
+        os.makedirs(self.args.output_dir, exist_ok=True)
+        card.save(os.path.join(self.args.output_dir, "README.md"))
 
     def _configure_store(self, store) -> None:
         config = getattr(store, "config", None)

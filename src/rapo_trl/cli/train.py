@@ -9,10 +9,8 @@ def run(script, rapo_args, model_args) -> dict:
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
-    from rapo_trl.hardware import check_trainer_device
     from rapo_trl.trainer import RAPOTrainer
 
-    check_trainer_device(script.device, rapo_args.use_cpu)
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
@@ -26,7 +24,6 @@ def run(script, rapo_args, model_args) -> dict:
         model_path = warm_start(
             model_path, tokenizer, rows, store, rapo_args.output_dir, script.sft_warmup_steps,
             script.sft_learning_rate, min_reward=1.0, use_cpu=rapo_args.use_cpu, seed=rapo_args.seed,
-            bf16=rapo_args.bf16, fp16=rapo_args.fp16,
         )
     trainer = RAPOTrainer(
         model_path,
@@ -41,6 +38,11 @@ def run(script, rapo_args, model_args) -> dict:
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
     _save_history_and_plots(trainer, rapo_args.output_dir)
+    # RAPO's card (paper, recipe, base model by hub id) in place of PEFT's adapter template.
+    from rapo_trl.model_card import base_model_hub_id
+
+    trainer.base_model_id = base_model_hub_id(model_args.model_name_or_path)
+    trainer.create_model_card()
     if rapo_args.push_to_hub:
         trainer.push_to_hub()
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "

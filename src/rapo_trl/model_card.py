@@ -1,0 +1,174 @@
+"""RAPO's model card: TRL's trainer card (paper, tags, citation) plus the recipe and the eval table.
+
+``RAPOTrainer.create_model_card`` writes it to ``output_dir/README.md``; ``rapo train`` calls it after
+saving (replacing PEFT's adapter template), and ``add_evaluation`` puts ``rapo eval``'s table in an
+existing card. The base model is named by its hub id, also when it was loaded from a local folder
+(``base_model_hub_id``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+MODEL_ALIAS_HUB_IDS = {"smollm2": SMOLLM2_HUB_ID, "tiny": None}
+EVAL_START, EVAL_END = "<!-- rapo-eval -->", "<!-- /rapo-eval -->"
+EVAL_COLUMNS = ("pass@1", "f1", "em", "format_ok", "tool_calls")
+
+# RAPOConfig fields shown in the card's recipe table, with what they mean.
+RECIPE_FIELDS = (
+    ("num_generations", "rollouts per question (G)"),
+    ("num_hybrid_generations", "hybrid rollouts per group (may retrieve)"),
+    ("retrieve_prob", "retrieval probability after a tool step (p)"),
+    ("retrieval_advantage_weight", "retrieval-reward weight on the advantage (a)"),
+    ("importance_shaping_weight", "importance shaping weight (m)"),
+    ("step_entropy", "step entropy estimator"),
+    ("loss_type", "loss aggregation"),
+    ("epsilon", "clip low"),
+    ("epsilon_high", "clip high"),
+    ("delta", "dual clip"),
+    ("beta", "KL coefficient"),
+    ("learning_rate", "learning rate"),
+    ("max_steps", "optimizer steps"),
+    ("max_completion_length", "completion budget (tokens)"),
+    ("max_turn_tokens", "tokens per step"),
+    ("max_tool_calls", "tool calls per rollout"),
+    ("temperature", "sampling temperature"),
+)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def base_model_hub_id(name_or_path) -> str | None:
+    """The hub id of a model given by alias, hub id or local folder; ``None`` when it has none.
+
+    A local folder is named by the ``_name_or_path`` in its config when that is a hub id, and the
+    folder ``rapo_trl.models.smollm2_path()`` converts is SmolLM2-135M-Instruct.
+    """
+    if name_or_path is None:
+        return None
+    name = str(name_or_path)
+    if name in MODEL_ALIAS_HUB_IDS:
+        return MODEL_ALIAS_HUB_IDS[name]
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return name if _HUB_ID.match(name) else None
+    from rapo_trl.models import SMOLLM2_FOLDER_NAME
+
+    if folder.name == SMOLLM2_FOLDER_NAME:
+        return SMOLLM2_HUB_ID
+    config = folder / "config.json"
+    if config.is_file():
+        try:
+            recorded = json.loads(config.read_text()).get("_name_or_path")
+        except (json.JSONDecodeError, AttributeError):
+            recorded = None
+        if isinstance(recorded, str) and _HUB_ID.match(recorded) and not Path(recorded).exists():
+            return recorded
+    return None
+
+
+def recipe_table(trainer) -> str:
+    """Markdown: the RAPO settings this model was trained with, then the adapter, tools and store."""
+    args = trainer.args
+    lines = ["| setting | value | meaning |", "|---|---|---|"]
+    for field, meaning in RECIPE_FIELDS:
+        if hasattr(args, field):
+            lines.append(f"| `{field}` | {getattr(args, field)} | {meaning} |")
+    peft_config = getattr(getattr(trainer, "model", None), "peft_config", None)
+    if peft_config:
+        config = next(iter(peft_config.values()))
+        targets = config.target_modules
+        targets = sorted(targets) if isinstance(targets, (set, list, tuple)) else targets
+        lines.append(f"| LoRA | r={config.r}, alpha={config.lora_alpha}, targets={targets} | PEFT adapter |")
+    tools = [getattr(tool, "tag", type(tool).__name__) for tool in getattr(trainer, "rapo_tools", [])]
+    if tools:
+        lines.append(f"| tools | {', '.join(tools)} | tag tools the policy calls |")
+    store = getattr(trainer, "trace_store", None)
+    if store is not None:
+        embedder = getattr(getattr(store, "embedder", None), "name", "?")
+        size = len(store) if hasattr(store, "__len__") else "?"
+        lines.append(f"| trace store | {size} step records, embedder {embedder} | retrieved in hybrid rollouts |")
+    return "\n".join(lines)
+
+
+def evaluation_table(evaluation: dict) -> str:
+    """Markdown of a ``rapo eval`` result (``eval_results.json``): one row per model."""
+    results = evaluation.get("results") or {}
+    columns = [c for c in EVAL_COLUMNS if any(c in metrics for metrics in results.values())]
+    head = f"Held-out evaluation with tools and without retrieval: task `{evaluation.get('task', '?')}`, " \
+           f"{evaluation.get('n', '?')} questions, greedy decoding.\n\n"
+    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for name, metrics in results.items():
+        cells = [f"{metrics[c]:.3f}" if isinstance(metrics.get(c), (int, float)) else "" for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines)
+
+
+def _evaluation_section(evaluation: dict | None) -> str:
+    body = evaluation_table(evaluation) if evaluation else "Not evaluated yet (`rapo eval` adds the table here)."
+    return f"## Evaluation\n\n{EVAL_START}\n{body}\n{EVAL_END}\n"
+
+
+def build_model_card(trainer, model_name=None, dataset_name=None, tags=None, base_model=None,
+                     evaluation: dict | None = None):
+    """A ``huggingface_hub.ModelCard``: TRL's card for this trainer with RAPO's sections added."""
+    from trl.trainer.utils import generate_model_card, get_config_model_id
+
+    if base_model is None:
+        base_model = getattr(trainer, "base_model_id", None) or base_model_hub_id(
+            get_config_model_id(trainer.model.config)
+        )
+    is_adapter = bool(getattr(trainer.model, "peft_config", None))
+    tags = [tags] if isinstance(tags, str) else list(tags or [])
+    tags = list(dict.fromkeys([*trainer._tag_names, *tags, *(["lora", "peft"] if is_adapter else []),
+                               f"arxiv:{trainer._paper['id']}"]))
+    hub_model_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id
+    model_name = model_name or (hub_model_id or "").split("/")[-1] or Path(trainer.args.output_dir).name
+    card = generate_model_card(
+        base_model=base_model,
+        model_name=model_name,
+        hub_model_id=hub_model_id or model_name,
+        dataset_name=dataset_name,
+        tags=tags,
+        wandb_url=None,
+        trackio_url=None,
+        trainer_name=trainer._name,
+        trainer_citation=trainer._paper.get("citation"),
+        paper_title=trainer._paper.get("title"),
+        paper_id=trainer._paper.get("id"),
+    )
+    if is_adapter:
+        card.data.library_name = "peft"
+    card.data.pipeline_tag = "text-generation"
+    rapo = (
+        "## RAPO recipe\n\n"
+        "Trained with `rapo_trl`'s `RAPOTrainer`: GRPO-style groups in which some rollouts (hybrid) get a step "
+        "trace retrieved from a store of off-policy trajectories spliced in after a tool step. Tool results and "
+        "retrieved steps are forced tokens without loss; the advantage is reweighted by the retrieval reward "
+        "and the importance ratio of hybrid rollouts is shaped by their retrieved share.\n\n"
+        f"{recipe_table(trainer)}\n\n{_evaluation_section(evaluation)}\n"
+    )
+    marker = "### Framework versions"
+    text = str(card)
+    text = text.replace(marker, rapo + marker, 1) if marker in text else text + "\n" + rapo
+    from huggingface_hub import ModelCard
+
+    return ModelCard(text)
+
+
+def add_evaluation(folder, evaluation: dict) -> Path:
+    """Put (or replace) the evaluation table in ``folder/README.md``; a card without one gets it appended."""
+    path = Path(folder) / "README.md"
+    text = path.read_text() if path.is_file() else ""
+    section = _evaluation_section(evaluation)
+    pattern = re.compile(r"## Evaluation\n\n" + re.escape(EVAL_START) + r".*?" + re.escape(EVAL_END) + r"\n",
+                         re.DOTALL)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+    return path

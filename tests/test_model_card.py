@@ -1,0 +1,105 @@
+"""RAPO's model card (paper, authors, tags, base model by hub id, recipe, eval table) and the warning
+given when training starts with nothing to retrieve."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import yaml
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.embeddings import HashingEmbedder
+from rapo_trl.model_card import SMOLLM2_HUB_ID, add_evaluation, base_model_hub_id
+from rapo_trl.store import TraceStore
+from rapo_trl.trainer import RAPOTrainer
+from tests.rollout.test_engine import EchoTool
+from tests.test_trainer import common_args, dataset, rapo_trainer, script, sevens
+
+EVALUATION = {"task": "arithmetic", "n": 16, "results": {"base": {"pass@1": 0.125, "format_ok": 0.5},
+                                                          "trained": {"pass@1": 0.25, "format_ok": 0.75}}}
+
+
+def _front_matter(text: str) -> dict:
+    _, header, _ = text.split("---\n", 2)
+    return yaml.safe_load(header)
+
+
+def test_base_model_hub_id(tmp_path, tiny_model_dir):
+    assert base_model_hub_id("smollm2") == SMOLLM2_HUB_ID
+    assert base_model_hub_id("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert base_model_hub_id("tiny") is None and base_model_hub_id(None) is None
+    assert base_model_hub_id(tiny_model_dir) is None  # built from a config: no hub id to name
+    assert base_model_hub_id(tmp_path / "missing" / "model") is None
+    smol = tmp_path / "SmolLM2-135M-Instruct"
+    smol.mkdir()
+    assert base_model_hub_id(smol) == SMOLLM2_HUB_ID
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "config.json").write_text(json.dumps({"_name_or_path": "org/some-model"}))
+    assert base_model_hub_id(saved) == "org/some-model"
+
+
+def test_lora_card_has_paper_authors_tags_base_model_recipe_and_eval(tiny_model_dir, tmp_path):
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    args = RAPOConfig(**common_args(tmp_path / "out", num_hybrid_generations=2, retrieve_prob=0.5),
+                      max_turn_tokens=32)
+    trainer = RAPOTrainer(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), sevens, args=args, train_dataset=dataset(),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), trace_store=store, tools=[EchoTool()],
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.base_model_id = "Qwen/Qwen2.5-0.5B-Instruct"
+    trainer.save_model()  # PEFT writes its own template first; the card replaces it
+    trainer.create_model_card()
+    text = (tmp_path / "out" / "README.md").read_text()
+    meta = _front_matter(text)
+    assert meta["base_model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert meta["library_name"] == "peft"
+    assert {"rapo", "trl", "lora", "arxiv:2603.03078"} <= set(meta["tags"])
+    assert "Siwei Zhang and Yun Xiong and Xi Chen and Zi'an Jia and Renhong Huang and Jiarong Xu and Jiawei Zhang" \
+        in text
+    assert "huggingface.co/papers/2603.03078" in text
+    assert "| `num_hybrid_generations` | 2 |" in text and "| `retrieve_prob` | 0.5 |" in text
+    assert "r=4, alpha=8, targets=['q_proj', 'v_proj']" in text
+    assert "| tools | python |" in text
+    assert "0 step records, embedder hashing-bow-64" in text
+    assert "Not evaluated yet" in text
+
+    add_evaluation(tmp_path / "out", EVALUATION)
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "| trained | 0.250 | 0.750 |" in text and "| base | 0.125 | 0.500 |" in text
+    assert "Not evaluated yet" not in text and text.count("## Evaluation") == 1
+    add_evaluation(tmp_path / "out", {**EVALUATION, "n": 32})  # replaced, not appended
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert text.count("## Evaluation") == 1 and "32 questions" in text
+
+
+def test_eval_table_is_appended_to_a_card_without_one(tmp_path):
+    (tmp_path / "README.md").write_text("---\nlibrary_name: peft\n---\n# Some adapter\n")
+    add_evaluation(tmp_path, EVALUATION)
+    text = (tmp_path / "README.md").read_text()
+    assert text.startswith("---\nlibrary_name: peft") and "| trained | 0.250 |" in text
+
+
+def test_training_with_an_empty_store_warns_once(tiny_model_dir, tmp_path, caplog):
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    trainer = rapo_trainer(tiny_model_dir, tmp_path / "out", store=store, num_hybrid_generations=2,
+                           retrieve_prob=1.0, max_steps=1)
+    script(trainer)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        trainer.train()
+    warnings = [r.getMessage() for r in caplog.records if "is empty" in r.getMessage()]
+    assert len(warnings) == 1 and "fallback text" in warnings[0]
+
+
+def test_hybrid_rollouts_without_a_store_warn_and_p_zero_does_not(tiny_model_dir, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        rapo_trainer(tiny_model_dir, tmp_path / "a", num_hybrid_generations=2,
+                     retrieve_prob=0.5)._warn_if_nothing_to_retrieve()
+        rapo_trainer(tiny_model_dir, tmp_path / "b", num_hybrid_generations=2,
+                     retrieve_prob=0.0)._warn_if_nothing_to_retrieve()
+    messages = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer"]
+    assert len(messages) == 1 and "no trace_store" in messages[0]
