@@ -166,3 +166,111 @@ def _same_embedder(ds, embedder) -> bool:
     names = set(ds["embedder"])
     dimension = len(ds[0]["embedding"])
     return names == {embedder.name} and dimension == embedder.dimension
+
+
+# ---------------------------------------------------------------------- the Hub (and a local folder)
+
+DATA_DIR = "data"
+SHARD_ROWS = 100_000
+
+
+def export_to_folder(store, folder, include_embeddings: bool = True, shard_rows: int = SHARD_ROWS):
+    """Write the store as a Hub-style dataset folder: ``data/train-*.parquet`` plus a dataset card
+    (``README.md``). ``datasets.load_dataset(folder)`` reads it back, exactly as it reads the pushed repo."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    ds = to_dataset(store, include_embeddings)
+    if len(ds) == 0:
+        raise ValueError(f"{store!r} holds no records; there is nothing to export")
+    (folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    shards = max(1, -(-len(ds) // shard_rows))
+    for index in range(shards):
+        shard = ds.shard(num_shards=shards, index=index, contiguous=True)
+        shard.to_parquet(str(folder / DATA_DIR / f"train-{index:05d}-of-{shards:05d}.parquet"))
+    dataset_card(store, ds).save(str(folder / "README.md"))
+    return folder
+
+
+def dataset_card(store, ds=None):
+    """A ``huggingface_hub.DatasetCard``: records, questions, embedder, source agents, reward histogram."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    stats = store.stats()
+    data = DatasetCardData(
+        tags=["rapo", "rapo_trl", "trace-store", "agent-trajectories"],
+        task_categories=["text-generation"],
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": f"{DATA_DIR}/*.parquet"}]}],
+    )
+    counts, edges = stats["reward_histogram"]["counts"], stats["reward_histogram"]["edges"]
+    histogram = "\n".join(
+        f"| [{edges[i]:.3g}, {edges[i + 1]:.3g}{']' if i == len(counts) - 1 else ')'} | {count} |"
+        for i, count in enumerate(counts)
+    )
+    sources = "\n".join(f"| {name} | {count} |" for name, count in sorted(stats["sources"].items()))
+    has_embeddings = ds is not None and "embedding" in ds.column_names
+    body = f"""---
+{data.to_yaml()}
+---
+
+# RAPO step-trace store
+
+Step records of agent trajectories for Retrieval-Augmented Policy Optimization
+([arXiv:2603.03078](https://arxiv.org/abs/2603.03078)), exported from a `rapo_trl` `TraceStore`
+(collection `{stats['collection']}`). Each row is one agent step: `key` is the preprocessed context before the
+step (what is embedded and searched), `value` is the step's text with its tool result (what a hybrid rollout
+receives), `reward` is the whole trajectory's outcome reward.
+
+| | |
+|---|---|
+| records (steps) | {stats['records']} |
+| questions | {stats['questions']} |
+| trajectories | {stats['trajectories']} |
+| mean reward | {stats['reward_mean'] if stats['reward_mean'] is None else f"{stats['reward_mean']:.4f}"} |
+| embedder | `{stats['embedder']}` ({stats['dimension']}-d){', vectors in the `embedding` column' if has_embeddings else ''} |
+
+## Source agents
+
+| source | records |
+|---|---|
+{sources}
+
+## Reward histogram
+
+| reward | records |
+|---|---|
+{histogram}
+
+## Use
+
+```python
+from rapo_trl import TraceStore
+
+store = TraceStore.from_hub("<this repo>", "runs/store")   # a local Chroma store; keys are re-embedded
+                                                          # only if your embedder differs from the one above
+```
+"""
+    return DatasetCard(body)
+
+
+def load_records(repo_or_folder, revision: str | None = None, token=None):
+    """The records dataset of a pushed store (hub repo id) or an exported folder, via ``load_dataset``."""
+    from datasets import load_dataset
+
+    return load_dataset(str(repo_or_folder), split="train", revision=revision, token=token)
+
+
+def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, include_embeddings: bool = True,
+                commit_message: str = "Upload RAPO trace store") -> str:
+    """Upload the store as a dataset repo (parquet + card) and return its URL."""
+    import tempfile
+
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory(prefix="rapo-store-") as folder:
+        export_to_folder(store, folder, include_embeddings)
+        url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        api.upload_folder(folder_path=folder, repo_id=url.repo_id, repo_type="dataset",
+                          commit_message=commit_message)
+    return f"https://huggingface.co/datasets/{url.repo_id}"

@@ -440,6 +440,29 @@ class TraceStore:
         add_records_from_dataset(store, ds)
         return store
 
+    def push_to_hub(self, repo_id: str, private: bool | None = None, token=None, include_embeddings: bool = True,
+                    commit_message: str = "Upload RAPO trace store") -> str:
+        """Upload every record as a Hub dataset (parquet + a dataset card with records, embedder, source
+        agents and reward histogram); returns its URL. ``TraceStore.from_hub`` reads it back."""
+        from rapo_trl.store.dataset_io import push_to_hub
+
+        return push_to_hub(self, repo_id, private, token, include_embeddings, commit_message)
+
+    def export_to_folder(self, folder, include_embeddings: bool = True):
+        """Write what ``push_to_hub`` uploads (``data/*.parquet`` + ``README.md``) into a local folder."""
+        from rapo_trl.store.dataset_io import export_to_folder
+
+        return export_to_folder(self, folder, include_embeddings)
+
+    @classmethod
+    def from_hub(cls, repo_id, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None,
+                 revision: str | None = None, token=None) -> TraceStore:
+        """A local store at ``path`` from a pushed store's dataset repo (or an exported folder); stored vectors
+        are reused when ``embedder`` is the one that made them, otherwise the keys are embedded again."""
+        from rapo_trl.store.dataset_io import load_records
+
+        return cls.from_dataset(load_records(repo_id, revision, token), path, collection, embedder, config)
+
     # ------------------------------------------------------------------ inspection
 
     def iter_batches(self, include: Sequence[str] = ("metadatas",)) -> Iterator[dict]:

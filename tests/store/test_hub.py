@@ -1,0 +1,92 @@
+"""The store through the Hub as a dataset: parquet + card out, ``load_dataset`` back in. Offline, the
+exported folder is what ``push_to_hub`` uploads and ``from_hub`` reads a folder as it reads a repo."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from rapo_trl.embeddings import HashingEmbedder
+from rapo_trl.store import TraceStore
+
+
+@pytest.fixture
+def source_store(make_store, trajectory):
+    store = make_store("source")
+    store.add_trajectories(
+        [trajectory("1", tools=2), trajectory("2"), trajectory("3", topic="search a capital")],
+        [1.0, 0.0, 0.5],
+        ["q1", "q1", "q2"],
+        prompts=["What is 12*7?", "What is 12*7?", "Capital of Peru?"],
+        source="scripted-expert",
+    )
+    return store
+
+
+def _records(store):
+    ds = store.to_dataset(include_embeddings=False)
+    return sorted(zip(ds["id"], ds["key"], ds["value"], ds["reward"], ds["source"]))
+
+
+def test_export_writes_parquet_and_a_card(source_store, tmp_path):
+    folder = source_store.export_to_folder(tmp_path / "export")
+    assert [p.name for p in (folder / "data").iterdir()] == ["train-00000-of-00001.parquet"]
+    text = (folder / "README.md").read_text()
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert "rapo" in meta["tags"] and meta["configs"][0]["data_files"][0]["path"] == "data/*.parquet"
+    assert "| records (steps) | 7 |" in text and "| questions | 2 |" in text
+    assert "`test-hashing-128` (128-d)" in text and "| scripted-expert | 7 |" in text
+    assert "## Reward histogram" in text and "| [0, 0.1) | 2 |" in text  # the 0-reward trajectory's 2 steps
+
+
+def test_round_trip_through_a_folder_reuses_the_vectors(source_store, embedder, tmp_path):
+    folder = source_store.export_to_folder(tmp_path / "export")
+    calls = len(embedder.calls)
+    copy = TraceStore.from_hub(folder, tmp_path / "copy", embedder=embedder)
+    assert len(embedder.calls) == calls  # same embedder: stored vectors reused, nothing embedded
+    assert _records(copy) == _records(source_store)
+    query = "What is 12*7?\n<think>I need to multiply twelve by seven (attempt 0).</think>"
+    assert copy.select([query])[0].record_id == source_store.select([query])[0].record_id
+
+
+def test_from_hub_with_another_embedder_embeds_the_keys_again(source_store, tmp_path):
+    folder = source_store.export_to_folder(tmp_path / "export")
+    other = HashingEmbedder(32, name="other-32")
+    copy = TraceStore.from_hub(folder, tmp_path / "copy", embedder=other)
+    assert copy.embedder.name == "other-32" and len(copy) == 7
+
+
+def test_push_to_hub_uploads_the_exported_folder(source_store, tmp_path, monkeypatch):
+    """Only the network is replaced: the upload lands in a folder that from_hub then reads."""
+    remote = tmp_path / "remote"
+    calls = {}
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls["token"] = token
+
+        def create_repo(self, repo_id, repo_type, private, exist_ok):
+            calls["create"] = (repo_id, repo_type, private)
+            return type("RepoUrl", (), {"repo_id": repo_id})()
+
+        def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
+            shutil.copytree(folder_path, remote)
+
+    monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
+    url = source_store.push_to_hub("me/traces", private=True, token="t")
+    assert url == "https://huggingface.co/datasets/me/traces"
+    assert calls == {"token": "t", "create": ("me/traces", "dataset", True)}
+    assert _records(TraceStore.from_hub(remote, tmp_path / "copy", embedder=source_store.embedder)) \
+        == _records(source_store)
+
+
+def test_an_empty_store_is_not_exported(make_store, tmp_path):
+    with pytest.raises(ValueError, match="no records"):
+        make_store("empty").export_to_folder(tmp_path / "export")
+
+
+def test_from_hub_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        TraceStore.from_hub(tmp_path / "nowhere", tmp_path / "copy", embedder=HashingEmbedder(16))
