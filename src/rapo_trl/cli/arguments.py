@@ -11,13 +11,20 @@ from dataclasses import dataclass, field, fields
 class RAPOScriptArguments:
     """What to train on, with which tools and store, and how to build and evaluate."""
 
-    task: str = field(default="arithmetic", metadata={"help": "arithmetic, two_hop, gsm8k or jsonl."})
+    task: str = field(
+        default="arithmetic", metadata={"help": "arithmetic, word_problems, two_hop, gsm8k or jsonl."}
+    )
     dataset_path: str | None = field(default=None, metadata={"help": "JSONL file for task=jsonl."})
     question_column: str = field(default="question", metadata={"help": "Question field of a JSONL task."})
     answer_column: str = field(default="answer", metadata={"help": "Answer field of a JSONL task."})
     train_size: int = field(default=64, metadata={"help": "Training questions drawn from the task."})
     eval_size: int = field(default=32, metadata={"help": "Evaluation questions (disjoint split)."})
     task_seed: int = field(default=0, metadata={"help": "Seed that generates the demo tasks' splits."})
+    task_difficulty: int | None = field(
+        default=None,
+        metadata={"help": "word_problems: training templates with at most 2 (1), 3 (2) or 4 (3) operations. "
+                  "Default: all. Eval always uses every held-out template."},
+    )
     tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
     reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})

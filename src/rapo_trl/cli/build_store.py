@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 def _expert_agent(script, rows, tools):
     from rapo_trl.tasks import get_task
 
-    if script.task not in ("arithmetic", "two_hop"):
+    if script.task not in ("arithmetic", "word_problems", "two_hop"):
         raise ValueError(f"the scripted expert exists only for the demo tasks, not task={script.task}")
     expert = get_task(script.task).expert
     by_prompt = {json.dumps(row["prompt"]): row for row in rows}

@@ -10,7 +10,8 @@ from rapo_trl.cli.arguments import RAPOScriptArguments
 
 MODEL_ALIASES = ("smollm2", "tiny")
 REWARDS = ("rapo_outcome", "f1", "exact_match", "math")
-TASK_NAMES = ("arithmetic", "two_hop", "gsm8k", "jsonl")
+TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", "jsonl")
+DEMO_TASKS = ("arithmetic", "word_problems", "two_hop")  # shipped, with a scripted expert
 
 
 class UsageError(Exception):
@@ -45,10 +46,17 @@ def resolve_model_path(name: str | None) -> str:
 def load_questions(script: RAPOScriptArguments, split: str):
     """Raw question/answer rows of the configured task and split."""
     n = script.train_size if split == "train" else script.eval_size
-    if script.task in ("arithmetic", "two_hop"):
+    if script.task_difficulty is not None and script.task != "word_problems":
+        raise UsageError(f"task_difficulty applies to task=word_problems only, not task={script.task}")
+    if script.task in DEMO_TASKS:
         from rapo_trl.tasks import load_task
 
-        return load_task(script.task, split=split, n=n, seed=script.task_seed)
+        # The difficulty knob shapes the training distribution; eval keeps every held-out template.
+        options = {"difficulty": script.task_difficulty} if script.task_difficulty is not None and split == "train" else {}
+        try:
+            return load_task(script.task, split=split, n=n, seed=script.task_seed, **options)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     if script.task == "gsm8k":
         from rapo_trl.tasks import load_gsm8k
 
@@ -85,7 +93,7 @@ def training_rows(script: RAPOScriptArguments, split: str):
 def tool_names(script: RAPOScriptArguments) -> list[str]:
     if script.tools is not None:
         names = [script.tools] if isinstance(script.tools, str) else list(script.tools)
-    elif script.task in ("arithmetic", "two_hop"):
+    elif script.task in DEMO_TASKS:
         from rapo_trl.tasks import get_task
 
         names = list(get_task(script.task).tools)
