@@ -141,3 +141,47 @@ def test_stats(trajectory, make_store):
     assert stats["records"] == len(store) == 5 and stats["trajectories"] == 2 and stats["questions"] == 2
     assert stats["reward_histogram"]["counts"] == [2, 3] and stats["embedder"] == "test-hashing-128"
     assert stats["dimension"] == 128 and stats["size_bytes"] > 0 and stats["index"]["space"] == "cosine"
+
+
+class _RandomSampler:
+    """A batched sampler drawing from the global RNG, like a model sampling with torch's."""
+
+    def sample_trajectories(self, prompts, num_samples):
+        import random
+
+        return [
+            [f"<python>print({random.randint(0, 9)})</python><result>r</result><answer>{p}</answer>"
+             for _ in range(num_samples)]
+            for p in prompts
+        ]  # fmt: skip
+
+
+def _record_ids(store):
+    return sorted(i for page in store.iter_batches(include=()) for i in page["ids"])
+
+
+@pytest.mark.parametrize("seed", [7, None])
+def test_a_resumed_build_is_identical_to_an_uninterrupted_one_when_seeded(make_store, seed):
+    questions = [f"question {i}" for i in range(12)]
+
+    def build(store, subset):
+        return store.build_from_agent(
+            _RandomSampler(), subset, lambda completions, **_: [1.0] * len(completions),
+            num_samples=4, keep_top_k=2, questions_per_batch=4, seed=seed,
+        )  # fmt: skip
+
+    import random
+
+    random.seed(0)
+    whole = make_store("whole")
+    build(whole, questions)
+    random.seed(0)
+    resumed = make_store("resumed")
+    build(resumed, questions[:5])  # "killed" after 5 questions
+    random.seed(0)  # the resumed process starts its RNG afresh, and its batches differ
+    build(resumed, questions)
+    assert len(resumed) == len(whole)
+    if seed is None:  # unseeded batched sampling draws differently once the batches change
+        assert _record_ids(resumed) != _record_ids(whole)
+    else:
+        assert _record_ids(resumed) == _record_ids(whole)

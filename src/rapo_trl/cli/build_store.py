@@ -19,11 +19,15 @@ def _expert_agent(script, rows, tools):
         raise ValueError(f"the scripted expert exists only for the demo tasks, not task={script.task}")
     expert = get_task(script.task).expert
     by_prompt = {json.dumps(row["prompt"]): row for row in rows}
-    rng = random.Random(script.task_seed)
+    rngs: dict[str, random.Random] = {}
     tool_map = {tool.tag: tool for tool in tools}
 
     def agent(prompt):
-        return expert(by_prompt[json.dumps(prompt)], error_rate=script.expert_error_rate, rng=rng, tools=tool_map)
+        key = json.dumps(prompt)
+        # One generator per question, seeded from it: a resumed build (which skips the questions
+        # already stored) draws for each remaining question exactly what a full build would.
+        rng = rngs.setdefault(key, random.Random(f"{script.task_seed}:{key}"))
+        return expert(by_prompt[key], error_rate=script.expert_error_rate, rng=rng, tools=tool_map)
 
     return agent
 
@@ -44,7 +48,7 @@ def run(script, rapo_args, model_args) -> dict:
     store = open_store(script, must_exist=False)
     added = store.build_from_agent(
         agent, rows, make_reward(script), num_samples=script.num_samples, keep_top_k=script.keep_top_k,
-        source=f"agent:{script.agent}",
+        source=f"agent:{script.agent}", seed=rapo_args.seed,
     )
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records "

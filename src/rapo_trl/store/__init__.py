@@ -2,7 +2,13 @@
 
 from rapo_trl.store.agent import TrajectorySampler
 from rapo_trl.store.config import DEFAULT_FALLBACK_TEXT, StoreConfig
-from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError, TraceStoreError
+from rapo_trl.store.errors import (
+    CorruptStoreError,
+    EmbedderMismatchError,
+    StoreLockedError,
+    StorePathError,
+    TraceStoreError,
+)
 from rapo_trl.store.selection import Retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, split_steps, step_records
 from rapo_trl.store.trace_store import TraceStore
@@ -14,6 +20,7 @@ __all__ = [
     "Retrieved",
     "StepRecord",
     "StoreConfig",
+    "StoreLockedError",
     "StorePathError",
     "TraceStore",
     "TraceStoreError",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -84,6 +85,7 @@ def build_from_agent(
     source: str = "agent",
     resume: bool = True,
     show_progress: bool | None = None,
+    seed: int | None = None,
 ) -> int:
     """Build (or resume building) ``store`` from an off-policy agent; returns the records added.
 
@@ -97,9 +99,15 @@ def build_from_agent(
         keep_top_k: best trajectories kept per question (paper: 5).
         questions_per_batch: questions sampled, scored and written together.
         resume: skip questions that already have records from ``source``.
+        seed: when set, each question is sampled on its own with Python's, NumPy's and torch's RNGs
+            seeded from ``(seed, question id)``, so a resumed build samples exactly what an
+            uninterrupted one would have (batched sampling would draw differently once the batches
+            change). ``None`` samples ``questions_per_batch`` questions per agent call, unseeded.
     """
     from tqdm.auto import tqdm
 
+    if hasattr(store, "acquire_write_lock"):
+        store.acquire_write_lock()  # fail now, not after sampling a first batch, if another process has it
     prompts, ids, extras = _questions_table(questions, question_column, id_column)
     show = store.config.show_progress if show_progress is None else show_progress
     added = skipped_rows = 0
@@ -111,7 +119,7 @@ def build_from_agent(
                 batch = [i for i in batch if ids[i] not in done]
             if batch:
                 added_now, skipped_now = _build_batch(
-                    store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source
+                    store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed
                 )
                 added += added_now
                 skipped_rows += skipped_now
@@ -123,8 +131,33 @@ def build_from_agent(
     return added
 
 
-def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source):
-    samples = sample(agent, [prompts[i] for i in batch], num_samples)
+def question_seed(seed: int, question_id: str) -> int:
+    """A 32-bit seed for one question, stable across processes and Python versions."""
+    digest = hashlib.sha256(f"{seed}:{question_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and (when loaded) torch's global RNGs."""
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)  # all devices
+
+
+def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed):
+    if seed is None:
+        samples = sample(agent, [prompts[i] for i in batch], num_samples)
+    else:
+        samples = []
+        for i in batch:
+            seed_everything(question_seed(seed, ids[i]))
+            samples.extend(sample(agent, [prompts[i]], num_samples))
     flat_prompts = [prompts[i] for i in batch for _ in range(num_samples)]
     completions = [text for group in samples for text in group]
     columns = {

@@ -22,10 +22,8 @@ def _settings():
     return Settings(anonymized_telemetry=False)
 
 
-def open_persistent_client(path: str | os.PathLike):
-    """An embedded ``chromadb.PersistentClient`` at ``path``, after checking the path is usable."""
-    import chromadb
-
+def prepare_store_dir(path: str | os.PathLike) -> bool:
+    """Check (and create) an embedded store's directory; True when it holds no database yet."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise StorePathError(f"Trace store path {path} is a file, not a directory.")
@@ -47,6 +45,15 @@ def open_persistent_client(path: str | os.PathLike):
             )
         if not os.access(database, os.W_OK):
             raise StorePathError(f"Trace store database {database} is not writable.")
+        return not header
+    return True
+
+
+def open_persistent_client(path: str | os.PathLike):
+    """An embedded ``chromadb.PersistentClient`` at ``path``, after checking the path is usable."""
+    import chromadb
+
+    prepare_store_dir(path)
     try:
         return chromadb.PersistentClient(path=str(path), settings=_settings())
     except Exception as error:  # Chroma raises its own InternalError for a damaged database
@@ -77,8 +84,20 @@ def collection_metadata(embedder, config: StoreConfig) -> dict:
     }
 
 
-def open_collection(client, name: str, embedder, config: StoreConfig, where: str):
-    """Get or create collection ``name`` and refuse it if another embedder built it."""
+def open_collection(client, name: str, embedder, config: StoreConfig, where: str, before_create=None):
+    """Get or create collection ``name`` and refuse it if another embedder built it.
+
+    ``before_create`` is called first when the collection does not exist yet (creating is a write).
+    """
+    if before_create is not None:
+        from chromadb.errors import NotFoundError
+
+        try:
+            client.get_collection(name=name, embedding_function=None)
+        except NotFoundError:
+            before_create()
+        except Exception:  # noqa: BLE001 - e.g. an invalid name: get_or_create below says so clearly
+            pass
     try:
         collection = client.get_or_create_collection(
             name=name,

@@ -17,3 +17,7 @@ class StorePathError(TraceStoreError, OSError):
 
 class CorruptStoreError(TraceStoreError, RuntimeError):
     """The files at the store's path are not a readable Chroma database."""
+
+
+class StoreLockedError(TraceStoreError, RuntimeError):
+    """Another process holds the embedded store's folder (embedded Chroma is single-process)."""

@@ -9,15 +9,24 @@ nothing twice and embeds nothing twice.
 from __future__ import annotations
 
 import os
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from rapo_trl.embeddings import resolve_embedder
-from rapo_trl.store.backend import open_collection, open_http_client, open_persistent_client
+from rapo_trl.store import lock as store_lock
+from rapo_trl.store.backend import (
+    open_collection,
+    open_http_client,
+    open_persistent_client,
+    prepare_store_dir,
+)
 from rapo_trl.store.config import StoreConfig
+from rapo_trl.store.errors import TraceStoreError
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.ingest import validate_trajectories
 from rapo_trl.store.local_index import LocalIndex
@@ -38,8 +47,23 @@ class TraceStore:
 
     def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
         path = Path(path).expanduser()
-        self._init(open_persistent_client(path), collection, embedder, config, location=str(path))
+        # Embedded Chroma is single-process: lock the folder (shared to read; exclusive to write or
+        # create) before Chroma touches it. See rapo_trl.store.lock.
+        token = object()
+        self._write_lock = store_lock.hold(path, token, exclusive=prepare_store_dir(path))
+        client = None
+        try:
+            client = open_persistent_client(path)
+            self._init(
+                client, collection, embedder, config, str(path),
+                before_create=lambda: store_lock.hold(path, token, exclusive=True),
+            )  # fmt: skip
+        except BaseException:
+            _close_embedded(path, token, client)
+            raise
         self.path: Path | None = path
+        self._lock_token = token
+        self._closer = weakref.finalize(self, _close_embedded, path, token, client)
 
     @classmethod
     def connect(
@@ -58,15 +82,20 @@ class TraceStore:
             open_http_client(host, port, ssl, headers), collection, embedder, config, f"{host}:{port}"
         )
         store.path = None
+        store._lock_token = None
+        store._write_lock = threading.RLock()
+        store._closer = None
         return store
 
-    def _init(self, client, collection: str, embedder, config: StoreConfig | None, location: str) -> None:
+    def _init(
+        self, client, collection: str, embedder, config: StoreConfig | None, location: str, before_create=None
+    ) -> None:
         self.config = config or StoreConfig()
         self.embedder = resolve_embedder(embedder)
         self.client = client
         self.location = location
         self.collection_name = collection
-        self.collection = open_collection(client, collection, self.embedder, self.config, location)
+        self.collection = open_collection(client, collection, self.embedder, self.config, location, before_create)
         self.last_timing: dict[str, float] = {}
         """Seconds spent in the last ``select`` or write, split into embedding and Chroma work."""
         self._rewards: dict[str, float] = {}
@@ -77,6 +106,29 @@ class TraceStore:
 
     def __len__(self) -> int:
         return self.collection.count()
+
+    def close(self) -> None:
+        """Release this store: its Chroma client and (embedded) its share of the folder lock, so
+        another process may write. Reading or writing afterwards raises. Also done at garbage
+        collection and, by the kernel, when the process ends."""
+        if self._closer is not None:
+            self._closer()
+        elif self.path is None and hasattr(self.client, "close"):
+            self.client.close()
+        self.collection = _Closed(self.location)
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def acquire_write_lock(self) -> None:
+        """Take the embedded store's exclusive lock now (writes take it anyway), to fail before any
+        expensive work when another process has the store open; a server store needs none. Raises
+        :class:`~rapo_trl.store.errors.StoreLockedError`, naming the holder."""
+        if self.path is not None:
+            store_lock.hold(self.path, self._lock_token, exclusive=True)
 
     def __repr__(self) -> str:
         return f"TraceStore({self.location!r}, collection={self.collection_name!r}, embedder={self.embedder.name!r})"
@@ -331,7 +383,13 @@ class TraceStore:
         show = self.config.show_progress if show_progress is None else show_progress
         timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
         added = 0
-        with tqdm(
+        if not records:
+            self.last_timing = timing
+            return 0
+        self.acquire_write_lock()
+        # One writer thread at a time: the existence check and the add must not interleave, or two
+        # threads both count the same new records (Chroma ignores the second add of an id).
+        with self._write_lock, tqdm(
             total=len(records), desc="Storing steps", unit="rec", disable=not show or len(batches) < 2
         ) as bar:
             for start, stop in batches:
@@ -501,6 +559,26 @@ class TraceStore:
             "size_bytes": _directory_size(self.path) if self.path is not None else None,
             "index": (self.collection.configuration or {}).get("hnsw"),
         }
+
+
+class _Closed:
+    """Stands in for the collection of a closed store: any use says so (not a Chroma internal error)."""
+
+    def __init__(self, location: str):
+        self._location = location
+
+    def __getattr__(self, name):
+        raise TraceStoreError(f"The trace store at {self._location} was closed; open it again to use it.")
+
+
+def _close_embedded(path: Path, token: object, client) -> None:
+    """Close an embedded store's Chroma client, then drop its share of the folder lock (in that
+    order: once the lock is gone another process may write, and a cached client would be stale)."""
+    try:
+        if client is not None:
+            client.close()
+    finally:
+        store_lock.release(path, token)
 
 
 def _finite(value) -> bool:
