@@ -71,6 +71,20 @@ def test_every_template_samples_an_integer_answer_from_its_code():
                     assert eval(template.expression.replace("//", "/"), {}, values) == int(printed)  # noqa: S307
 
 
+def test_wordings_vary_in_number_order_and_question_form():
+    reordered, other_questions, question_first = 0, 0, 0
+    for template in wp._TEMPLATES:
+        in_story = [f for _, f, *_ in string.Formatter().parse(template.story) if f and f != "name"]
+        in_expression = list(dict.fromkeys(re.findall(r"[a-z_]+", template.expression)))
+        reordered += in_story != in_expression
+        sentences = re.split(r"(?<=[.?!]) ", template.story)
+        other_questions += not sentences[-1].startswith("How many")
+        question_first += sentences[0].endswith("?")
+    assert reordered >= 15  # the numbers are not simply used in the order they are read
+    assert other_questions >= 12
+    assert question_first >= 1
+
+
 def test_numbers_are_too_large_for_mental_arithmetic():
     rows = load_task("word_problems", "train", n=200)
     largest = []

@@ -108,8 +108,8 @@ _TEMPLATES = [
     # --- two operations ---
     _Template(
         "wp01",
-        "A hardware shop received {crates_a} crates of screws on Monday and {crates_b} crates on Tuesday. "
-        "Every crate holds {per_crate} screws. How many screws arrived over the two days?",
+        "Every crate of screws holds {per_crate} screws. A hardware shop received {crates_a} crates on "
+        "Monday and {crates_b} on Tuesday. How many screws arrived over the two days?",
         {"crates_a": N3, "crates_b": N3, "per_crate": (24, 96)},
         "(crates_a + crates_b) * per_crate",
     ),
@@ -129,8 +129,8 @@ _TEMPLATES = [
     ),
     _Template(
         "wp04",
-        "A bottling plant filled {filled} bottles today, but {cracked} of them were cracked and thrown "
-        "away. The rest are packed {per_case} to a case. How many cases can be filled completely?",
+        "How many complete cases of {per_case} bottles can a bottling plant pack today? It filled {filled} "
+        "bottles, but {cracked} of them were cracked and thrown away.",
         {"filled": N6, "cracked": N4, "per_case": (12, 48)},
         "(filled - cracked) // per_case",
     ),
@@ -191,9 +191,9 @@ _TEMPLATES = [
     ),
     _Template(
         "wp12",
-        "An orchard harvested {harvest} kilograms of pears. {bruised} kilograms were bruised and turned "
-        "into jam, and {sold} kilograms were sold at the farm gate. How many kilograms are left for the "
-        "wholesale market?",
+        "{sold} kilograms of an orchard's pears were sold at the farm gate, and {bruised} kilograms, too "
+        "bruised to sell, became jam. The orchard picked {harvest} kilograms in all. What weight, in "
+        "kilograms, is left for the wholesale market?",
         {"harvest": (500_000, 999_999), "bruised": N5, "sold": N5},
         "harvest - bruised - sold",
     ),
@@ -201,7 +201,8 @@ _TEMPLATES = [
     _Template(
         "wp13",
         "A cinema charges {price} pence a ticket. It sold {fri} tickets on Friday and {sat} on Saturday, "
-        "and paid back {refunds} pence for a cancelled screening. How many pence did it keep?",
+        "and paid back {refunds} pence for a cancelled screening. What were its takings in pence after the "
+        "refund?",
         {"price": (350, 999), "fri": N4, "sat": N4, "refunds": N5},
         "price * (fri + sat) - refunds",
     ),
@@ -222,8 +223,8 @@ _TEMPLATES = [
     ),
     _Template(
         "wp16",
-        "Three bake sales raised {sale_a}, {sale_b} and {sale_c} pence. The money is divided equally "
-        "between {charities} charities. How many pence does each charity receive?",
+        "The money from three bake sales is divided equally between {charities} charities. The sales "
+        "raised {sale_a}, {sale_b} and {sale_c} pence. How many pence does each charity receive?",
         {"sale_a": N5, "sale_b": N5, "sale_c": N5, "charities": (12, 40)},
         "(sale_a + sale_b + sale_c) // charities",
         exact=(("sale_c", "(sale_a + sale_b + sale_c) % charities"),),
@@ -263,8 +264,8 @@ _TEMPLATES = [
     _Template(
         "wp21",
         "Last week an airline flew {flights} flights of {seats} seats each. {empty} seats stayed empty, "
-        "and crew travelling as passengers took {crew} more. How many seats were sold to paying "
-        "passengers?",
+        "and crew travelling as passengers took {crew} more. Give the number of seats sold to paying "
+        "passengers.",
         {"flights": (100, 400), "seats": (150, 400), "empty": N4, "crew": N3},
         "flights * seats - empty - crew",
     ),
@@ -272,7 +273,7 @@ _TEMPLATES = [
         "wp22",
         "Two wells pump {well_a} and {well_b} litres of water a day into a bottling plant that fills "
         "{jug}-litre jugs; water that cannot fill a whole jug is returned to the river. {broken} full jugs "
-        "break on the packing line. How many full jugs leave the plant each day?",
+        "break on the packing line. Calculate how many full jugs leave the plant each day.",
         {"well_a": N5, "well_b": N5, "jug": (12, 25), "broken": (10, 500)},
         "(well_a + well_b) // jug - broken",
     ),
@@ -343,8 +344,9 @@ _TEMPLATES = [
     ),
     _Template(
         "wp31",
-        "{name} starts the year with {savings} coins, earns {wage} coins a week for {weeks} weeks and pays "
-        "{rent} coins of rent in each of {months} months. How many coins are left at the end?",
+        "{name}'s rent is {rent} coins a month. Starting the year with {savings} coins, {name} earns {wage} "
+        "coins a week for {weeks} weeks and pays rent for {months} months. How many coins are left at the "
+        "end?",
         {"savings": N5, "wage": (1000, 4999), "weeks": (40, 52), "rent": (500, 2999), "months": (10, 12)},
         "savings + wage * weeks - rent * months",
     ),
@@ -359,9 +361,9 @@ _TEMPLATES = [
     ),
     _Template(
         "wp33",
-        "A school orders {packs_a} packs of {pens} pens and {packs_b} packs of {pencils} pencils. The "
-        "items are handed out so that each of its {classes} classes gets the same whole number of them, "
-        "and any leftovers stay in the office. How many items does each class get?",
+        "Each of a school's {classes} classes is to get the same whole number of items from an order of "
+        "{packs_a} packs of {pens} pens and {packs_b} packs of {pencils} pencils; any leftovers stay in the "
+        "office. How many items does each class get?",
         {"packs_a": N3, "pens": (12, 50), "packs_b": N3, "pencils": (12, 50), "classes": (12, 60)},
         "(packs_a * pens + packs_b * pencils) // classes",
     ),
@@ -395,7 +397,7 @@ _TEMPLATES = [
         "wp37",
         "A running club's three squads ran {squad_a}, {squad_b} and {squad_c} kilometres in training "
         "this year. A sponsor pays {rate} pence per kilometre, less a one-off handling fee of {fee} "
-        "pence. How many pence does the club receive?",
+        "pence. Work out how many pence the club receives.",
         {"squad_a": N4, "squad_b": N4, "squad_c": N4, "rate": (12, 99), "fee": N3},
         "(squad_a + squad_b + squad_c) * rate - fee",
     ),
