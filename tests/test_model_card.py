@@ -52,8 +52,7 @@ def test_lora_card_has_paper_authors_tags_base_model_recipe_and_eval(tiny_model_
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
     trainer.base_model_id = "Qwen/Qwen2.5-0.5B-Instruct"
-    trainer.save_model()  # PEFT writes its own template first; the card replaces it
-    trainer.create_model_card()
+    trainer.save_model()  # PEFT writes its own template first; RAPO's card replaces it
     text = (tmp_path / "out" / "README.md").read_text()
     meta = _front_matter(text)
     assert meta["base_model"] == "Qwen/Qwen2.5-0.5B-Instruct"

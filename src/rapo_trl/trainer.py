@@ -181,8 +181,17 @@ class RAPOTrainer(GRPOTrainer):
 
         card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags,
                                 base_model=kwargs.get("base_model"), evaluation=kwargs.get("evaluation"))
-        os.makedirs(self.args.output_dir, exist_ok=True)
-        card.save(os.path.join(self.args.output_dir, "README.md"))
+        output_dir = kwargs.get("output_dir") or self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        card.save(os.path.join(output_dir, "README.md"))
+
+    def _save(self, output_dir=None, state_dict=None):
+        super()._save(output_dir, state_dict)
+        # PEFT's save_pretrained leaves its empty card template (with a local base path): put RAPO's card in
+        # its place. Checkpoints are left as they are (TRL writes the card to output_dir when it saves one).
+        folder = output_dir or self.args.output_dir
+        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith("checkpoint-"):
+            self.create_model_card(output_dir=folder)
 
     def _configure_store(self, store) -> None:
         config = getattr(store, "config", None)
