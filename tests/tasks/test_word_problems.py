@@ -255,6 +255,16 @@ def test_a_store_built_from_training_rows_holds_no_eval_template(tmp_path):
     assert not {skeleton(q) for q in evals["question"]} & {skeleton(by_id[i]["question"]) for i in records["question_id"]}
     fragments = [f for i in wp.EVAL_TEMPLATES for f in literal_fragments(wp.TEMPLATES[i])]
     assert not [f for f in fragments if f in text]
+    # Nor the eval templates' programs, which the store does hold for the training templates.
+    assert any(f"print({wp.TEMPLATES[t].expression})" in text for t in wp.TRAIN_TEMPLATES)
+    assert not [t for t in wp.EVAL_TEMPLATES if f"print({wp.TEMPLATES[t].expression})" in text]
+
+    # The warm start's SFT examples are the store's best trajectories for the training questions.
+    from rapo_trl.cli.warm_start import trajectories_from_store
+
+    warm = trajectories_from_store(store, min_reward=1.0)
+    assert warm and set(warm) <= set(by_id) and not set(warm) & set(evals["question_id"])
+    assert all(by_id[qid]["answer"] in trajectory for qid, trajectory in warm.items())
 
 
 # --- the rapo CLI ---
@@ -294,3 +304,11 @@ def test_cli_refuses_a_difficulty_it_cannot_use(tmp_path):
         load_questions(_script(tmp_path, task="arithmetic", task_difficulty=2), "train")
     with pytest.raises(UsageError, match="difficulty must be one of 1, 2, 3, got 9"):
         load_questions(_script(tmp_path, task_difficulty=9), "train")
+
+
+def test_expert_matches_the_real_python_tool():
+    from rapo_trl.tools import PythonTool
+
+    tool = PythonTool()
+    for row in load_task("word_problems", "eval", n=3, seed=0):
+        assert wp.expert(row, tools={"python": tool}) == wp.expert(row)
