@@ -64,3 +64,18 @@ def test_reweight_advantages_hand_computed_and_token_level():
 def test_ratio_log_shift():
     f = torch.tensor([0.0, 0.5])
     assert torch.exp(ratio_log_shift(f, 0.05)).tolist() == pytest.approx([1.0, 1.025])
+
+
+def test_retrieval_advantage_epsilon_is_the_papers(tmp_path):
+    """A group whose only retrieval has Z = 1e-4 (std 5e-5): the paper's eps (1e-6) gives it its full A_ret,
+    TRL's 1e-4 would cut it to a third. RAPOConfig uses the paper's value and refuses a non-positive one."""
+    from rapo_trl.config import RAPOConfig
+
+    args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True)
+    assert args.retrieval_advantage_epsilon == 1e-6
+    z = torch.tensor([1e-4, 0.0, 0.0, 0.0])
+    full = 0.75e-4 / 5e-5  # (z - mean) / std = 1.5 (unbiased std, G = 4)
+    assert group_normalize(z, 4, eps=args.retrieval_advantage_epsilon)[0].item() == pytest.approx(full, rel=0.03)
+    assert group_normalize(z, 4, eps=1e-4)[0].item() == pytest.approx(full / 3, rel=0.03)
+    with pytest.raises(ValueError, match="retrieval_advantage_epsilon"):
+        RAPOConfig(output_dir=str(tmp_path), use_cpu=True, retrieval_advantage_epsilon=0.0)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rapo_trl.hardware import default_precision, trainer_device
+from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
 
 RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
 
@@ -68,15 +69,22 @@ class RAPOConfig(GRPOConfig):
 
     retrieval_advantage_weight (`float`, *optional*, defaults to `0.2`):
         a in A = A_acc * (1 + a * A_ret). 0 disables the retrieval reward.
+    retrieval_advantage_epsilon (`float`, *optional*, defaults to `1e-6`):
+        eps in A_ret = (Z - mean_G Z) / (std_G Z + eps). The paper's 1e-6, not TRL's 1e-4 (which A_acc
+        keeps, for parity with GRPOTrainer): with 1e-4 a group whose Z spread is ~1e-4 would have its A_ret
+        halved, with 1e-6 every spread above ~1e-5 counts fully, as in the paper. Raise it to mute
+        retrieval rewards that come from near-identical entropies.
     importance_shaping_weight (`float`, *optional*, defaults to `0.05`):
         m in r_hat = (1 + m * F_ret) * r. 0 disables importance shaping.
     step_entropy (`str`, *optional*, defaults to `"topk"`):
-        Step entropy estimator for the retrieval reward: `"topk"` (reference code: top-10 log-probs of a
-        step's first tokens, normalised by log |V|) or `"full"` (paper: mean full-vocabulary entropy).
+        Step entropy estimator for the retrieval reward. `"topk"` (reference code): the **sum** over the
+        step's first `entropy_first_tokens` tokens of `-p log p` over each token's top `entropy_top_k`
+        probabilities, divided by log |V|; a shorter step has a smaller entropy. `"topk_mean"`: the mean
+        of the same per-token values (length-independent). `"full"` (paper): mean full-vocabulary entropy.
     entropy_first_tokens (`int`, *optional*, defaults to `20`):
-        Tokens per step the `"topk"` estimator uses.
+        Tokens per step the `"topk"` and `"topk_mean"` estimators use.
     entropy_top_k (`int`, *optional*, defaults to `10`):
-        Log-probs per token the `"topk"` estimator uses.
+        Log-probs per token the `"topk"` and `"topk_mean"` estimators use.
     score_retrieved_blocks (`bool`, *optional*, defaults to `False`):
         Whether reward functions see the retrieved blocks. By default they are removed (by token span)
         before scoring, so a retrieved `<answer>` cannot be counted as the policy's.
@@ -128,8 +136,13 @@ class RAPOConfig(GRPOConfig):
         default=3, metadata={"help": "Steps without reward signal before one warning (0: never warn)."}
     )
     retrieval_advantage_weight: float = field(default=0.2, metadata={"help": "a in A_acc * (1 + a * A_ret)."})
+    retrieval_advantage_epsilon: float = field(
+        default=1e-6, metadata={"help": "eps in A_ret = (Z - mean Z) / (std Z + eps); the paper's 1e-6."}
+    )
     importance_shaping_weight: float = field(default=0.05, metadata={"help": "m in (1 + m * F_ret) * r."})
-    step_entropy: str = field(default="topk", metadata={"help": "Step entropy estimator: topk or full."})
+    step_entropy: str = field(
+        default="topk", metadata={"help": "Step entropy estimator: topk (reference sum), topk_mean or full."}
+    )
     entropy_first_tokens: int = field(default=20, metadata={"help": "Tokens per step for the topk estimator."})
     entropy_top_k: int = field(default=10, metadata={"help": "Log-probs per token for the topk estimator."})
     score_retrieved_blocks: bool = field(
@@ -160,8 +173,10 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(
                 f"retrieve_prob_schedule must be one of {RETRIEVE_SCHEDULES}, got {self.retrieve_prob_schedule!r}."
             )
-        if self.step_entropy not in ("topk", "full"):
-            raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
+        if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
+            raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
+        if self.retrieval_advantage_epsilon <= 0:
+            raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
         for name in ("retrieval_advantage_weight", "importance_shaping_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")

@@ -44,6 +44,8 @@ from rapo_trl.store.steps import prompt_text
 logger = logging.getLogger(__name__)
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample")
+"""Keys of ``args.generation_kwargs`` that override the rollout backends' sampling settings."""
 
 
 def _query_prefix(prompt) -> str:
@@ -63,12 +65,16 @@ class RAPOTrainer(GRPOTrainer):
         model: model id, local path, or model object (as for GRPOTrainer).
         reward_funcs: reward function(s), e.g. ``rapo_trl.rewards.rapo_outcome_reward``.
         args: a [`RAPOConfig`].
+        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``), run by RAPO's hybrid
+            rollouts (not by GRPOTrainer's chat-template tool loop).
+        rollout_func, environment_factory: accepted for signature parity with GRPOTrainer and refused
+            with a clear error: RAPO's hybrid rollout is the rollout function.
         trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
             retrieval, i.e. agentic GRPO.
-        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``).
         vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
             ``args.use_vllm`` the trainer's own colocated engine is used instead.
-        Other arguments are GRPOTrainer's.
+        The other arguments are GRPOTrainer's, with the same names, order and meaning
+        (``quantization_config`` included, e.g. for QLoRA); RAPO's own come after them.
     """
 
     _tag_names = ["trl", "rapo", "rapo_trl"]
@@ -99,11 +105,21 @@ class RAPOTrainer(GRPOTrainer):
         reward_processing_classes=None,
         callbacks=None,
         optimizers=(None, None),
+        quantization_config=None,
         peft_config=None,
-        trace_store=None,
         tools=None,
+        rollout_func=None,
+        environment_factory=None,
+        trace_store=None,
         vllm_llm=None,
     ):
+        for name, value in (("rollout_func", rollout_func), ("environment_factory", environment_factory)):
+            if value is not None:
+                raise ValueError(
+                    f"RAPOTrainer does not take {name}=: its step-wise hybrid rollout (tools, retrieval, per-step "
+                    "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
+                    f"GRPOTrainer for a custom {name}."
+                )
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
@@ -119,6 +135,7 @@ class RAPOTrainer(GRPOTrainer):
             reward_processing_classes=reward_processing_classes,
             callbacks=callbacks,
             optimizers=optimizers,
+            quantization_config=quantization_config,
             peft_config=peft_config,
         )
         self.trace_store = trace_store
@@ -213,6 +230,10 @@ class RAPOTrainer(GRPOTrainer):
             repetition_penalty=args.repetition_penalty,
             entropy_top_k=args.entropy_top_k,
         )
+        # As in TRL, generation_kwargs win over the sampling fields of the config.
+        for key, value in (args.generation_kwargs or {}).items():
+            if key in SAMPLING_KEYS:
+                setattr(sampling, key, (value or 0) if key == "top_k" else value)
         if vllm_llm is not None or self.use_vllm:
             from rapo_trl.rollout.backends.vllm import VLLMBackend
 
@@ -290,9 +311,7 @@ class RAPOTrainer(GRPOTrainer):
             "completion_ids": [row.completion_ids for row in rows],
             "logprobs": [row.logprobs for row in rows] if use_logprobs else None,
             "env_mask": [row.env_mask for row in rows],
-            "rapo_is_hybrid": [row.is_hybrid for row in rows],
-            "rapo_num_retrievals": [len(row.retrievals) for row in rows],
-        }
+        }  # RAPO's per-row state stays in self._last_rows: TRL would copy extra keys into rows and reward kwargs
 
     @contextmanager
     def _vllm_awake(self):
@@ -389,7 +408,7 @@ class RAPOTrainer(GRPOTrainer):
             device=device,
         )
         all_z = self.accelerator.gather(z)
-        a_ret_all = group_normalize(all_z, self.num_generations)
+        a_ret_all = group_normalize(all_z, self.num_generations, eps=self.args.retrieval_advantage_epsilon)
         start = self.accelerator.process_index * len(rows)
         a_ret = a_ret_all[start : start + len(rows)].to(out["advantages"].dtype)
         out["advantages"] = reweight_advantages(out["advantages"], a_ret, self.args.retrieval_advantage_weight)

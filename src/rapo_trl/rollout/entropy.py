@@ -25,20 +25,28 @@ def token_entropies(logits: torch.Tensor, top_k: int = 10) -> tuple[torch.Tensor
     return full, topk / math.log(logits.size(-1))
 
 
+STEP_ENTROPY_ESTIMATORS = ("topk", "topk_mean", "full")
+"""Step entropy estimators: the reference code's top-k sum, its per-token mean, the paper's full mean."""
+
+
 def step_entropy(
     entropy_full: list[float], entropy_topk: list[float], estimator: str = "topk", first_tokens: int = 20
 ) -> float | None:
     """Entropy of one policy step from its tokens' entropies.
 
-    ``"topk"``: mean of the top-k estimator over the step's first ``first_tokens`` tokens (reference
-    code). ``"full"``: mean exact entropy over all the step's tokens (paper). ``None`` for an empty step.
+    - ``"topk"`` (reference code): the **sum** of the per-token top-k estimator over the step's first
+      ``first_tokens`` tokens, so a step shorter than ``first_tokens`` has a proportionally smaller
+      entropy. With token entropy 0.1, a 30-token step gives 2.0 and an 8-token step 0.8.
+    - ``"topk_mean"``: the mean of the same values (length-independent; not in the paper or the code).
+    - ``"full"`` (paper): mean exact entropy over all the step's tokens.
+
+    ``None`` for an empty step.
     """
-    if estimator == "topk":
-        values = entropy_topk[:first_tokens]
-    elif estimator == "full":
-        values = entropy_full
-    else:
-        raise ValueError(f"Unknown step entropy estimator {estimator!r}; use 'topk' or 'full'.")
+    if estimator not in STEP_ENTROPY_ESTIMATORS:
+        raise ValueError(f"Unknown step entropy estimator {estimator!r}; use one of {STEP_ENTROPY_ESTIMATORS}.")
+    values = entropy_full if estimator == "full" else entropy_topk[:first_tokens]
     if not values:
         return None
+    if estimator == "topk":
+        return float(sum(values))
     return float(sum(values) / len(values))
