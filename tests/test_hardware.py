@@ -7,18 +7,7 @@ import torch
 
 from rapo_trl import hardware
 from rapo_trl.config import RAPOConfig
-
-
-def fake_gpu(monkeypatch, native_bf16: bool) -> None:
-    """torch sees a CUDA GPU; with ``native_bf16`` an Ampere+ one, else a T4 (bf16 only emulated)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native_bf16 or including_emulation)
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-
-
-def no_gpu(monkeypatch) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
 
 
 def test_ampere_gpu_gets_cuda_bf16(monkeypatch):

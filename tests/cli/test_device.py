@@ -13,7 +13,7 @@ import torch
 from transformers import PreTrainedModel
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
-from tests.test_hardware import fake_gpu, no_gpu
+from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
 
 
 class Stop(Exception):

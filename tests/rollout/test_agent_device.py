@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rapo_trl.rollout.agent import RolloutAgent, load_policy
-from tests.test_hardware import fake_gpu, no_gpu
+from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
 
 
 @pytest.fixture
