@@ -1,0 +1,167 @@
+"""RAPOTrainer as a drop-in for GRPOTrainer (TRL 1.16): constructor, rollout dict, sampling settings, and
+loss/gradient parity with retrieval off for each loss aggregation, with and without KL, and num_iterations 2."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
+from rapo_trl.trainer import RAPOTrainer
+from tests.rollout.test_engine import EchoTool, FixedStore
+from tests.test_trainer import (
+    batch_inputs,
+    common_args,
+    dataset,
+    loss_and_grads,
+    rapo_trainer,
+    script,
+    sevens,
+)
+
+
+def test_constructor_accepts_every_grpo_trainer_argument_in_order():
+    grpo = list(inspect.signature(GRPOTrainer.__init__).parameters.values())
+    rapo = list(inspect.signature(RAPOTrainer.__init__).parameters.values())
+    assert [p.name for p in rapo[: len(grpo)]] == [p.name for p in grpo]
+    assert [p.default for p in rapo[: len(grpo)]] == [p.default for p in grpo]
+    assert [p.name for p in rapo[len(grpo) :]] == ["trace_store", "vllm_llm"]  # RAPO's own come after
+
+
+@pytest.mark.parametrize("name", ["rollout_func", "environment_factory"])
+def test_custom_rollouts_are_refused_clearly(tiny_model_dir, tmp_path, name):
+    with pytest.raises(ValueError, match=rf"RAPOTrainer does not take {name}=.*hybrid rollout"):
+        RAPOTrainer(str(tiny_model_dir), sevens, args=RAPOConfig(**common_args(tmp_path)), train_dataset=dataset(),
+                    **{name: lambda *a, **k: None})
+
+
+def test_quantization_config_reaches_the_model_loader(tiny_model_dir, tmp_path, monkeypatch):
+    """A model id plus quantization_config (QLoRA) is loaded by GRPOTrainer with that config."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    seen = {}
+    load = grpo_module.create_model_from_path
+
+    def recording_load(path, **kwargs):
+        seen.update(kwargs)
+        kwargs.pop("quantization_config")  # no bitsandbytes on a CPU runner; the tiny model loads as is
+        return load(path, **kwargs)
+
+    monkeypatch.setattr(grpo_module, "create_model_from_path", recording_load)
+    marker = object()
+    RAPOTrainer(str(tiny_model_dir), sevens, args=RAPOConfig(**common_args(tmp_path)), train_dataset=dataset(),
+                processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), quantization_config=marker)
+    assert seen["quantization_config"] is marker
+
+
+def test_rapo_bookkeeping_stays_out_of_rows_and_reward_kwargs(tiny_model_dir, tmp_path):
+    keys = set()
+
+    def record(completions, **kwargs):
+        keys.update(kwargs)
+        return [float(len(c[0]["content"])) for c in completions]
+
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(), retrieve_prob=1.0, num_hybrid_generations=2)
+    trainer.reward_funcs = [record]
+    script(trainer)
+    trainer.model.train()
+    inputs = batch_inputs()
+    trainer._generate_and_score_completions(inputs)
+    assert any(r.retrievals for r in trainer._last_rows)  # there was bookkeeping to leak
+    assert keys and not any(k.startswith("rapo") for k in keys), keys
+    assert all(set(row) == {"prompt"} for row in inputs)  # TRL writes extra rollout keys into the rows
+
+
+def test_generation_kwargs_win_over_sampling_fields(tiny_model_dir, tmp_path):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, temperature=0.9, top_p=1.0,
+                           generation_kwargs={"temperature": 0.5, "top_k": 7, "top_p": 0.8})
+    sampling = trainer.rollout_engine.backend.sampling
+    assert (sampling.temperature, sampling.top_k, sampling.top_p) == (0.5, 7, 0.8)
+    script(trainer)
+    generate = trainer.accelerator.unwrap_model(trainer.model).generate
+    configs = []
+
+    def recording(*args, generation_config=None, **kwargs):
+        configs.append(generation_config)
+        return generate(*args, generation_config=generation_config, **kwargs)
+
+    trainer.accelerator.unwrap_model(trainer.model).generate = recording
+    trainer.model.train()
+    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
+    assert configs and all((c.temperature, c.top_k, c.top_p) == (0.5, 7, 0.8) for c in configs)
+
+
+# ---------------------------------------------------------------------------------------------- parity
+
+def _perturb(model, seed=0, scale=0.05):
+    """The same small deterministic change to every weight: stands in for an earlier update, so the ratio
+    pi / pi_old differs from 1 when old log-probs were stored (num_iterations 2)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(model.named_parameters()):
+            param.add_(scale * torch.randn(param.shape, generator=generator))
+
+
+def _batch_loss_grads(trainer, perturb):
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    if perturb:
+        _perturb(trainer.model)
+    loss, grads = loss_and_grads(trainer, batch)
+    return batch, loss, grads
+
+
+@pytest.mark.parametrize(
+    "loss_type,beta,num_iterations",
+    [("grpo", 0.0, 1), ("dapo", 0.0, 1), ("dr_grpo", 0.0, 1), ("bnpo", 0.0, 1),
+     ("grpo", 0.04, 1), ("dapo", 0.04, 1), ("dr_grpo", 0.04, 1), ("bnpo", 0.04, 1),
+     ("dapo", 0.0, 2), ("grpo", 0.04, 2)],
+)
+def test_retrieval_off_matches_grpo_trainer(tiny_model_dir, tmp_path, loss_type, beta, num_iterations):
+    """Same rollouts, same batch: the same advantages, loss and gradients as GRPOTrainer."""
+    settings = dict(loss_type=loss_type, beta=beta, num_iterations=num_iterations)
+    rapo = rapo_trainer(tiny_model_dir, tmp_path / "rapo", store=None, **settings)
+    rapo_batch, rapo_loss, rapo_grads = _batch_loss_grads(rapo, perturb=num_iterations > 1)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    grpo = GRPOTrainer(model, sevens, args=GRPOConfig(**common_args(tmp_path / "grpo", **settings)),
+                       train_dataset=dataset(), processing_class=tok)
+    engine = HybridRolloutEngine(tok, TransformersBackend(model, tok), [EchoTool()], None,
+                                 RolloutConfig(max_completion_length=96, max_turn_tokens=32))
+
+    def agentic_rollout(prompts, trainer):
+        ids, _, _ = trainer._tokenize_prompts(prompts)
+        rows = engine.run(ids)
+        return {"prompt_ids": [r.prompt_ids for r in rows], "completion_ids": [r.completion_ids for r in rows],
+                "logprobs": None, "env_mask": [r.env_mask for r in rows]}
+
+    grpo.rollout_func = agentic_rollout
+    grpo_batch, grpo_loss, grpo_grads = _batch_loss_grads(grpo, perturb=num_iterations > 1)
+
+    assert rapo_batch.keys() == grpo_batch.keys() | {"rapo_log_ratio_shift"}
+    assert ("old_per_token_logps" in rapo_batch) == (num_iterations > 1)
+    assert ("ref_per_token_logps" in rapo_batch) == (beta > 0)
+    assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])
+    assert torch.allclose(rapo_batch["advantages"], grpo_batch["advantages"])
+    assert rapo_batch["advantages"].abs().sum() > 0
+    assert torch.allclose(rapo_loss, grpo_loss, atol=1e-7) and rapo_loss != 0
+    assert rapo_grads.keys() == grpo_grads.keys() and rapo_grads
+    for name in rapo_grads:
+        assert torch.allclose(rapo_grads[name], grpo_grads[name], atol=1e-7), name
+    if num_iterations > 1:  # the perturbation really moved the ratio away from 1
+        assert not torch.allclose(rapo_batch["old_per_token_logps"], _current_logps(rapo, rapo_batch), atol=1e-4)
+
+
+def _current_logps(trainer, batch):
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, batch["completion_ids"].size(1))
+    return logps
