@@ -1,10 +1,10 @@
-"""Turn generation with transformers ``generate`` (CPU or any GPU)."""
+"""Turn generation with transformers (CPU or any GPU): a KV-cached sampling loop, or ``generate``."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from transformers import (
@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from rapo_trl.rollout.backends.base import SamplingSettings, find_stop
+from rapo_trl.rollout.backends.kv_decode import KVCacheDecoder, supports_kv_decode
 from rapo_trl.rollout.entropy import token_entropies
 from rapo_trl.rollout.types import TurnOutput
 
@@ -24,7 +25,8 @@ class _EntropyRecorder(LogitsProcessor):
     """Records each position's entropies as logits stream past; returns them unchanged.
 
     transformers applies custom processors before its temperature/top-k/top-p warpers, so this sees the
-    policy's raw distribution, and nothing of size ``steps x batch x vocab`` is ever kept.
+    policy's raw distribution, and nothing of size ``steps x batch x vocab`` is ever kept. The per-step
+    values stay on the model's device and move to the CPU once per turn (``table``), not once per token.
     """
 
     def __init__(self, top_k: int):
@@ -34,13 +36,39 @@ class _EntropyRecorder(LogitsProcessor):
 
     def __call__(self, input_ids, scores):
         full, topk = token_entropies(scores, self.top_k)
-        self.full.append(full.cpu())
-        self.topk.append(topk.cpu())
+        self.full.append(full)
+        self.topk.append(topk)
         return scores
+
+    def table(self, rows: int, step_rows: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(full, topk)`` as CPU tensors of shape ``(rows, steps recorded)``.
+
+        ``step_rows[s]`` names the rows that step ``s`` saw when the batch shrinks as rows stop (the cached
+        loop); without it every step saw all rows (``generate``). A ``generate`` that never called the
+        processors (a patched one) leaves zero columns: no entropies, rather than made-up ones.
+        """
+        if not self.full:
+            empty = torch.zeros((rows, 0))
+            return empty, empty
+        if step_rows is None:
+            return torch.stack(self.full, dim=1).cpu(), torch.stack(self.topk, dim=1).cpu()
+        full = self.full[0].new_zeros((rows, len(self.full)))
+        topk = self.topk[0].new_zeros((rows, len(self.topk)))
+        for step, (idx, f, t) in enumerate(zip(step_rows, self.full, self.topk)):
+            full[idx, step] = f
+            topk[idx, step] = t
+        return full.cpu(), topk.cpu()
 
 
 class TransformersBackend:
-    """Generates a turn for all active rows in one left-padded ``generate`` call.
+    """Generates a turn for all active rows with transformers (CPU or any GPU).
+
+    By default turns run in ``KVCacheDecoder`` (``kv_decode.py``): a sampling loop over the model's forward
+    pass with ``generate``'s logits processors, which keeps each row's KV cache from one turn to the next
+    (between ``begin_rollout`` and ``end_rollout``, which the engine calls around each rollout), prefills a
+    shared prompt prefix and identical rows once, and drops rows from the batch as they stop. Models it
+    cannot serve (a patched or wrapped ``generate``, sliding-window or other non-dynamic cache layers,
+    encoder-decoders), or ``reuse_kv=False``, get one left-padded ``model.generate`` call per turn.
 
     Args:
         model: a causal LM, or a zero-argument callable returning a context manager that yields one
@@ -48,6 +76,7 @@ class TransformersBackend:
         tokenizer: its tokenizer (stop-string detection decodes with it).
         sampling: sampling settings.
         generation_config: a base config to copy (e.g. the trainer's); sampling settings override it.
+        reuse_kv: use the cached sampling loop where the model allows it.
     """
 
     def __init__(
@@ -56,6 +85,7 @@ class TransformersBackend:
         tokenizer,
         sampling: SamplingSettings | None = None,
         generation_config: GenerationConfig | None = None,
+        reuse_kv: bool = True,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -67,6 +97,19 @@ class TransformersBackend:
         # changes between calls for Rust-backed tokenizers, so its cache never hits and every `generate` call
         # rebuilt them (~0.5-2 s per turn for a 49k vocabulary). Build them once per set of stop strings here.
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
+        self.decoder = KVCacheDecoder() if reuse_kv else None
+        self.last_path: str | None = None
+        """``"kv_cache"`` or ``"generate"``: which path the last turn took."""
+
+    def begin_rollout(self) -> None:
+        """Keep KV caches from turn to turn until ``end_rollout`` (the weights must not change meanwhile)."""
+        if self.decoder is not None:
+            self.decoder.keep(True)
+
+    def end_rollout(self) -> None:
+        """Drop the KV caches kept since ``begin_rollout``."""
+        if self.decoder is not None:
+            self.decoder.keep(False)
 
     def _model_context(self) -> Callable[[], contextlib.AbstractContextManager]:
         if isinstance(self.model, torch.nn.Module):
@@ -98,20 +141,24 @@ class TransformersBackend:
             return_dict_in_generate=True,
             output_scores=False,
             output_logits=False,
-            stop_strings=None,  # passed as a prebuilt StopStringCriteria (see _stopping_criteria)
+            stop_strings=None,  # passed as a prebuilt StopStringCriteria (see _stop_criterion)
         )
         config.max_length = None
         config.min_new_tokens = None
         config.min_length = 0
         return config
 
-    def _stopping_criteria(self, stop_strings: Sequence[str]) -> StoppingCriteriaList | None:
+    def _stop_criterion(self, stop_strings: Sequence[str]) -> StopStringCriteria | None:
         key = tuple(stop_strings)
         if not key:
             return None
         if key not in self._stop_criteria:
             self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
-        return StoppingCriteriaList([self._stop_criteria[key]])
+        return self._stop_criteria[key]
+
+    def _use_kv_cache(self, model, config: GenerationConfig) -> bool:
+        single_path = (config.num_beams or 1) == 1 and getattr(config, "assistant_model", None) is None
+        return self.decoder is not None and single_path and supports_kv_decode(model)
 
     @torch.no_grad()
     def generate(
@@ -120,45 +167,64 @@ class TransformersBackend:
         if not sequences:
             return []
         with self._model_context()() as model:
-            device = next(model.parameters()).device
-            width = max(len(s) for s in sequences)
-            pad = self.tokenizer.pad_token_id
-            input_ids = torch.full((len(sequences), width), pad, dtype=torch.long)
-            attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-            for row, seq in enumerate(sequences):
-                input_ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
-                attention_mask[row, width - len(seq) :] = 1
             recorder = _EntropyRecorder(self.sampling.entropy_top_k)
             config = self._generation_config(model, max(max_new_tokens), stop_strings)
+            eos_ids = self.eos_token_ids(model)
+            stop = self._stop_criterion(stop_strings)
             was_training = model.training
             model.eval()
             try:
-                out = model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    generation_config=config,
-                    logits_processor=LogitsProcessorList([recorder]),
-                    stopping_criteria=self._stopping_criteria(stop_strings),
-                    tokenizer=self.tokenizer,
-                )
+                if self._use_kv_cache(model, config):
+                    self.last_path = "kv_cache"
+                    new_ids = self.decoder.generate(
+                        model, sequences, max_new_tokens, config, LogitsProcessorList([recorder]), stop, eos_ids
+                    )
+                    full, topk = recorder.table(len(sequences), self.decoder.step_rows)
+                else:
+                    self.last_path = "generate"
+                    new_ids = self._generate_padded(model, sequences, max_new_tokens, config, recorder, stop)
+                    full, topk = recorder.table(len(sequences))
             finally:
                 model.train(was_training)
-            eos_ids = self.eos_token_ids(model)
-        new_tokens = out.sequences[:, width:].cpu()
-        full = torch.stack(recorder.full, dim=1) if recorder.full else torch.zeros((len(sequences), 0))
-        topk = torch.stack(recorder.topk, dim=1) if recorder.topk else torch.zeros((len(sequences), 0))
         results = []
-        for row, limit in enumerate(max_new_tokens):
-            ids = new_tokens[row, :limit].tolist()
-            length, finish, stop = find_stop(self.tokenizer, ids, stop_strings, eos_ids)
+        for row, ids in enumerate(new_ids):
+            length, finish, stop_string = find_stop(self.tokenizer, ids, stop_strings, eos_ids)
             results.append(
                 TurnOutput(
                     token_ids=ids[:length],
                     finish=finish,
-                    stop_string=stop,
+                    stop_string=stop_string,
                     logprobs=None,
                     entropy_full=full[row, :length].tolist(),
                     entropy_topk=topk[row, :length].tolist(),
                 )
             )
         return results
+
+    def _generate_padded(self, model, sequences, max_new_tokens, config, recorder, stop) -> list[list[int]]:
+        """One left-padded ``model.generate`` call; each row's sampled ids cut to its own budget."""
+        device = next(model.parameters()).device
+        width = max(len(s) for s in sequences)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.full((len(sequences), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):
+            input_ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+            attention_mask[row, width - len(seq) :] = 1
+        out = model.generate(
+            input_ids=input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]),
+            stopping_criteria=StoppingCriteriaList([stop]) if stop is not None else None,
+            tokenizer=self.tokenizer,
+        )
+        # A wrapped or patched generate may return the bare tensor of sequences instead of an output object.
+        if isinstance(out, torch.Tensor):
+            sequences_out = out
+        elif isinstance(out, Mapping):
+            sequences_out = out["sequences"]
+        else:
+            sequences_out = out.sequences
+        new_tokens = sequences_out[:, width:].cpu()
+        return [new_tokens[row, :limit].tolist() for row, limit in enumerate(max_new_tokens)]

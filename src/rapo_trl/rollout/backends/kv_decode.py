@@ -1,0 +1,304 @@
+"""A sampling loop over a causal LM's forward pass that keeps each row's KV cache between turns.
+
+A hybrid rollout is many short turns: the policy samples a step, the engine appends forced tokens (a tool
+result, a retrieved step) and asks for the next step. ``model.generate`` re-prefills the whole sequence
+every turn and keeps decoding rows that have already stopped until the slowest row of the batch is done.
+This loop instead
+
+- keeps, per row, the keys and values of every token it has processed, and on the next call prefills only
+  the tokens after the longest cached prefix of each sequence (usually the forced tokens just appended);
+  a cache is used only where its token ids equal the new sequence's, so the ids stay exactly those given;
+- prefills a prefix shared by rows without a cache (the system prompt) once, and identical rows (the G
+  rollouts of one prompt) once;
+- drops a row from the batch as soon as it has stopped (EOS, a stop string, or its own token budget).
+
+Sampling is ``generate``'s own: the logits processors come from transformers' ``_get_logits_processor``
+for the same ``GenerationConfig`` (custom processors after the built-in ones, before temperature/top-k/
+top-p), then softmax and ``torch.multinomial`` (or argmax). Each row's random draws differ from a
+``generate`` call on the same batch (the batch shrinks as rows stop), not its distribution.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteria
+from transformers.cache_utils import DynamicLayer
+
+
+@dataclass
+class _Entry:
+    """One row's processed tokens and their keys/values, one ``(heads, len, dim)`` pair per layer."""
+
+    tokens: torch.Tensor  # (len,) long, on the CPU
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+def _inner_model(model):
+    """The transformers model under a PEFT wrapper (the one that owns the generation utilities)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def supports_kv_decode(model) -> bool:
+    """Whether the loop can stand in for ``model.generate``: a stock ``generate`` (not patched or wrapped),
+    a decoder-only model with full-attention dynamic cache layers, and the generation helpers it reuses."""
+    from transformers import GenerationMixin
+
+    inner = _inner_model(model)
+    if "generate" in vars(model) or "generate" in vars(inner):  # a patched generate must be the one used
+        return False
+    if not isinstance(inner, GenerationMixin) or getattr(type(inner), "generate", None) is not GenerationMixin.generate:
+        return False
+    config = inner.config
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    for name in ("_get_logits_processor", "_prepare_special_tokens"):
+        if not callable(getattr(inner, name, None)):
+            return False
+    params = inspect.signature(inner.forward).parameters
+    if not {"past_key_values", "position_ids", "attention_mask"} <= set(params) and not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    ):
+        return False
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # a config the dynamic cache cannot describe
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = (a[:n] != b[:n]).nonzero()
+    return int(diff[0]) if len(diff) else n
+
+
+class KVCacheDecoder:
+    """Samples turns for batches of token-id sequences, reusing the KV cache of the previous call.
+
+    Reuse across calls is only safe while the weights stay the same: the caller opens it with
+    ``keep(True)`` for one rollout and closes it with ``keep(False)`` (which also frees the memory).
+    Prefix sharing within one call needs no such guarantee and is always on.
+
+    Args:
+        min_shared_prefix: the shortest common prefix of uncached rows that is prefilled once and shared.
+    """
+
+    def __init__(self, min_shared_prefix: int = 16):
+        self.min_shared_prefix = min_shared_prefix
+        self._entries: list[_Entry] = []
+        self._keep = False
+        self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_row_steps": 0}
+        self.step_rows: list[torch.Tensor] = []
+
+    def keep(self, enabled: bool) -> None:
+        self._keep = enabled
+        self._entries = []
+
+    # ------------------------------------------------------------------ cache layout
+
+    def _match(self, seq: torch.Tensor) -> tuple[_Entry | None, int]:
+        """The stored entry sharing the longest prefix with ``seq`` (at most ``len(seq) - 1`` tokens:
+        the last token must be fed to get the next-token logits)."""
+        best, best_n = None, 0
+        for entry in self._entries:
+            n = min(_common_prefix(entry.tokens, seq), len(seq) - 1)
+            if n > best_n:
+                best, best_n = entry, n
+        return best, best_n
+
+    def _forward(self, model, parts: list[tuple[_Entry | None, int, torch.Tensor]], device):
+        """One forward pass over rows ``(entry, cached, pending)``: the first ``cached`` tokens come from
+        ``entry``'s cache, ``pending`` tokens are computed. Left-pads both parts (a row's cached and pending
+        tokens may be separated by padding; the attention mask and position ids skip it).
+
+        Returns ``(last_logits, cache, attention_mask, next_positions)``.
+        """
+        n_layers = None
+        width_c = max(c for _, c, _ in parts)
+        width_p = max(len(p) for _, _, p in parts)
+        rows = len(parts)
+        mask = torch.zeros((rows, width_c + width_p), dtype=torch.long)
+        input_ids = torch.zeros((rows, width_p), dtype=torch.long)
+        positions = torch.zeros((rows, width_p), dtype=torch.long)
+        for r, (_, c, pending) in enumerate(parts):
+            mask[r, width_c - c : width_c] = 1
+            mask[r, width_c + width_p - len(pending) :] = 1
+            input_ids[r, width_p - len(pending) :] = pending
+            positions[r, width_p - len(pending) :] = torch.arange(c, c + len(pending))
+        cache = None
+        if width_c:
+            some = next(e for e, c, _ in parts if c)
+            n_layers = len(some.keys)
+            data = []
+            for layer in range(n_layers):
+                k0, v0 = some.keys[layer], some.values[layer]
+                keys = k0.new_zeros((rows, k0.shape[0], width_c, k0.shape[2]))
+                values = v0.new_zeros((rows, v0.shape[0], width_c, v0.shape[2]))
+                for r, (entry, c, _) in enumerate(parts):
+                    if c:
+                        keys[r, :, width_c - c :] = entry.keys[layer][:, :c]
+                        values[r, :, width_c - c :] = entry.values[layer][:, :c]
+                data.append((keys, values))
+            cache = DynamicCache(ddp_cache_data=data)
+        else:
+            cache = DynamicCache()
+        mask = mask.to(device)
+        out = model(
+            input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        )
+        self.stats["prefilled_tokens"] += sum(len(p) for _, _, p in parts)
+        self.stats["reused_tokens"] += sum(c for _, c, _ in parts)
+        next_positions = torch.tensor([c + len(p) for _, c, p in parts], dtype=torch.long, device=device)
+        return out.logits[:, -1].float(), out.past_key_values, mask, next_positions
+
+    @staticmethod
+    def _extract(cache, row: int, mask_row: torch.Tensor, tokens: torch.Tensor) -> _Entry:
+        valid = mask_row[: cache.get_seq_length()].nonzero().squeeze(1)
+        if len(valid) != len(tokens):
+            raise RuntimeError(f"KV cache bookkeeping: {len(valid)} cached positions for {len(tokens)} tokens.")
+        keys = [layer.keys[row].index_select(1, valid) for layer in cache.layers]
+        values = [layer.values[row].index_select(1, valid) for layer in cache.layers]
+        return _Entry(tokens, keys, values)
+
+    def _prefill(self, model, seqs: list[torch.Tensor], device):
+        """Prefill every row; returns ``(logits, cache, mask, next_positions)`` in row order."""
+        matched = [self._match(s) if self._keep else (None, 0) for s in seqs]
+        # A prefix shared by the rows without a cache (e.g. the system prompt) is computed once.
+        cold = [i for i, (_, c) in enumerate(matched) if c == 0]
+        if len(cold) > 1:
+            first = seqs[cold[0]]
+            shared = min(len(seqs[i]) - 1 for i in cold)
+            for i in cold[1:]:
+                shared = min(shared, _common_prefix(first, seqs[i]))
+            if shared >= self.min_shared_prefix:
+                _, cache, mask, _ = self._forward(model, [(None, 0, first[:shared])], device)
+                entry = self._extract(cache, 0, mask[0], first[:shared])
+                for i in cold:
+                    matched[i] = (entry, shared)
+        # Identical rows (the G rollouts of one prompt) are prefilled once, then repeated.
+        unique: dict[tuple, int] = {}
+        parts, index = [], []
+        for seq, (entry, c) in zip(seqs, matched):
+            key = (id(entry), c, tuple(seq[c:].tolist()))
+            if key not in unique:
+                unique[key] = len(parts)
+                parts.append((entry, c, seq[c:]))
+            index.append(unique[key])
+        logits, cache, mask, next_positions = self._forward(model, parts, device)
+        if len(parts) != len(seqs) or index != list(range(len(seqs))):
+            select = torch.tensor(index, device=device)
+            for layer in cache.layers:
+                layer.batch_select_indices(select)
+            logits, mask, next_positions = logits[select], mask[select], next_positions[select]
+        return logits, cache, mask, next_positions
+
+    # ------------------------------------------------------------------ the loop
+
+    @torch.no_grad()
+    def generate(
+        self,
+        model,
+        sequences: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        config: GenerationConfig,
+        logits_processor: LogitsProcessorList,
+        stopping: StoppingCriteria | None,
+        eos_ids: set[int],
+    ) -> list[list[int]]:
+        """Sample up to ``max_new_tokens[i]`` tokens for each row; a row stops after an EOS token or when
+        ``stopping`` says so. Returns each row's sampled ids; ``step_rows[s]`` then holds the rows that
+        were still sampling at step ``s`` (the batch the processors saw).
+
+        ``logits_processor`` holds the caller's custom processors (e.g. an entropy recorder); it is
+        merged with the config's the way ``generate`` merges them.
+        """
+        inner = _inner_model(model)
+        device = next(model.parameters()).device
+        rows = len(sequences)
+        seqs = [torch.tensor(list(s), dtype=torch.long) for s in sequences]
+        config = copy.deepcopy(config)
+        inner._prepare_special_tokens(config, True, device=device, batch_size=rows)
+        width = max(len(s) for s in seqs)
+        processors = inner._get_logits_processor(
+            generation_config=config, input_ids_seq_length=width, encoder_input_ids=None,
+            prefix_allowed_tokens_fn=None, logits_processor=logits_processor, device=device, model_kwargs={},
+        )
+        # The sequences as processors see them in generate (left-padded, growing by the sampled ids).
+        pad = config.pad_token_id if config.pad_token_id is not None else 0
+        full_ids = torch.full((rows, width), pad, dtype=torch.long)
+        for r, s in enumerate(seqs):
+            full_ids[r, width - len(s) :] = s
+        full_ids = full_ids.to(device)
+
+        logits, cache, mask, positions = self._prefill(model, seqs, device)
+        budgets = torch.tensor([max(0, int(n)) for n in max_new_tokens], dtype=torch.long)
+        limit = int(budgets.max()) if rows else 0
+        sampled = torch.full((rows, max(limit, 1)), pad, dtype=torch.long, device=device)
+        counts = [0] * rows
+        active = [r for r in range(rows) if budgets[r] > 0]
+        if len(active) != rows:
+            logits, full_ids, mask, positions = self._select(cache, active, logits, full_ids, mask, positions)
+        eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device) if eos_ids else None
+        entries: dict[int, _Entry] = {}
+        step = 0
+        self.step_rows = []
+        while active:
+            active_t = torch.tensor(active, device=device)
+            self.step_rows.append(active_t)
+            scores = processors(full_ids, logits)
+            if config.do_sample:
+                tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            else:
+                tokens = torch.argmax(scores, dim=-1)
+            sampled[active_t, step] = tokens
+            full_ids = torch.cat([full_ids, tokens[:, None]], dim=-1)
+            step += 1
+            self.stats["decode_row_steps"] += len(active)
+            done = budgets[active] <= step
+            if eos is not None:
+                done |= torch.isin(tokens, eos).cpu()
+            if stopping is not None:  # on the whole sequence, as in generate
+                done |= stopping(full_ids, None).cpu()
+            for r in active:
+                counts[r] = step
+            if bool(done.any()):
+                finished = done.nonzero().squeeze(1).tolist()
+                if self._keep:  # the last sampled token was never fed, so its keys are not in the cache
+                    for a in finished:
+                        r = active[a]
+                        entries[r] = self._extract(
+                            cache, a, mask[a], torch.cat([seqs[r], sampled[r, : step - 1].cpu()])
+                        )
+                keep = [a for a in range(len(active)) if not bool(done[a])]
+                active = [active[a] for a in keep]
+                if not active:
+                    break
+                tokens, full_ids, mask, positions = self._select(cache, keep, tokens, full_ids, mask, positions)
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+            out = model(
+                input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
+                past_key_values=cache, use_cache=True, logits_to_keep=1,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1].float()
+            positions = positions + 1
+        self._entries = [entries[r] for r in sorted(entries)] if self._keep else []
+        sampled = sampled.cpu()
+        return [sampled[r, : counts[r]].tolist() for r in range(rows)]
+
+    @staticmethod
+    def _select(cache, keep: list[int], *tensors):
+        index = torch.tensor(keep, device=tensors[0].device)
+        for layer in cache.layers:
+            layer.batch_select_indices(index)
+        return tuple(t[index] for t in tensors)

@@ -1,0 +1,184 @@
+"""The transformers backend's KV-cached sampling loop, pinned against plain ``model.generate``.
+
+Greedy decoding on the tiny model must give the same ids, finish reasons and (to float noise) the same
+entropies whichever path runs, over several turns with forced tokens appended between them, with rows
+sharing a prompt, rows of different budgets and a stop string.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rapo_trl.rollout import SamplingSettings, TransformersBackend
+from rapo_trl.rollout.backends.transformers import _EntropyRecorder
+from rapo_trl.rollout.entropy import token_entropies
+
+GREEDY = SamplingSettings(do_sample=False)
+SYSTEM = "You are a careful assistant. Think step by step, run code in python tags, and answer in answer tags."
+
+
+def chat(tokenizer, question):
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    return list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+
+def encode(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def run_turns(backend, tokenizer, prompts, budgets, stop_strings=(), turns=3, rollout=True):
+    """Turns of a fake rollout: after each turn the row's sampled ids and a forced block are appended."""
+    forced = encode(tokenizer, "\n<result>\n42\n</result>\n")
+    seqs, history = [list(p) for p in prompts], []
+    if rollout:
+        backend.begin_rollout()
+    for _ in range(turns):
+        outs = backend.generate(seqs, budgets, list(stop_strings))
+        history.append(outs)
+        seqs = [s + o.token_ids + forced for s, o in zip(seqs, outs)]
+    if rollout:
+        backend.end_rollout()
+    return history
+
+
+def assert_same(history_a, history_b):
+    for turn_a, turn_b in zip(history_a, history_b, strict=True):
+        for a, b in zip(turn_a, turn_b, strict=True):
+            assert a.token_ids == b.token_ids
+            assert (a.finish, a.stop_string) == (b.finish, b.stop_string)
+            assert a.entropy_full == pytest.approx(b.entropy_full, abs=1e-4)
+            assert a.entropy_topk == pytest.approx(b.entropy_topk, abs=1e-5)
+            assert len(a.entropy_full) == len(a.entropy_topk) == len(a.token_ids)
+
+
+def test_greedy_turns_match_generate_and_reuse_the_cache(tiny_model):
+    model, tok = tiny_model
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "What is 2 + 3?"), chat(tok, "Name a prime number above 20.")]
+    cached, plain = TransformersBackend(model, tok, GREEDY), TransformersBackend(model, tok, GREEDY, reuse_kv=False)
+    history = run_turns(cached, tok, prompts, [12, 12, 7])
+    assert cached.last_path == "kv_cache"
+    assert_same(history, run_turns(plain, tok, prompts, [12, 12, 7]))
+    assert plain.last_path == "generate"
+    stats = cached.decoder.stats
+    # Turns 2 and 3 reuse each row's cache: only the forced block and the last sampled token are prefilled.
+    forced = len(encode(tok, "\n<result>\n42\n</result>\n"))
+    assert stats["reused_tokens"] > 0
+    prompt_tokens = len(prompts[0]) + len(prompts[2]) - 1  # the shared system prompt counted once
+    assert stats["prefilled_tokens"] <= prompt_tokens + 2 * 3 * (forced + 1)
+    # Rows leave the batch at their own budget: the 7-token row is not decoded for 12 steps.
+    assert stats["decode_row_steps"] == 3 * (12 + 12 + 7)
+
+
+def test_stop_string_cut_matches_generate(tiny_model):
+    model, tok = tiny_model
+    prompts = [chat(tok, "Count to five."), chat(tok, "Say hello.")]
+    [first, _] = TransformersBackend(model, tok, GREEDY, reuse_kv=False).generate(prompts, [16, 16], [])
+    stop = tok.decode(first.token_ids[3:5])  # text the model writes greedily: it must stop there
+    assert stop.strip()
+    cached, plain = TransformersBackend(model, tok, GREEDY), TransformersBackend(model, tok, GREEDY, reuse_kv=False)
+    history = run_turns(cached, tok, prompts, [16, 16], [stop], turns=2)
+    assert_same(history, run_turns(plain, tok, prompts, [16, 16], [stop], turns=2))
+    assert history[0][0].finish == "stop" and history[0][0].stop_string == stop
+    assert len(history[0][0].token_ids) <= 5
+
+
+def test_sampling_processors_come_from_the_generation_config(tiny_model):
+    """top_k=1 sampling is greedy, and a repetition penalty sees the whole sequence, in both paths."""
+    model, tok = tiny_model
+    prompts = [chat(tok, "Repeat after me: la la la la."), chat(tok, "What is 7 * 6?")]
+    top1 = SamplingSettings(do_sample=True, temperature=0.7, top_k=1)
+    torch.manual_seed(0)
+    assert_same(run_turns(TransformersBackend(model, tok, top1), tok, prompts, [10, 10], turns=2),
+                run_turns(TransformersBackend(model, tok, GREEDY, reuse_kv=False), tok, prompts, [10, 10], turns=2))
+    penalised = SamplingSettings(do_sample=False, repetition_penalty=1.5)
+    with_penalty = run_turns(TransformersBackend(model, tok, penalised), tok, prompts, [10, 10], turns=2)
+    assert_same(with_penalty,
+                run_turns(TransformersBackend(model, tok, penalised, reuse_kv=False), tok, prompts, [10, 10], turns=2))
+    unpenalised = run_turns(TransformersBackend(model, tok, GREEDY), tok, prompts, [10, 10], turns=1)
+    # The recorder sits after the penalty (as in generate), so the penalty shows in the entropies.
+    assert with_penalty[0][0].entropy_full != pytest.approx(unpenalised[0][0].entropy_full, abs=1e-4)
+
+
+def test_sampled_rows_are_reproducible_and_distinct(tiny_model):
+    model, tok = tiny_model
+    prompts = [chat(tok, "Tell me a story.")] * 4
+    backend = TransformersBackend(model, tok, SamplingSettings(temperature=1.0))
+    torch.manual_seed(1)
+    first = run_turns(backend, tok, prompts, [12] * 4, turns=2)
+    torch.manual_seed(1)
+    again = run_turns(backend, tok, prompts, [12] * 4, turns=2)
+    assert [[o.token_ids for o in t] for t in first] == [[o.token_ids for o in t] for t in again]
+    assert len({tuple(o.token_ids) for o in first[0]}) > 1  # identical prompts prefilled once, sampled apart
+
+
+def test_cache_kept_only_inside_a_rollout(tiny_model):
+    model, tok = tiny_model
+    backend = TransformersBackend(model, tok, GREEDY)
+    run_turns(backend, tok, [chat(tok, "Hi.")], [6], turns=2, rollout=False)
+    assert backend.decoder.stats["reused_tokens"] == 0  # weights may have changed between calls
+    run_turns(backend, tok, [chat(tok, "Hi.")], [6], turns=2, rollout=True)
+    assert backend.decoder.stats["reused_tokens"] > 0
+    assert backend.decoder._entries == []  # end_rollout frees the caches
+
+
+def test_a_cache_is_used_only_up_to_the_first_differing_token(tiny_model):
+    model, tok = tiny_model
+    prompt = chat(tok, "What is 12 + 30?")
+    cached, plain = TransformersBackend(model, tok, GREEDY), TransformersBackend(model, tok, GREEDY, reuse_kv=False)
+    cached.begin_rollout()
+    [out] = cached.generate([prompt], [8], [])
+    edited = prompt[:-4] + [prompt[-3]] + prompt[-3:] + out.token_ids  # differs 4 tokens before the prompt's end
+    [again] = cached.generate([edited], [8], [])
+    cached.end_rollout()
+    assert again.token_ids == plain.generate([edited], [8], [])[0].token_ids
+
+
+def test_patched_generate_returning_a_tensor(tiny_model):
+    """A wrapped generate (as in TRL's tests) is used as is, and may return the bare tensor of sequences."""
+    model, tok = tiny_model
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Say hi.")]
+    expected = TransformersBackend(model, tok, GREEDY, reuse_kv=False).generate(prompts, [6, 9], [])
+    original = model.generate
+
+    def wrapped(*args, **kwargs):
+        kwargs["generation_config"].return_dict_in_generate = False
+        return original(*args, **kwargs)
+
+    model.generate = wrapped
+    backend = TransformersBackend(model, tok, GREEDY)
+    outs = backend.generate(prompts, [6, 9], [])
+    assert backend.last_path == "generate"
+    assert_same([outs], [expected])
+
+    def ignores_processors(input_ids, attention_mask, generation_config, logits_processor=None, **kwargs):
+        return original(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=6, do_sample=False,
+                        pad_token_id=tok.pad_token_id)
+
+    model.generate = ignores_processors
+    outs = TransformersBackend(model, tok, GREEDY).generate(prompts, [6, 6], [])
+    assert [o.token_ids for o in outs] == [e.token_ids[:6] for e in expected]
+    assert all(o.entropy_full == [] and o.entropy_topk == [] for o in outs)  # the recorder never ran
+
+
+def test_entropy_recorder_stays_on_the_device():
+    recorder = _EntropyRecorder(top_k=3)
+    scores = torch.randn(2, 11, device="meta")  # any copy to the CPU would raise here
+    recorder(None, scores)
+    recorder(None, scores)
+    assert all(t.device.type == "meta" for t in recorder.full + recorder.topk)
+
+
+def test_entropy_table_places_each_step_on_its_rows():
+    recorder = _EntropyRecorder(top_k=3)
+    logits = [torch.randn(3, 11), torch.randn(2, 11), torch.randn(1, 11)]
+    rows = [torch.tensor([0, 1, 2]), torch.tensor([0, 2]), torch.tensor([2])]
+    for step_logits in logits:
+        recorder(None, step_logits)
+    full, topk = recorder.table(3, rows)
+    assert full.shape == topk.shape == (3, 3)
+    expected_full, expected_topk = token_entropies(logits[1], 3)
+    assert full[[0, 2], 1].tolist() == pytest.approx(expected_full.tolist())
+    assert topk[[0, 2], 1].tolist() == pytest.approx(expected_topk.tolist())
+    assert full[2, 2].item() == pytest.approx(token_entropies(logits[2], 3)[0].item())
+    assert full[1, 1].item() == 0.0 and full[0, 2].item() == 0.0  # rows that had stopped
