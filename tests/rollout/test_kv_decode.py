@@ -182,3 +182,32 @@ def test_entropy_table_places_each_step_on_its_rows():
     assert topk[[0, 2], 1].tolist() == pytest.approx(expected_topk.tolist())
     assert full[2, 2].item() == pytest.approx(token_entropies(logits[2], 3)[0].item())
     assert full[1, 1].item() == 0.0 and full[0, 2].item() == 0.0  # rows that had stopped
+
+
+def test_engine_opens_and_closes_the_cache_around_a_rollout(tiny_model):
+    from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig
+
+    model, tok = tiny_model
+    calls = []
+
+    class Spy(TransformersBackend):
+        def begin_rollout(self):
+            calls.append("begin")
+            super().begin_rollout()
+
+        def generate(self, *args):
+            calls.append(("generate", self.decoder._keep))
+            return super().generate(*args)
+
+        def end_rollout(self):
+            calls.append("end")
+            super().end_rollout()
+
+    backend = Spy(model, tok, GREEDY)
+    engine = HybridRolloutEngine(tok, backend, [], None, RolloutConfig(max_completion_length=8, max_turn_tokens=8,
+                                                                       num_generations=1, num_hybrid_generations=0))
+    [row] = engine.run([chat(tok, "Hi.")])
+    assert calls == ["begin", ("generate", True), "end"]
+    assert not backend.decoder._keep and backend.decoder._entries == []
+    assert row.completion_ids == TransformersBackend(model, tok, GREEDY, reuse_kv=False).generate(
+        [chat(tok, "Hi.")], [8], [])[0].token_ids

@@ -192,6 +192,9 @@ class HybridRolloutEngine:
         prefixes = list(query_prefixes) if query_prefixes is not None else [""] * len(rows)
         can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
 
+        # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
+        # rollout only: the weights do not change until it ends.
+        getattr(self.backend, "begin_rollout", lambda: None)()
         active = list(range(len(rows)))
         while active:
             stats.turns += 1
@@ -238,6 +241,7 @@ class HybridRolloutEngine:
                 stats.retrieval_seconds += time.perf_counter() - start
 
             active = [i for i in active if not rows[i].finished and not rows[i].truncated]
+        getattr(self.backend, "end_rollout", lambda: None)()
 
         for row in rows:
             if not row.completion_ids:  # TRL indexes completions[-1]; never return an empty one

@@ -30,7 +30,12 @@ class SamplingSettings:
 
 
 class GenerationBackend(Protocol):
-    """Generates one turn for a batch of token-id sequences."""
+    """Generates one turn for a batch of token-id sequences.
+
+    A backend may also define ``begin_rollout()`` and ``end_rollout()``: the engine calls them around each
+    rollout, so state kept between turns (the transformers backend's KV caches) never outlives the weights
+    it was computed with.
+    """
 
     def generate(
         self, sequences: Sequence[Sequence[int]], max_new_tokens: Sequence[int], stop_strings: Sequence[str]
