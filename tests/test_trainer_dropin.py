@@ -40,6 +40,11 @@ def test_custom_rollouts_are_refused_clearly(tiny_model_dir, tmp_path, name):
                     **{name: lambda *a, **k: None})
 
 
+def test_grpo_config_is_refused_with_the_way_out(tiny_model_dir, tmp_path):
+    with pytest.raises(TypeError, match="RAPOConfig takes every GRPOConfig field"):
+        RAPOTrainer(str(tiny_model_dir), sevens, args=GRPOConfig(**common_args(tmp_path)), train_dataset=dataset())
+
+
 def test_quantization_config_reaches_the_model_loader(tiny_model_dir, tmp_path, monkeypatch):
     """A model id plus quantization_config (QLoRA) is loaded by GRPOTrainer with that config."""
     import trl.trainer.grpo_trainer as grpo_module

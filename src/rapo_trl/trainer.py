@@ -124,7 +124,10 @@ class RAPOTrainer(GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
         if not isinstance(args, RAPOConfig):
-            raise TypeError(f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}.")
+            raise TypeError(
+                f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
+                "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
+            )
         super().__init__(
             model,
             reward_funcs,
