@@ -1,10 +1,11 @@
 """Runs inside the sandbox subprocess: isolate, limit, drop privileges, then run the model's code.
 
-Started by ``PythonTool`` as ``python -I -B -X utf8 _sandbox_child.py CONFIG_JSON`` with the working
-directory already set. Standard library only, and it must not import rapo_trl (fast start; the code
-runs with ``-I``). Each isolation layer is tried and recorded; a layer the OS refuses is skipped, so the
-code still runs on a laptop or in a container without namespaces. The report of active layers is
-written as JSON to the file descriptor ``report_fd`` before the model's code starts.
+Started by ``PythonTool`` as ``python -I -B -X utf8 _sandbox_child.py CONFIG_JSON``; the code comes
+on the file descriptor ``code_fd`` (an unlinked file: nothing of a call is left on the host's disk).
+Standard library only, and it must not import rapo_trl (fast start; the code runs with ``-I``). Each
+isolation layer is tried and recorded; a layer the OS refuses is skipped, so the code still runs on a
+laptop or in a container without namespaces. The report of active layers is written as JSON to the
+file descriptor ``report_fd`` before the model's code starts.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import json
 import linecache
 import os
 import resource
+import select
 import signal
 import stat
 import sys
+import tempfile
 import traceback
 
 CLONE_NEWNS = 0x00020000
@@ -37,7 +40,14 @@ _MOUNT_OPTION_FLAGS = {
     "relatime": 0x200000,
     "strictatime": 0x1000000,
 }
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+# What the minimal filesystem view shows of /etc and /dev (read-only binds; missing ones skipped).
+_ETC = (
+    "alternatives", "ca-certificates", "fonts", "group", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "localtime", "mime.types", "nsswitch.conf", "os-release", "passwd", "ssl",
+)  # fmt: skip
+_DEV = ("null", "zero", "full", "random", "urandom")
+_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 FILENAME = "<code>"
 LINUX = sys.platform.startswith("linux")
 
@@ -83,15 +93,61 @@ def _enter_namespaces(is_root: bool) -> bool:
     return True
 
 
-def _become_pid_namespace_init(report_fd: int) -> None:
+_INNER: list[int] = []  # pid of the namespace's init, for the caller-death handler
+
+
+def _on_caller_death(config: dict):
+    """SIGTERM handler of the waiter (sent by the kernel when the caller dies, see PR_SET_PDEATHSIG):
+    kill the namespace's init, which ends every process of the call, then remove the call's cgroup,
+    so a SIGKILLed trainer leaves nothing behind."""
+
+    def handler(number, frame):
+        try:
+            for pid in _INNER:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        except OSError:
+            pass
+        procs = config.get("cgroup_procs")
+        if procs and config.get("in_cgroup"):
+            folder = os.path.dirname(procs)
+            try:  # leave the cgroup (it cannot be removed while it holds us), then remove it
+                with open(os.path.join(os.path.dirname(folder), "cgroup.procs"), "w") as handle:
+                    handle.write(str(os.getpid()))
+                for _ in range(200):
+                    try:
+                        os.rmdir(folder)
+                        break
+                    except OSError:  # the namespace's other processes are still exiting
+                        select.select([], [], [], 0.01)
+            except OSError:
+                pass
+        os._exit(1)
+
+    return handler
+
+
+def _become_pid_namespace_init(config: dict) -> None:
     """Fork so the code runs as pid 1 of the new pid namespace; this process only mirrors its end.
 
     When pid 1 of a namespace dies the kernel kills and reaps everything else in it, so no process the
     code started (even one that left the process group) outlives the call or leaves zombies behind.
+    Pid 1 dies with this process, and this process with the caller (cleaning up on its way out).
     """
+    report_fd = config["report_fd"]
+    alive_read, alive_write = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(alive_write)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _die_with_parent()
+        # The waiter may have died before prctl took effect: its end of the pipe is then closed.
+        if select.select([alive_read], [], [], 0)[0]:
+            os._exit(1)
+        os.close(alive_read)
         return
+    _INNER.append(pid)
+    os.close(alive_read)  # alive_write stays open as long as this process lives
     os.close(report_fd)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
@@ -102,6 +158,112 @@ def _become_pid_namespace_init(report_fd: int) -> None:
             signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _die_with_parent(parent_pid: int | None = None, number: int = signal.SIGKILL) -> None:
+    """Get signal ``number`` when the parent dies (a SIGKILLed trainer must not leave code running)."""
+    if LINUX:
+        _libc.prctl(PR_SET_PDEATHSIG, number, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before prctl took effect
+
+
+def _join_cgroup(procs_file: str | None) -> bool:
+    """Move this process into the call's cgroup (a whole-call memory cap) before it allocates or forks."""
+    if not procs_file:
+        return False
+    try:
+        with open(procs_file, "w") as handle:
+            handle.write(str(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
+def _read_code(code_fd: int) -> str:
+    chunks = []
+    while chunk := os.read(code_fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(code_fd)
+    return b"".join(chunks).decode("utf-8")
+
+
+def _prefixes() -> list[str]:
+    """The interpreter's installation prefixes (stdlib, site-packages, a virtualenv's)."""
+    found = set()
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        real = os.path.realpath(prefix)
+        if real != "/" and os.path.isdir(real):
+            found.add(real)
+    found.add(os.path.dirname(os.path.realpath(sys.executable)))
+    return sorted(found)
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
+    """chroot into a new root that shows only the interpreter, the system's libraries and a private
+    ``/tmp`` (a tmpfs of ``size_mb`` owned by ``owner``, also the working dir); everything but
+    ``/tmp`` read-only. Returns the host paths that stay visible and the mounts that stayed
+    writable. Needs a private mount namespace.
+
+    The view is assembled on a tmpfs mounted over the host's ``/tmp`` (hidden only inside this
+    namespace); sources are opened before that, so a source below ``/tmp`` still works.
+    """
+    os.umask(0o022)
+    sources = []
+    for path in (*_SYSTEM_DIRS, *_prefixes(), *(f"/etc/{name}" for name in _ETC), *(f"/dev/{n}" for n in _DEV)):
+        if os.path.lexists(path) and not _under(path, [s for s, _ in sources if not os.path.islink(s)]):
+            sources.append((path, None if os.path.islink(path) and path in _SYSTEM_DIRS else os.open(path, os.O_PATH)))
+    staging = "/tmp"
+    _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    visible = []
+    for path, descriptor in sources:
+        target = staging + path
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if descriptor is None:  # /bin -> usr/bin on merged-/usr systems: the same link
+            os.symlink(os.readlink(path), target)
+            continue
+        if os.path.isdir(f"/proc/self/fd/{descriptor}"):
+            os.makedirs(target, exist_ok=True)
+        else:
+            open(target, "w").close()
+        _mount(f"/proc/self/fd/{descriptor}", target, None, MS_BIND | MS_REC)
+        os.close(descriptor)
+        visible.append(path)
+    os.mkdir(f"{staging}/proc")
+    _mount("proc", f"{staging}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.mkdir(f"{staging}/tmp")
+    _mount("tmpfs", f"{staging}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700,uid={owner},gid={owner}")
+    os.chroot(staging)
+    os.chdir("/")
+    # From here on nothing raises: the view is in place, at worst with some mounts left writable.
+    failed = _remount_read_only(keep={"/tmp", "/proc"})
+    # Paths the code can no longer see (e.g. an editable install's sources) leave sys.path.
+    sys.path[:] = [entry for entry in sys.path if entry and os.path.exists(entry)]
+    return visible, failed
+
+
+def _remount_read_only(keep: set[str]) -> list[str]:
+    """Remount every mount read-only except those in ``keep``; returns the ones that failed."""
+    failed = []
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split() for line in handle]
+    for fields in mounts:
+        # Mount points are octal-escaped in mountinfo (a space is \040).
+        target = fields[4].encode().decode("unicode_escape")
+        if target in keep:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in fields[5].split(","):
+            flags |= _MOUNT_OPTION_FLAGS.get(option, 0)
+        try:
+            _mount(None, target, None, flags)
+        except OSError:
+            failed.append(target)
+    return failed
 
 
 def _python_paths() -> list[str]:
@@ -150,22 +312,7 @@ def _read_only_except(workdir: str, size_mb: int, owner: int) -> list[str]:
     remount every other mount read-only. Returns the mounts that stayed writable."""
     options = f"size={size_mb}m,mode=0700,uid={owner},gid={owner}"
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
-    failed = []
-    with open("/proc/self/mountinfo") as handle:
-        mounts = [line.split() for line in handle]
-    for fields in mounts:
-        # Mount points are octal-escaped in mountinfo (a space is \040).
-        target = fields[4].encode().decode("unicode_escape")
-        if target == workdir or target.startswith(workdir + "/"):
-            continue
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for option in fields[5].split(","):
-            flags |= _MOUNT_OPTION_FLAGS.get(option, 0)
-        try:
-            _mount(None, target, None, flags)
-        except OSError:
-            failed.append(target)
-    return failed
+    return _remount_read_only(keep={workdir})
 
 
 def _reachable_by_others(paths: list[str]) -> bool:
@@ -280,38 +427,37 @@ def _block_sockets() -> None:
 def isolate(config: dict) -> dict:
     """Apply every layer the OS allows; returns which ones are active."""
     is_root = os.geteuid() == 0
-    workdir = os.path.realpath(os.getcwd())
     uid = config.get("uid")
     will_drop = is_root and uid is not None
+    owner = uid if will_drop else os.getuid()
     # Counted before /proc is replaced by the namespace's own view.
     other_tasks = 0 if will_drop or is_root else _count_tasks(os.getuid())
     report: dict = {"root": is_root, "namespaces": config["namespaces"] and _enter_namespaces(is_root)}
     report["network"] = "namespace" if report["namespaces"] else "socket-patch"
-    paths = _python_paths()
+    report["memory"] = "cgroup" if config.get("in_cgroup") else "per-process"
     if report["namespaces"]:
-        _become_pid_namespace_init(config["report_fd"])
+        _become_pid_namespace_init(config)
         report["pid_namespace"] = os.getpid() == 1
+        workdir = "/tmp"  # a private tmpfs inside the namespace: nothing of the call lands on the host
         try:
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
-            try:  # a /proc of the namespace: the code sees only its own processes
-                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            except OSError:
-                pass
-            if will_drop and not _reachable_by_others(paths):
-                report["hidden"] = _expose_python(paths)
-            owner = uid if will_drop else os.getuid()
-            failed = _read_only_except(workdir, config["max_disk_mb"], owner)
-            report["filesystem"] = "read-only" if not failed else "read-only-partial"
-            if failed:
-                report["writable_mounts"] = failed
         except OSError as error:
             report["filesystem"] = f"unchanged ({error})"
+        else:
+            _isolate_filesystem(config, report, will_drop, owner, workdir)
     else:
+        # No namespaces: a host folder of the call's own (0700, the call's uid), removed by the caller.
+        workdir = tempfile.mkdtemp(prefix=f"rapo-python-{config['parent_pid']}-")
+        if will_drop:
+            os.chown(workdir, uid, uid)
         report["filesystem"] = "unchanged"
+        report["workdir"] = workdir
+    os.environ["HOME"] = os.environ["TMPDIR"] = tempfile.tempdir = workdir
+    paths = _python_paths()
     if will_drop and not _reachable_by_others(paths):
         will_drop = False
         report["uid_note"] = "interpreter not readable by an unprivileged uid; staying root"
-    # Re-enter the working dir by path (the old cwd points below the tmpfs mounted above), before
+    # Re-enter the working dir by path (the old cwd may lie below a tmpfs mounted above), before
     # dropping privileges in case a directory on the way is closed to the sandbox uid.
     os.chdir(workdir)
     _set_limits(config, other_tasks)
@@ -327,6 +473,34 @@ def isolate(config: dict) -> dict:
     if not report["namespaces"]:
         _block_sockets()
     return report
+
+
+def _isolate_filesystem(config: dict, report: dict, will_drop: bool, owner: int, workdir: str) -> None:
+    """The minimal view where it can be built, else the host's mounts read-only; a private ``/tmp``."""
+    try:
+        visible, failed = _minimal_root(config["max_disk_mb"], owner)
+    except OSError as error:
+        report["minimal_view_error"] = str(error)
+    else:
+        report["filesystem"] = "minimal" if not failed else "minimal-partial"
+        report["visible"] = visible
+        if failed:
+            report["writable_mounts"] = failed
+        return
+    try:
+        try:  # a /proc of the namespace: the code sees only its own processes
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        except OSError:
+            pass
+        paths = _python_paths()
+        if will_drop and not _reachable_by_others(paths):
+            report["hidden"] = _expose_python(paths)
+        failed = _read_only_except(workdir, config["max_disk_mb"], owner)
+        report["filesystem"] = "read-only" if not failed else "read-only-partial"
+        if failed:
+            report["writable_mounts"] = failed
+    except OSError as error:
+        report["filesystem"] = f"unchanged ({error})"
 
 
 def run_code(source: str, show_last: bool) -> int:
@@ -362,8 +536,15 @@ def run_code(source: str, show_last: bool) -> int:
 
 def main() -> None:
     config = json.loads(sys.argv[1])
-    with open(config["code_path"], encoding="utf-8") as handle:
-        source = handle.read()
+    # Until the code runs, the caller's death is a SIGTERM that cleans up (the call's cgroup, the
+    # namespace's processes); the code itself only ever runs under a plain SIGKILL.
+    signal.signal(signal.SIGTERM, _on_caller_death(config))
+    _die_with_parent(config.get("parent_pid"), signal.SIGTERM)
+    config["in_cgroup"] = _join_cgroup(config.get("cgroup_procs"))
+    # The bootstrap's own folder must not shadow the code's imports (and may not exist in its view).
+    if sys.path and os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        del sys.path[0]
+    source = _read_code(config["code_fd"])
     report_fd = config["report_fd"]
     try:
         report = isolate(config)
@@ -372,6 +553,9 @@ def main() -> None:
         os._exit(70)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
+    if not report["namespaces"]:  # this process runs the code: it must die outright with the caller
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _die_with_parent(config.get("parent_pid"))
     status = run_code(source, config["show_last_expression"])
     sys.stdout.flush()
     sys.stderr.flush()

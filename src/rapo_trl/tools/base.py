@@ -2,8 +2,8 @@
 
 A tool is called by the policy as ``<tag>content</tag>``; its output is shown back to the policy as
 forced ``<result>`` tokens. A tool signals a failure the model should see by raising ``ToolError``;
-any other exception, or running past its time budget, is turned into an error result too. Nothing a
-tool does can crash a rollout.
+any other exception (``SystemExit`` included), or running past its time budget, is turned into an
+error result too. Only ``KeyboardInterrupt`` (the user stopping the run) gets through.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def _run_one(tool: Tool, content: str) -> ToolCall:
         output, ok = str(tool.run(content)), True
     except ToolError as error:
         output, ok = f"Error: {error}", False
-    except Exception as error:  # noqa: BLE001 - a broken tool must not end the rollout
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - a broken tool must not end the rollout
+        # SystemExit too (a tool calling sys.exit() is a failed call); KeyboardInterrupt still stops the run.
         output, ok = f"Error: {type(error).__name__}: {error}", False
     return ToolCall(tool.tag, content, output, ok, time.perf_counter() - start)
 

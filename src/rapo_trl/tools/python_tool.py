@@ -1,35 +1,48 @@
 """``PythonTool``: the policy's ``<python>`` calls, each run in a fresh sandboxed subprocess.
 
-Every call starts its own interpreter (``python -I``) in a new temp working directory that is removed
-afterwards, with a scrubbed environment and the model's code passed through a file. Inside, before the
-code runs, ``_sandbox_child`` applies every layer the OS allows and reports which (``isolation()``):
+Every call starts its own interpreter (``python -I``) with a scrubbed environment; the model's code,
+stdout and stderr travel in unlinked files, so nothing of a call is left on disk and no other call can
+find them by name. Inside, before the code runs, ``_sandbox_child`` applies every layer the OS allows
+and reports which (``isolation()``):
 
-- **Network**: a new network namespace (no interfaces up, so even 127.0.0.1 is unreachable). Where
-  namespaces are refused, ``socket`` is patched instead: a best-effort block that code could bypass.
-- **Filesystem**: in a new mount namespace the working dir becomes a size-limited tmpfs and every other
-  mount is remounted read-only, so writes outside it fail with EROFS whatever the uid, and the disk
-  cannot be filled. Directories an unprivileged uid cannot traverse on the way to the interpreter
-  (``/root`` holding pyenv) are covered by a tmpfs that brings back only the interpreter's folder,
-  which also hides the credentials and caches kept there.
+- **Network**: a new network namespace (no interfaces up, so even 127.0.0.1 is unreachable; abstract
+  UNIX sockets belong to it too). Where namespaces are refused, ``socket`` is patched instead: a
+  best-effort block that code could bypass.
+- **Filesystem** (``"minimal"``): in a new mount namespace the code is chrooted into a view holding
+  only ``/usr`` (and the ``/bin``, ``/lib*`` links or folders), the interpreter's prefixes (its stdlib
+  and site-packages, e.g. the virtualenv), a few files of ``/etc`` (``passwd``, ``group``, ``hosts``,
+  ``ld.so.*``, ``ssl``, ``localtime``...), ``/dev/{null,zero,full,random,urandom}``, its own
+  ``/proc``, and a private size-limited tmpfs ``/tmp`` that is its working dir and ``HOME``; all but
+  ``/tmp`` read-only. The project's sources, datasets, home folders, caches, other calls' files and
+  host UNIX sockets (``/tmp``, ``/run``) are not in it. Where the view cannot be built, the fallback
+  is the host's mounts read-only with a private tmpfs on ``/tmp`` (``"read-only"``): host files stay
+  readable then.
 - **Processes**: a new pid namespace in which the code runs as pid 1: it sees only its own processes,
   and when it ends the kernel kills and reaps everything it started, even what left its process group.
+  Every sandbox process dies with the caller (``PR_SET_PDEATHSIG``), a SIGKILLed trainer included;
+  the bootstrap then ends the namespace and removes the call's cgroup.
 - **User**: as root, each call runs under its own unused uid (see ``sandbox_users``), so
   ``RLIMIT_NPROC`` caps its processes and cleanup kills exactly its processes. As a normal user the code
   keeps the user's uid, inside a user namespace when the kernel allows one; its capabilities are dropped
   and ``no_new_privs`` is set either way.
-- **Limits**: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` (files and the
-  captured output), no core dumps; a wall-clock timeout kills the whole process group, which ends the
-  pid namespace (and, with a dedicated uid, every process of that uid is killed as well).
+- **Limits**: ``RLIMIT_AS`` (memory per process), ``RLIMIT_CPU``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``
+  (files and the captured output), no core dumps; where this process may create a memory cgroup
+  (``sandbox_cgroup``), one per call caps all its processes together at ``memory_mb``
+  (``"memory": "cgroup"``); a wall-clock timeout kills the whole process group, which ends the pid
+  namespace (and, with a dedicated uid, every process of that uid is killed as well).
 
-On this project's machines (root, Linux 6.x) all layers are active. In a container without
-``CAP_SYS_ADMIN`` (e.g. Docker defaults) only the limits, the socket patch and the uid drop (when the
-interpreter is readable by others) remain; on a laptop as a normal user an unprivileged user namespace
-(where the kernel allows one) provides the network, filesystem and pid layers. Linux only: elsewhere
-(macOS) only the timeout, the output cap and the rlimits the OS accepts hold.
+On this project's machines (root, Linux 6.x, cgroup v1 memory controller) all layers are active. As a
+normal user with unprivileged user namespaces (most laptops) the network, minimal filesystem and pid
+layers hold, memory is per process. In a container without ``CAP_SYS_ADMIN`` (e.g. Docker defaults)
+only the limits, the socket patch and the uid drop (when the interpreter is readable by others)
+remain; the code then runs in a host folder of its own (``rapo-python-<caller pid>-*``, mode 0700,
+removed after the call, or by the next ``PythonTool`` process if the caller was killed), sees the
+host's files, and processes it starts in the background may outlive a killed caller. Linux only:
+elsewhere (macOS) only the timeout, the output cap and the rlimits the OS accepts hold.
 
-Not covered: the code can read world-readable files of the host; memory is limited per process (at
-most ``max_processes`` x ``memory_mb`` per call), not per call as a cgroup would; use a container or VM
-for untrusted users rather than a policy model being trained.
+Not covered: what the minimal view shows is readable (the installed packages, ``/usr``); a kernel
+exploit escapes any of this. Use a container or VM for untrusted users rather than a policy model
+being trained.
 """
 
 from __future__ import annotations
@@ -43,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -50,6 +64,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .base import ToolError
+from .sandbox_cgroup import CallCgroup, _pid_alive, sweep_stale
 from .sandbox_users import kill_all_of, shared_pool
 
 _CHILD = str(Path(__file__).with_name("_sandbox_child.py"))
@@ -89,7 +104,8 @@ class PythonTool:
     timeout: float = 10.0
     """Wall-clock seconds per call; past it the whole process tree is killed."""
     memory_mb: int = 1024
-    """Address-space limit (RLIMIT_AS) in MiB; a larger allocation raises MemoryError in the code."""
+    """Memory in MiB: the address-space limit of each process (RLIMIT_AS; a larger allocation raises
+    MemoryError in the code) and, with ``call_memory_cap`` where cgroups allow, of the whole call."""
     cpu_seconds: float | None = None
     """CPU-time limit (RLIMIT_CPU); ``None`` uses ``timeout``."""
     max_output_chars: int = 4000
@@ -107,6 +123,9 @@ class PythonTool:
     isolate: bool = True
     """Use namespaces and a dedicated uid where the OS allows; ``False`` keeps the limits, the timeout,
     the capability drop and the socket patch."""
+    call_memory_cap: bool = True
+    """Also cap the call as a whole at ``memory_mb`` (all its processes together) with a memory
+    cgroup, where this process may create one (see ``sandbox_cgroup``); needs ``isolate``."""
 
     def __post_init__(self):
         if os.name != "posix":
@@ -129,57 +148,56 @@ class PythonTool:
         return self._execute("pass")["isolation"]
 
     def _execute(self, code: str) -> dict:
+        _sweep_once()
         # As root each call gets a uid of its own; otherwise the code keeps the user's uid.
         use_uid = self.isolate and os.geteuid() == 0
         with shared_pool().lease() if use_uid else nullcontext() as uid:
-            run_dir = tempfile.mkdtemp(prefix="rapo-python-")
+            cgroup = CallCgroup.create(self.memory_mb) if self.isolate and self.call_memory_cap else None
             try:
-                return self._execute_in(Path(run_dir), code, uid)
+                return self._execute_with(code, uid, cgroup)
             finally:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                if cgroup is not None:
+                    cgroup.remove()
 
-    def _execute_in(self, run_dir: Path, code: str, uid: int | None) -> dict:
-        # run_dir stays root-only except traversal; only work/ belongs to the sandbox uid.
-        os.chmod(run_dir, 0o711)
-        work = run_dir / "work"
-        work.mkdir(mode=0o700)
-        if uid is not None:
-            os.chown(work, uid, uid)
-        code_path = run_dir / "code.py"
-        code_path.write_text(code, encoding="utf-8")
-        report_read, report_write = os.pipe()
-        config = {
-            "code_path": str(code_path),
-            "report_fd": report_write,
-            "uid": uid,
-            "namespaces": self.isolate,
-            "memory_mb": self.memory_mb,
-            "cpu_seconds": self.cpu_seconds if self.cpu_seconds is not None else self.timeout,
-            "max_processes": self.max_processes,
-            "max_file_mb": self.max_file_mb,
-            "max_disk_mb": self.max_disk_mb,
-            "show_last_expression": self.show_last_expression,
-        }
-        command = [self.python, "-I", "-B", "-X", "utf8", _CHILD, json.dumps(config)]
-        env = {**_ENV, "HOME": str(work), "TMPDIR": str(work)}
-        start = time.monotonic()
-        timed_out = False
-        with open(run_dir / "stdout", "w+b") as out, open(run_dir / "stderr", "w+b") as err:
+    def _execute_with(self, code: str, uid: int | None, cgroup: CallCgroup | None) -> dict:
+        # Code, stdout and stderr live in unlinked files: whatever happens to this process (even
+        # SIGKILL), nothing of the call stays on disk, and no other call can find them by name.
+        with tempfile.TemporaryFile() as code_file, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            code_file.write(code.encode("utf-8"))
+            code_file.seek(0)
+            report_read, report_write = os.pipe()
+            config = {
+                "code_fd": code_file.fileno(),
+                "report_fd": report_write,
+                "parent_pid": os.getpid(),
+                "cgroup_procs": cgroup.procs_file if cgroup is not None else None,
+                "uid": uid,
+                "namespaces": self.isolate,
+                "memory_mb": self.memory_mb,
+                "cpu_seconds": self.cpu_seconds if self.cpu_seconds is not None else self.timeout,
+                "max_processes": self.max_processes,
+                "max_file_mb": self.max_file_mb,
+                "max_disk_mb": self.max_disk_mb,
+                "show_last_expression": self.show_last_expression,
+            }
+            command = [self.python, "-I", "-B", "-X", "utf8", _CHILD, json.dumps(config)]
+            start = time.monotonic()
+            timed_out = False
             try:
                 process = subprocess.Popen(
                     command,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
-                    cwd=work,
-                    env=env,
-                    pass_fds=(report_write,),
+                    cwd="/",
+                    env={**_ENV, "HOME": "/tmp", "TMPDIR": "/tmp"},  # the child points them at its work dir
+                    pass_fds=(report_write, code_file.fileno()),
                     start_new_session=True,
                 )
             finally:
                 os.close(report_write)
             try:
-                returncode = process.wait(timeout=self.timeout)
+                process.wait(timeout=self.timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
@@ -190,12 +208,14 @@ class PythonTool:
             stdout, stdout_cut = _read_capped(out, self.max_output_chars, tail=False)
             stderr, _ = _read_capped(err, self.max_output_chars, tail=True)
         isolation = json.loads(report_text) if report_text.startswith("{") else {}
+        _remove_workdir(isolation.get("workdir"))
         seconds = time.monotonic() - start
         if returncode == 0 and not timed_out:
             if stdout_cut:
                 stdout += f"\n... [output truncated: showing the first {self.max_output_chars} characters]"
             return {"ok": True, "stdout": stdout, "isolation": isolation, "seconds": seconds}
-        error = self._describe_failure(returncode, timed_out, stdout, stderr, isolation)
+        oom = cgroup is not None and cgroup.oom_killed()
+        error = self._describe_failure(returncode, timed_out, stdout, stderr, isolation, oom)
         return {"ok": False, "error": error, "isolation": isolation, "seconds": seconds}
 
     def _kill_tree(self, process: subprocess.Popen, uid: int | None) -> None:
@@ -208,10 +228,12 @@ class PythonTool:
         if uid is not None:
             kill_all_of(uid)
 
-    def _describe_failure(self, returncode, timed_out, stdout, stderr, isolation) -> str:
+    def _describe_failure(self, returncode, timed_out, stdout, stderr, isolation, oom=False) -> str:
         parts = [stdout.rstrip()] if stdout.strip() else []
         if timed_out:
             parts.append(f"TimeoutError: the code ran longer than the {self.timeout:g} s time limit.")
+        elif oom:
+            parts.append(f"MemoryError: the call used more than its {self.memory_mb} MB of memory and was killed.")
         elif returncode == _SETUP_FAILED and "setup_error" in isolation:
             parts.append(f"Sandbox setup failed: {isolation['setup_error']}")
         elif returncode < 0:
@@ -229,6 +251,33 @@ class PythonTool:
         if not parts:
             parts.append(f"Process exited with status {returncode}.")
         return "\n".join(parts)
+
+
+_SWEPT = False
+_SWEEP_LOCK = threading.Lock()
+
+
+def _sweep_once() -> None:
+    """Once per process: remove work dirs and cgroups of calls whose caller died mid-call."""
+    global _SWEPT
+    with _SWEEP_LOCK:
+        if _SWEPT:
+            return
+        _SWEPT = True
+    root = Path(tempfile.gettempdir())
+    for folder in root.glob("rapo-python-*-*"):
+        if not _pid_alive(folder.name):
+            shutil.rmtree(folder, ignore_errors=True)
+    sweep_stale()
+
+
+def _remove_workdir(path: str | None) -> None:
+    """Remove a work dir the child made on the host (only when namespaces were unavailable)."""
+    if not path:
+        return
+    folder = Path(path)
+    if folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(f"rapo-python-{os.getpid()}-"):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _read_capped(handle, max_chars: int, tail: bool) -> tuple[str, bool]:

@@ -1,0 +1,44 @@
+"""The tool runner: a tool that exits is a failed call; the user's Ctrl-C still stops the run."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rapo_trl.tools import run_tool_calls
+
+
+class _Exits:
+    tag = "exits"
+    timeout = 5.0
+
+    def run(self, text: str) -> str:
+        sys.exit(f"tool gave up on {text}")
+
+
+class _Interrupted:
+    tag = "interrupted"
+    timeout = 5.0
+
+    def run(self, text: str) -> str:
+        raise KeyboardInterrupt
+
+
+class _Works:
+    tag = "works"
+    timeout = 5.0
+
+    def run(self, text: str) -> str:
+        return text.upper()
+
+
+def test_system_exit_from_a_tool_is_a_failed_call_not_the_end_of_the_run():
+    calls = run_tool_calls([(_Exits(), "x"), (_Works(), "y")])
+    assert [call.ok for call in calls] == [False, True]
+    assert calls[0].output == "Error: SystemExit: tool gave up on x" and calls[1].output == "Y"
+
+
+def test_keyboard_interrupt_still_stops_the_run():
+    with pytest.raises(KeyboardInterrupt):
+        run_tool_calls([(_Interrupted(), "x")])

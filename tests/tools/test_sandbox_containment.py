@@ -1,0 +1,259 @@
+"""What the sandbox holds against, with real subprocesses: a SIGKILLed caller, host UNIX sockets,
+concurrent calls reading each other, host files (a reward-hacking channel in RL), and memory spread
+over several processes. Each test fails on the sandbox as it was before (per-process limits only, a
+shared temp folder, the host's files read-only but visible)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rapo_trl.tools import PythonTool, ToolError, run_tool_calls
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox layers are Linux-only")
+TOOL = PythonTool(timeout=10.0)
+REPORT = TOOL.isolation() if sys.platform.startswith("linux") else {}
+# Where namespaces work (root, or unprivileged user namespaces), the minimal view must be built.
+minimal_view = pytest.mark.skipif(not REPORT.get("namespaces"), reason="no namespaces here: no minimal view")
+
+
+def _cgroups_allowed() -> bool:
+    from rapo_trl.tools.sandbox_cgroup import CallCgroup
+
+    group = CallCgroup.create(64) if sys.platform.startswith("linux") else None
+    if group is None:
+        return False
+    group.remove()
+    return True
+
+
+def _env():
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[-1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+_CALLER = textwrap.dedent(
+    """
+    import sys
+    from rapo_trl.tools import PythonTool
+
+    tool = PythonTool(timeout=120.0, cpu_seconds=120.0)
+    print("calling", flush=True)
+    tool.run(sys.argv[1])
+    """
+)
+
+
+def test_a_sigkilled_caller_leaves_no_process_and_no_folder():
+    suffix = f"{os.getpid()}-{time.monotonic_ns()}"
+    marker = f"rapo-orphan-{suffix}"
+    # The code starts a grandchild that leaves the process group (findable by the marker in its
+    # command line; the caller's own command line holds the marker only in two pieces), then
+    # sleeps far past the moment its caller is killed.
+    code = (
+        "import subprocess, sys, time\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'rapo-orphan-' + "
+        f"'{suffix}'], start_new_session=True)\n"
+        "time.sleep(120)"
+    )
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _CALLER, code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env()
+    )
+    assert caller.stdout.readline().strip() == b"calling"
+    deadline = time.monotonic() + 30
+    marked = []
+    while time.monotonic() < deadline and not marked:
+        marked = [pid for pid in _all_pids() if marker.encode() in _cmdline(pid)]
+        time.sleep(0.05)
+    assert marked, "the sandboxed code never started its grandchild"
+    sandbox = _children(caller.pid)
+    tree = set(sandbox + marked + [c for pid in sandbox for c in _children(pid)])
+    assert len(tree) >= 3 and all(_alive(pid) for pid in tree)  # the bootstrap, the code, its grandchild
+    os.kill(caller.pid, signal.SIGKILL)
+    caller.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+        time.sleep(0.05)
+    assert not [pid for pid in tree if _alive(pid)], "sandbox processes outlived their caller"
+    left = list(Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*"))
+    assert not left, f"the killed caller left {left}"
+    cgroups = list(Path("/sys/fs/cgroup").glob(f"**/rapo-python-{caller.pid}-*"))
+    assert not cgroups, f"the killed caller left {cgroups}"
+
+
+def _all_pids() -> list[int]:
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def test_a_host_unix_socket_is_unreachable():
+    folder = Path(tempfile.mkdtemp(prefix="rapo-socket-test-"))
+    folder.chmod(0o777)
+    path = folder / "host.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        path.chmod(0o777)  # world-writable: only the sandbox can keep the code from it
+        listener.listen(1)
+        listener.settimeout(1.0)
+        code = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            f"s.connect({str(path)!r})\n"
+            "s.sendall(b'hello host')\n"
+            "print('connected')"
+        )
+        with pytest.raises(ToolError) as caught:
+            TOOL.run(code)
+        assert "connected" not in str(caught.value).replace("connect(", "")
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    path.unlink()
+    folder.rmdir()
+
+
+def test_concurrent_calls_cannot_read_each_other():
+    secret = f"S3CRET-{time.monotonic_ns()}"
+    writer = (
+        "import time\n"
+        f"open('notes.txt', 'w').write('{secret}')\n"
+        f"print('{secret}', flush=True)\n"
+        "time.sleep(3)"
+    )
+    # The snooper looks everywhere a call's files could be: its own /tmp and cwd, the host's temp dir.
+    snooper = textwrap.dedent(
+        f"""
+        import os, time
+        time.sleep(1)
+        found = []
+        for top in {{"/tmp", os.getcwd(), {tempfile.gettempdir()!r}}}:
+            for folder in os.listdir(top):  # unlistable folders may still hold guessable names
+                for name in ("code.py", "stdout", "work/notes.txt"):
+                    try:
+                        with open(os.path.join(top, folder, name), "rb") as handle:
+                            if b"{secret}" in handle.read(1 << 20):
+                                found.append(os.path.join(top, folder, name))
+                    except OSError:
+                        pass
+            for root, dirs, files in os.walk(top):
+                for name in files:
+                    try:
+                        with open(os.path.join(root, name), "rb") as handle:
+                            if b"{secret}" in handle.read(1 << 20):
+                                found.append(os.path.join(root, name))
+                    except OSError:
+                        pass
+        print("found", found)
+        """
+    )
+    results = run_tool_calls([(TOOL, writer), (TOOL, snooper)], max_workers=2)
+    assert results[0].ok and results[0].output.strip() == secret
+    assert results[1].ok, results[1].output
+    assert results[1].output.strip() == "found []"
+
+
+@minimal_view
+def test_host_files_are_out_of_sight():
+    assert REPORT["filesystem"] == "minimal", REPORT
+    here = Path(__file__).resolve()
+    source = Path(sys.modules["rapo_trl"].__file__).resolve()
+    code = textwrap.dedent(
+        f"""
+        import os
+        for path in [{str(here)!r}, {str(source)!r}, os.path.expanduser("~root/.cache"), "/proc/1/environ"]:
+            try:
+                open(path, "rb").read(16)
+                print("READ", path)
+            except OSError as error:
+                print("hidden", type(error).__name__)
+        print(sorted(os.listdir("/")))
+        """
+    )
+    lines = TOOL.run(code).splitlines()
+    assert not [line for line in lines if line.startswith("READ")], lines
+    listing = eval(lines[-1])  # noqa: S307 - our own code's repr of a list of names
+    assert set(listing) <= {"usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32", "etc", "dev", "proc", "tmp",
+                            *(part for part in {str(p).split("/")[1] for p in REPORT["visible"]})}  # fmt: skip
+    assert here.parts[1] not in listing or here.parts[1] in {p.split("/")[1] for p in REPORT["visible"]}
+
+
+def test_installed_packages_still_import_in_the_view():
+    assert TOOL.run("import numpy, json, ssl, decimal, sqlite3\nint(numpy.arange(4).sum())") == "6\n"
+
+
+@pytest.mark.skipif(not _cgroups_allowed(), reason="this process may not create a memory cgroup here")
+def test_memory_is_capped_for_the_call_as_a_whole():
+    # Four processes of 400 MB each: every one is under the 1024 MB per-process limit, their sum is not.
+    code = textwrap.dedent(
+        """
+        import os, time
+        children = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                block = b"x" * (400 * 1024 * 1024)
+                time.sleep(2)
+                os._exit(0)
+            children.append(pid)
+        block = b"x" * (400 * 1024 * 1024)
+        time.sleep(2)
+        print([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children])
+        """
+    )
+    tool = PythonTool(timeout=30.0, memory_mb=1024)
+    try:
+        output = tool.run(code)
+    except ToolError as error:
+        assert "MemoryError" in str(error) or "killed" in str(error)
+    else:  # the kernel may pick a child to kill: then the code sees it die
+        assert "-9" in output, output
+    assert PythonTool(timeout=30.0, memory_mb=1024, call_memory_cap=False).run(code).strip() == "[0, 0, 0]"
+
+
+def test_many_sandboxes_at_once_leave_no_cgroup_or_folder_behind():
+    before = set(os.listdir(tempfile.gettempdir()))
+    threads = [threading.Thread(target=TOOL.run, args=(f"{i} * 2",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    mine = f"rapo-python-{os.getpid()}-"
+    assert not [n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(mine)]
+    assert not list(Path("/sys/fs/cgroup").glob(f"**/{mine}*"))
