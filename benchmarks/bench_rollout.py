@@ -64,7 +64,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 import torch  # noqa: E402
-from transformers import LogitsProcessor, LogitsProcessorList  # noqa: E402
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria  # noqa: E402
 
 CALL_CODE = "print(sum(i * i for i in range(1000)))  # bench-call"
 CALL_MARKER = "# bench-call"
@@ -428,6 +428,224 @@ def qwen_template_copy(tokenizer):
     return clone
 
 
+# ----------------------------------------------------------------------------- engine vs plain generate (issue 17 §5)
+
+
+class ScriptedCallsByContent(LogitsProcessor):
+    """Tool-heavy policy for any batch layout: each row is read from its own ids, not its batch index.
+
+    A row with fewer than ``calls`` complete forced calls samples ``free`` tokens of the current turn (EOS
+    banned), then is forced through ``call_ids``; the turn starts after the last of ``boundaries`` (the
+    prompt's assistant header, a tool result's closing tag). Works whether rows keep their place in the
+    batch (``generate``) or leave it as they stop (the KV-cached loop).
+    """
+
+    def __init__(self, call_ids: list[int], boundaries: list[list[int]], calls: int, free: int, banned: list[int]):
+        self.call = torch.tensor(call_ids)
+        self.boundaries = [torch.tensor(b) for b in boundaries]
+        self.calls, self.free, self.banned = calls, free, banned
+
+    @staticmethod
+    def _ends(ids: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor:
+        """Positions just after each occurrence of ``pattern`` in ``ids``."""
+        if len(ids) < len(pattern):
+            return ids.new_zeros(0)
+        hits = (ids.unfold(0, len(pattern), 1) == pattern.to(ids.device)).all(-1).nonzero().squeeze(1)
+        return hits + len(pattern)
+
+    def __call__(self, input_ids, scores):
+        for row in range(input_ids.shape[0]):
+            ids = input_ids[row]
+            if len(self._ends(ids, self.call)) >= self.calls:
+                continue
+            start = max(int(e[-1]) if len(e) else 0 for e in (self._ends(ids, b) for b in self.boundaries))
+            step = len(ids) - start
+            if step < self.free:
+                scores[row, self.banned] = -float("inf")
+            elif step - self.free < len(self.call):
+                token = int(self.call[step - self.free])
+                scores[row, :] = -float("inf")
+                scores[row, token] = 0.0
+        return scores
+
+
+class RowLengths(StoppingCriteria):
+    """Stops row ``i`` of a ``generate`` call once it has sampled ``counts[i]`` tokens."""
+
+    def __init__(self, start: int, counts: list[int]):
+        self.start, self.counts = start, torch.tensor(counts)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return (input_ids.shape[1] - self.start) >= self.counts.to(input_ids.device)
+
+
+def plain_generate(model, tokenizer, prompts: list[list[int]], counts: list[int], banned: list[int]) -> RunResult:
+    """``model.generate`` on the same rows, row ``i`` sampling exactly ``counts[i]`` tokens (EOS suppressed;
+    rows that reach their count pad along until the longest is done, as generate does)."""
+    from transformers import GenerationConfig, StoppingCriteriaList
+
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for r, p in enumerate(prompts):
+        input_ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    config = GenerationConfig(max_new_tokens=max(counts), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                              pad_token_id=pad, eos_token_id=banned[0], suppress_tokens=banned)
+    model.eval()
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                             stopping_criteria=StoppingCriteriaList([RowLengths(width, counts)]))
+    seconds = time.perf_counter() - start
+    assert out.shape[1] - width == max(counts)
+    return RunResult(seconds, len(prompts), sum(counts), 0, statistics.mean(len(p) for p in prompts), 0,
+                     generate_s=seconds)
+
+
+def run_engine(engine, prompts: list[list[int]]) -> tuple[RunResult, list[int]]:
+    start = time.perf_counter()
+    rows = engine.run(prompts)
+    seconds = time.perf_counter() - start
+    stats = engine.last_stats
+    policy = [sum(r.env_mask) for r in rows]
+    total = sum(len(r.completion_ids) for r in rows)
+    result = RunResult(seconds, len(rows), sum(policy), total - sum(policy),
+                       statistics.mean(len(p) for p in prompts), sum(r.tool_calls for r in rows), 0,
+                       stats.generate_seconds, stats.tool_seconds, stats.retrieval_seconds)
+    return result, policy
+
+
+def engine_vs_generate(args) -> int:
+    """The engine's policy tok/s against plain ``generate`` on the same rows and sampled token counts."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rapo_trl.models import smollm2_path
+    from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
+    from rapo_trl.rollout.agent import render_prompt
+    from rapo_trl.tasks import SYSTEM_PROMPT, load_task, to_rapo_rows
+    from rapo_trl.tools import PythonTool
+
+    started = time.perf_counter()
+    info = machine_info()
+    path = smollm2_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    banned = sorted({tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None})
+    call_ids = tokenizer(RAPO_CALL, add_special_tokens=False)["input_ids"]
+    boundaries = [tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"],
+                  tokenizer("</result>\n", add_special_tokens=False)["input_ids"]]
+    system_prompt = SHORT_SYSTEM_PROMPT if args.system_prompt == "short" else SYSTEM_PROMPT
+    config = RolloutConfig(max_completion_length=args.ev_max_len, max_turn_tokens=args.ev_turn_tokens,
+                           num_generations=args.generations, num_hybrid_generations=0, retrieve_prob=0.0)
+    records, lines = [], []
+    for n_rows in args.ev_rows:
+        n_prompts = max(1, n_rows // args.generations)
+        data = to_rapo_rows(load_task("arithmetic", "eval", n=n_prompts), system_prompt=system_prompt)
+        prompts = [render_prompt(tokenizer, row["prompt"]) for row in data for _ in range(args.generations)]
+        for variant in args.variants:
+            extra = ([ScriptedCallsByContent(call_ids, boundaries, args.calls, args.free_tokens, banned)]
+                     if variant == "scripted" else [])
+            engines = {
+                "engine (KV cache)": HybridRolloutEngine(
+                    tokenizer, TransformersBackend(model, tokenizer, logits_processor=extra), [PythonTool()], None,
+                    config, seed=args.seed),
+                "engine (generate per turn)": HybridRolloutEngine(
+                    tokenizer, TransformersBackend(model, tokenizer, reuse_kv=False, logits_processor=extra),
+                    [PythonTool()], None, config, seed=args.seed),
+            }
+            label = f"{len(prompts)} rows / {variant}"
+            runs: dict[str, list[RunResult]] = {}
+            for rep in range(-1 if args.ev_warmup else 0, args.ev_repeats):
+                seed = args.seed + 1000 * (rep + 1)
+                torch.manual_seed(seed)
+                new, counts = run_engine(engines["engine (KV cache)"], prompts)
+                mean = -(-sum(counts) // len(counts))
+                others = {  # name: (function, arguments)
+                    "generate, same per-row counts": (plain_generate, (model, tokenizer, prompts, counts, banned)),
+                    "generate, equal counts (mean)": (plain_generate,
+                                                      (model, tokenizer, prompts, [mean] * len(counts), banned)),
+                    "engine (generate per turn)": (run_engine, (engines["engine (generate per turn)"], prompts)),
+                }
+                names = list(others) if rep % 2 == 0 else list(others)[::-1]
+                results = {"engine (KV cache)": new}
+                for name in names:
+                    torch.manual_seed(seed)
+                    function, arguments = others[name]
+                    result = function(*arguments)
+                    results[name] = result[0] if isinstance(result, tuple) else result
+                tag = "warm-up" if rep < 0 else f"run {rep + 1}"
+                print(f"  [{label}] {tag}: " + "; ".join(
+                    f"{k}: {r.seconds:.1f}s {r.policy_tokens} tok ({r.policy_tokens / r.seconds:.1f} tok/s)"
+                    for k, r in results.items()), flush=True)
+                if rep >= 0:
+                    for name, result in results.items():
+                        runs.setdefault(name, []).append(result)
+            new_runs = runs["engine (KV cache)"]
+            for name, rs in runs.items():
+                s = summarize(rs)
+                ratio = "" if name == "engine (KV cache)" else f"{paired_ratio(new_runs, rs, rows=False):.2f}"
+                gen_rate = statistics.median(r.policy_tokens / r.generate_s for r in rs)
+                lines.append(f"| {label} | {name} | {s['prompt_tokens']:.0f} | {s['policy_tokens']:.0f} | "
+                             f"{s['forced_tokens']:.0f} | {s['tool_calls']:.1f} | {s['s_median']:.1f} | "
+                             f"{s['tok_s']:.1f} | {gen_rate:.1f} | {ratio} |")
+                records.append({"rows": len(prompts), "variant": variant, "path": name,
+                                "runs": [vars(r) for r in rs], "policy_tok_s_median": s["tok_s"],
+                                "policy_tok_s_generate_only_median": gen_rate,
+                                "kv_engine_over_this": None if not ratio else float(ratio)})
+    header = ["| rows / variant | path | prompt tok | policy tok/run | forced tok/run | tool calls/run | s/run | "
+              "policy tok/s (wall) | policy tok/s (generate time) | KV engine / this (wall tok/s) |",
+              "|" + "---|" * 10]
+    env = (f"Machine: {info['cpu']}; Python {info['python']}, torch {info['torch']}, transformers "
+           f"{info['transformers']}, trl {info['trl']}; {info['date']}.")
+    settings = (f"SmolLM2-135M-Instruct (fp32), arithmetic eval prompts with the {args.system_prompt} system prompt, "
+                f"G={args.generations} rows per prompt, max_completion_length {args.ev_max_len}, max_turn_tokens "
+                f"{args.ev_turn_tokens}, temperature 1.0, PythonTool (real sandbox), no retrieval; torch threads "
+                f"{torch.get_num_threads()}. Scripted variant: {args.calls} forced `<python>` call(s) per row after "
+                f"{args.free_tokens} sampled tokens each, then free sampling to EOS or the budget.")
+    legend = ("Each round runs the KV-cached engine first (seeded), then the other paths in alternating order, each "
+              "from the same seed. *generate, same per-row counts*: one `model.generate` call on the same rows, "
+              "row i sampling exactly as many tokens as the engine's row i sampled (EOS suppressed; finished rows "
+              "pad along until the longest is done, as generate does). *generate, equal counts*: every row samples "
+              "the engine's mean count (no ragged ends: plain generate at its best). Policy tokens are the "
+              "engine's mask-1 tokens (forced calls count, tool results do not). Wall tok/s counts the engine's "
+              "tools too; the ratio column is the median over rounds of the within-round ratio of wall tok/s.")
+    block = "\n".join([
+        MARK_BEGIN,
+        "## The engine against plain `generate` (issue 17 §5)",
+        "", env, "", settings, "", *header, *lines, "", legend, "",
+        f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`; total {time.perf_counter() - started:.0f} s.",
+        MARK_END,
+    ])
+    print("\n" + block)
+    out_md = args.out or RESULTS / "rollout.md"
+    old = out_md.read_text() if out_md.exists() else ""
+    out_md.write_text(splice_block(old, block))
+    out_json = out_md.with_suffix(".json")
+    data = json.loads(out_json.read_text()) if out_json.exists() else {}
+    data["engine_vs_generate"] = {"machine": info, "model": "SmolLM2-135M-Instruct", "settings": settings,
+                                  "command": " ".join(sys.argv), "records": records}
+    out_json.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"written to {out_md} and {out_json}")
+    return 0
+
+
+MARK_BEGIN, MARK_END = "<!-- engine-vs-generate -->", "<!-- /engine-vs-generate -->"
+
+
+def splice_block(text: str, block: str) -> str:
+    """``text`` with its engine-vs-generate block replaced by ``block`` (put first when it has none)."""
+    if MARK_BEGIN in text and MARK_END in text:
+        head, rest = text.split(MARK_BEGIN, 1)
+        return head + block + rest.split(MARK_END, 1)[1]
+    return block + "\n\n" + text
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -464,6 +682,14 @@ def main(argv=None) -> int:
                         help="torch intra-op threads (1: on a shared, oversubscribed machine OpenMP barriers make 2 "
                              "threads 10-25x slower than 1; 0: leave torch's default)")
     parser.add_argument("--out", type=Path, default=None, help="markdown output (default results/rollout.md)")
+    parser.add_argument("--engine-vs-generate", action="store_true",
+                        help="only the engine against plain model.generate on the same rows (SmolLM2); updates "
+                             "its block in results/rollout.md and results/rollout.json")
+    parser.add_argument("--ev-rows", type=int, nargs="+", default=[4, 16], help="rows per batch (engine vs generate)")
+    parser.add_argument("--ev-max-len", type=int, default=256, help="max_completion_length (engine vs generate)")
+    parser.add_argument("--ev-turn-tokens", type=int, default=160, help="max_turn_tokens (engine vs generate)")
+    parser.add_argument("--ev-repeats", type=int, default=2, help="timed rounds (engine vs generate)")
+    parser.add_argument("--ev-warmup", action="store_true", help="one untimed round first (engine vs generate)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats = args.smol_repeats = 1
@@ -473,6 +699,10 @@ def main(argv=None) -> int:
         args.prompts, args.smol_prompts, args.generations = 1, 1, 2
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.engine_vs_generate:
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        return engine_vs_generate(args)
     out_path = args.out or RESULTS / ("rollout_quick.md" if args.quick else "rollout.md")
 
     warnings.filterwarnings("ignore", category=FutureWarning)

@@ -211,3 +211,21 @@ def test_engine_opens_and_closes_the_cache_around_a_rollout(tiny_model):
     assert not backend.decoder._keep and backend.decoder._entries == []
     assert row.completion_ids == TransformersBackend(model, tok, GREEDY, reuse_kv=False).generate(
         [chat(tok, "Hi.")], [8], [])[0].token_ids
+
+
+@pytest.mark.parametrize("reuse_kv", [True, False])
+def test_extra_logits_processors_run_before_the_recorder(tiny_model, reuse_kv):
+    from transformers import LogitsProcessor
+
+    class Force(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            scores[:, :] = -float("inf")
+            scores[:, 7] = 0.0
+            return scores
+
+    model, tok = tiny_model
+    backend = TransformersBackend(model, tok, SamplingSettings(temperature=1.0), logits_processor=[Force()],
+                                  reuse_kv=reuse_kv)
+    outs = backend.generate([chat(tok, "Hi."), chat(tok, "Say hello.")], [5, 3], [])
+    assert [o.token_ids for o in outs] == [[7] * 5, [7] * 3]
+    assert all(e == 0.0 for o in outs for e in o.entropy_full)  # the recorder saw the forced distribution

@@ -77,6 +77,8 @@ class TransformersBackend:
         sampling: sampling settings.
         generation_config: a base config to copy (e.g. the trainer's); sampling settings override it.
         reuse_kv: use the cached sampling loop where the model allows it.
+        logits_processor: extra processors (e.g. constraints), run after the generation config's own and
+            before the entropy recorder, so recorded entropies are of the distribution they leave.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class TransformersBackend:
         sampling: SamplingSettings | None = None,
         generation_config: GenerationConfig | None = None,
         reuse_kv: bool = True,
+        logits_processor: LogitsProcessorList | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -98,6 +101,7 @@ class TransformersBackend:
         # rebuilt them (~0.5-2 s per turn for a 49k vocabulary). Build them once per set of stop strings here.
         self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
         self.decoder = KVCacheDecoder() if reuse_kv else None
+        self.extra_processors = list(logits_processor or [])
         self.last_path: str | None = None
         """``"kv_cache"`` or ``"generate"``: which path the last turn took."""
 
@@ -156,6 +160,9 @@ class TransformersBackend:
             self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
         return self._stop_criteria[key]
 
+    def _processors(self, recorder: _EntropyRecorder) -> LogitsProcessorList:
+        return LogitsProcessorList([*self.extra_processors, recorder])
+
     def _use_kv_cache(self, model, config: GenerationConfig) -> bool:
         single_path = (config.num_beams or 1) == 1 and getattr(config, "assistant_model", None) is None
         return self.decoder is not None and single_path and supports_kv_decode(model)
@@ -177,7 +184,7 @@ class TransformersBackend:
                 if self._use_kv_cache(model, config):
                     self.last_path = "kv_cache"
                     new_ids = self.decoder.generate(
-                        model, sequences, max_new_tokens, config, LogitsProcessorList([recorder]), stop, eos_ids
+                        model, sequences, max_new_tokens, config, self._processors(recorder), stop, eos_ids
                     )
                     full, topk = recorder.table(len(sequences), self.decoder.step_rows)
                 else:
@@ -215,7 +222,7 @@ class TransformersBackend:
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
             generation_config=config,
-            logits_processor=LogitsProcessorList([recorder]),
+            logits_processor=self._processors(recorder),
             stopping_criteria=StoppingCriteriaList([stop]) if stop is not None else None,
             tokenizer=self.tokenizer,
         )
