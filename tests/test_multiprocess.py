@@ -27,7 +27,7 @@ def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
     assert z[0] != 0 and z[1] != 0 and z[2] == 0 and z[3] == 0
     rewards = torch.tensor([1.0, 2.0, 3.0, 0.0])  # '7' counts of the four scripted answers
     a_acc = (rewards - rewards.mean()) / (rewards.std() + 1e-4)
-    expected = a_acc * (1 + 0.2 * group_normalize(z, 4))
+    expected = a_acc * (1 + 0.2 * group_normalize(z, 4, eps=1e-6))  # A_ret: the paper's eps (RAPOConfig default)
     got = torch.tensor(ranks[0]["advantages"] + ranks[1]["advantages"])
     assert torch.allclose(got, expected, atol=1e-5)
     f_ret = torch.tensor(ranks[0]["f_ret"] + ranks[1]["f_ret"])
