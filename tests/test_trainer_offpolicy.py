@@ -14,7 +14,15 @@ from rapo_trl.cli import parse_recipe
 from rapo_trl.config import RAPOConfig
 from rapo_trl.trainer import RAPOTrainer
 from tests.rollout.test_engine import EchoTool, FixedStore
-from tests.test_trainer import SCRIPTS, batch_inputs, common_args, loss_and_grads, rapo_trainer, script
+from tests.test_trainer import (
+    SCRIPTS,
+    batch_inputs,
+    common_args,
+    loss_and_grads,
+    rapo_trainer,
+    script,
+    sevens,
+)
 from tests.test_trainer_dropin import _perturb
 
 PAPER = Path(__file__).parent.parent / "configs" / "paper_gpu.yaml"
@@ -140,26 +148,32 @@ def test_paper_recipe_takes_two_optimizer_updates_per_generation_batch(tiny_mode
     assert per_device * ga * 8 == 16 * recipe.num_generations
     assert per_device * spg * 8 == 32 * recipe.num_generations
 
-    # The same geometry (gradient_accumulation_steps, steps_per_generation) on the tiny model: count them.
+    # The same geometry (gradient_accumulation_steps, steps_per_generation) on the tiny model, with hybrid
+    # rollouts that retrieve: count rollouts and updates, and look at what each micro-batch's loss sees.
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Q{i}"}]} for i in range(8)])
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Compute {i}"}]} for i in range(8)])
+    args = RAPOConfig(**common_args(tmp_path, max_steps=2, max_completion_length=192, gradient_accumulation_steps=ga,
+                                    steps_per_generation=spg), max_turn_tokens=32, retrieve_prob=1.0)
+    trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=ds, processing_class=tok,
+                          trace_store=FixedStore(LONG_STEP), tools=[EchoTool()])
+    rows_per_generation = args.per_device_train_batch_size * spg
+    script(trainer, SCRIPTS * (rows_per_generation // len(SCRIPTS)))
+    rollouts, micro_batches = [], []
+    rollout, compute_loss = trainer.rollout_func, trainer._compute_loss
 
-    def id_reward(completion_ids, **kwargs):
-        return [float(sum(c) % 7) for c in completion_ids]
-
-    args = RAPOConfig(**common_args(tmp_path, max_steps=2, max_completion_length=16, gradient_accumulation_steps=ga,
-                                    steps_per_generation=spg), max_turn_tokens=8)
-    trainer = RAPOTrainer(str(tiny_model_dir), id_reward, args=args, train_dataset=ds, processing_class=tok,
-                          tools=[EchoTool()])
-    rollouts = []
-    rollout = trainer.rollout_func
-
-    def counting(prompts, _trainer):
+    def counting_rollout(prompts, _trainer):
         rollouts.append(len(prompts))
         return rollout(prompts, _trainer)
 
-    trainer.rollout_func = counting
+    def recording_loss(model, inputs):
+        micro_batches.append((inputs.get("old_per_token_logps") is not None,
+                              bool((inputs["rapo_log_ratio_shift"] != 0).any())))
+        return compute_loss(model, inputs)
+
+    trainer.rollout_func, trainer._compute_loss = counting_rollout, recording_loss
     trainer.train()
-    assert trainer.state.global_step == 2 and rollouts == [4 * spg]  # one generation batch, two updates
+    assert trainer.state.global_step == 2 and rollouts == [rows_per_generation]  # one generation, two updates
+    assert len(micro_batches) == spg and all(stored for stored, _ in micro_batches)  # old log-probs stored
+    assert any(shifted for _, shifted in micro_batches)  # and the shaped ratio acts on them
     clip = [e["clip_ratio/region_mean"] for e in trainer.state.log_history if "clip_ratio/region_mean" in e]
     assert clip[0] == 0 and clip[1] > 0  # the second update is off-policy and the clip engages
