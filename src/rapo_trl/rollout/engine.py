@@ -83,6 +83,10 @@ class RolloutConfig:
             raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
         if self.step_entropy not in ("topk", "full"):
             raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
+        if self.max_tool_calls < 0:
+            raise ValueError(f"max_tool_calls must be >= 0, got {self.max_tool_calls}.")
+        if self.max_result_chars < 1:
+            raise ValueError(f"max_result_chars must be positive, got {self.max_result_chars}.")
 
 
 @dataclass
@@ -157,6 +161,8 @@ class HybridRolloutEngine:
         return stops + [self.config.answer_stop] if self.config.answer_stop else stops
 
     def encode(self, text: str) -> list[int]:
+        # A lone surrogate in a tool's or the store's text cannot be tokenised: it becomes "?".
+        text = text.encode("utf-8", "replace").decode("utf-8")
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _prepare_prompt(self, ids: list[int]) -> tuple[list[int], bool]:
@@ -309,7 +315,15 @@ class HybridRolloutEngine:
         contexts = [
             prefixes[i] + self.tokenizer.decode(rows[i].completion_ids, skip_special_tokens=True) for i in chosen
         ]
-        for i, found in zip(chosen, self.store.select(contexts)):
+        from rapo_trl.store.retry import select_with_retry
+
+        # A failing store (server down, timeout) is retried with backoff, then the rollout goes on
+        # without this retrieval; `store_errors` counts those (logged as rapo/store_errors).
+        selected = select_with_retry(self.store, contexts)
+        if selected is None:
+            self.store_errors = getattr(self, "store_errors", 0) + 1
+            return
+        for i, found in zip(chosen, selected):
             row = rows[i]
             ids = self.encode(cfg.retrieve_template.format(text=found.text))
             # Never cut a retrieved step or end a row because of one (RAPO.md §3): a block that does not

@@ -30,6 +30,7 @@ from rapo_trl.store.errors import TraceStoreError
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.ingest import validate_trajectories
 from rapo_trl.store.local_index import LocalIndex
+from rapo_trl.store.retry import clean_text
 from rapo_trl.store.selection import Retrieved, best_candidate, fallback, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
 
@@ -137,7 +138,7 @@ class TraceStore:
 
     def preprocess(self, context: str) -> str:
         """A raw context (prompt + completion so far) as the store's keys are written."""
-        return preprocess_context(context, self.config.key_max_chars, self.config.system_prompt)
+        return preprocess_context(clean_text(context), self.config.key_max_chars, self.config.system_prompt)
 
     def select(
         self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None
@@ -321,7 +322,9 @@ class TraceStore:
         system prompt is dropped. Every row is validated before anything is written; with
         ``on_invalid="skip"`` bad rows are skipped instead of raising.
         """
-        texts = None if prompts is None else [prompt_text(prompt) for prompt in prompts]
+        texts = None if prompts is None else [clean_text(prompt_text(prompt)) for prompt in prompts]
+        # Lone surrogates (text decoded with surrogateescape) cannot be stored: replaced, not raised on.
+        trajectories = [clean_text(text) if isinstance(text, str) else text for text in trajectories]
         rows, _ = validate_trajectories(trajectories, rewards, question_ids, texts, on_invalid)
         created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         config = self.config

@@ -1,0 +1,47 @@
+"""Retrieval that a failing store cannot turn into a failed training step.
+
+A Chroma server restarting, a dropped connection or a timeout makes ``select`` raise; during a rollout
+that would end the whole training step. :func:`select_with_retry` retries such errors with backoff,
+then gives up on that retrieval (the rollout goes on without it; the caller counts it). Errors that
+retrying cannot fix (bad input: ``ValueError``, ``TypeError``) are given up on at once. Only
+``KeyboardInterrupt`` and ``SystemExit`` get through.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+logger = logging.getLogger(__name__)
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (from bytes decoded with ``surrogateescape``) replaced by ``?``:
+    they cannot be encoded to UTF-8, so neither embedded nor tokenised."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5):
+    """``store.select(contexts)``, retried ``attempts`` times in all (waiting ``backoff_s``, then twice
+    that, ...) on errors that may pass; ``None`` when it still fails."""
+    contexts = [clean_text(context) for context in contexts]
+    for attempt in range(attempts):
+        try:
+            return store.select(contexts)
+        except (ValueError, TypeError) as error:  # bad input: the same call fails again
+            logger.warning("Trace store select failed (%s: %s); going on without retrieval.", type(error).__name__, error)
+            return None
+        except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
+            if attempt + 1 == attempts:
+                logger.warning(
+                    "Trace store select failed %d times (last: %s: %s); going on without retrieval.",
+                    attempts, type(error).__name__, error,
+                )  # fmt: skip
+                return None
+            time.sleep(backoff_s * 2**attempt)
+    return None

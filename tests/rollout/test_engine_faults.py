@@ -1,0 +1,100 @@
+"""Faults during a rollout end that retrieval or that tool call, never the training step."""
+
+from __future__ import annotations
+
+import pytest
+
+from rapo_trl.rollout import RolloutConfig
+from rapo_trl.store import retry
+from tests.helpers.scripted import Turn
+from tests.rollout.test_engine import EchoTool, FixedStore, make_engine
+
+
+class FlakyStore(FixedStore):
+    """Raises ``error`` on its first ``failures`` selects, then answers."""
+
+    def __init__(self, error: BaseException, failures: int, **kwargs):
+        super().__init__(**kwargs)
+        self.error, self.failures, self.calls = error, failures, 0
+
+    def select(self, contexts):
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return super().select(contexts)
+
+
+@pytest.fixture
+def waits(monkeypatch):
+    """The backoff waits, recorded instead of slept."""
+    slept = []
+    monkeypatch.setattr(retry.time, "sleep", slept.append)
+    return slept
+
+
+def _turns():
+    return [Turn("<python>1</python>"), Turn("<python>2</python>"), Turn("<answer>\\boxed{2}</answer>")]
+
+
+def test_a_store_that_keeps_failing_costs_only_its_retrievals(tiny_model, waits):
+    store = FlakyStore(ConnectionError("Chroma server went away"), failures=10**6)
+    engine, prompts, _ = make_engine(tiny_model, [_turns(), _turns()], store=store)
+    rows = engine.run(prompts, hybrid=[True, True])
+    assert all(row.finished and not row.retrievals for row in rows)  # the rollout went on to its answer
+    assert all(row.tool_calls == 2 for row in rows)
+    assert engine.store_errors == 2  # one failed retrieval per tool step
+    assert store.calls == 2 * 3 and waits == [0.5, 1.0] * 2  # three tries each, backing off
+
+
+def test_a_transient_store_error_is_retried(tiny_model, waits):
+    store = FlakyStore(TimeoutError("read timed out"), failures=1)
+    engine, prompts, _ = make_engine(tiny_model, [_turns()], store=store)
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert len(row.retrievals) == 2 and getattr(engine, "store_errors", 0) == 0 and waits == [0.5]
+
+
+def test_bad_input_is_not_retried(tiny_model, waits):
+    store = FlakyStore(ValueError("bad query"), failures=1)
+    engine, prompts, _ = make_engine(tiny_model, [_turns()], store=store)
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert engine.store_errors == 1 and len(row.retrievals) == 1 and waits == []
+
+
+def test_keyboard_interrupt_in_the_store_stops_the_run(tiny_model, waits):
+    engine, prompts, _ = make_engine(tiny_model, [_turns()], store=FlakyStore(KeyboardInterrupt(), failures=1))
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(prompts, hybrid=[True])
+
+
+class SurrogateTool(EchoTool):
+    def run(self, text: str) -> str:
+        return "bytes: " + b"caf\xe9".decode("utf-8", "surrogateescape")  # a lone surrogate
+
+
+def test_lone_surrogates_in_tool_and_store_text_are_replaced(tiny_model):
+    store = FixedStore(text="step \udcff text")
+    engine, prompts, tok = make_engine(tiny_model, [_turns()], store=store, tools=[SurrogateTool()])
+    (row,) = engine.run(prompts, hybrid=[True])
+    text = tok.decode(row.completion_ids)
+    assert "bytes: caf?" in text and "step ? text" in text and row.finished
+
+
+class ExitingTool(EchoTool):
+    def run(self, text: str) -> str:
+        raise SystemExit(3)
+
+
+def test_system_exit_from_a_tool_is_a_tool_failure(tiny_model):
+    engine, prompts, tok = make_engine(tiny_model, [_turns()], tools=[ExitingTool()])
+    (row,) = engine.run(prompts, hybrid=[False])
+    assert row.finished and row.tool_calls == 2 and row.tool_failures == 2
+    assert "Error: SystemExit: 3" in tok.decode(row.completion_ids)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"), [("max_tool_calls", -1, "max_tool_calls"), ("max_result_chars", 0, "max_result_chars")]
+)
+def test_config_rejects_impossible_budgets(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        RolloutConfig(**{field: value})
+    RolloutConfig(max_tool_calls=0)  # no tool calls at all is allowed
