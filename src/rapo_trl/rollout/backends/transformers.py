@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -19,6 +20,11 @@ from rapo_trl.rollout.backends.base import SamplingSettings, find_stop
 from rapo_trl.rollout.backends.kv_decode import KVCacheDecoder, supports_kv_decode
 from rapo_trl.rollout.entropy import token_entropies
 from rapo_trl.rollout.types import TurnOutput
+
+# transformers caches StopStringCriteria's vocab tables under a key built from `get_vocab()`, whose order changes
+# between calls for Rust-backed tokenizers, so its cache never hits and every `generate` call rebuilt them
+# (~0.5-2 s for a 49k vocabulary). Built here once per tokenizer and set of stop strings, shared by backends.
+_STOP_CRITERIA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _EntropyRecorder(LogitsProcessor):
@@ -96,10 +102,6 @@ class TransformersBackend:
         self.base_config = generation_config
         if tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token (e.g. to its EOS token).")
-        # transformers caches StopStringCriteria's vocab tables under a key built from `get_vocab()`, whose order
-        # changes between calls for Rust-backed tokenizers, so its cache never hits and every `generate` call
-        # rebuilt them (~0.5-2 s per turn for a 49k vocabulary). Build them once per set of stop strings here.
-        self._stop_criteria: dict[tuple[str, ...], StopStringCriteria] = {}
         self.decoder = KVCacheDecoder() if reuse_kv else None
         self.extra_processors = list(logits_processor or [])
         self.last_path: str | None = None
@@ -156,9 +158,10 @@ class TransformersBackend:
         key = tuple(stop_strings)
         if not key:
             return None
-        if key not in self._stop_criteria:
-            self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
-        return self._stop_criteria[key]
+        built = _STOP_CRITERIA.setdefault(self.tokenizer, {})
+        if key not in built:
+            built[key] = StopStringCriteria(self.tokenizer, list(key))
+        return built[key]
 
     def _processors(self, recorder: _EntropyRecorder) -> LogitsProcessorList:
         return LogitsProcessorList([*self.extra_processors, recorder])
