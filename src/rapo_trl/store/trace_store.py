@@ -44,6 +44,13 @@ class TraceStore:
         embedder: an :class:`~rapo_trl.embeddings.Embedder`, a sentence-transformers model or path;
             ``None`` is all-MiniLM-L6-v2. A collection only opens with the embedder that built it.
         config: selection, preprocessing, index and batching settings.
+
+    An embedded store (``TraceStore(path)``) belongs to one process at a time for writing: opening
+    takes a shared lock on the folder, the first write (or creating it) an exclusive one, kept until
+    :meth:`close` or the process ends. Any number of processes may read together; a process that
+    would write beside another, or read beside a writer, gets a
+    :class:`~rapo_trl.store.errors.StoreLockedError` naming the holder. To share a store between
+    processes that write, serve it (``chroma run --path DIR``) and open it with :meth:`connect`.
     """
 
     def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
