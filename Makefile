@@ -11,9 +11,7 @@ setup:
 
 DEMO ?= configs/demo_cpu.yaml
 demo: setup
-	.venv/bin/rapo build-store --config $(DEMO)
-	.venv/bin/rapo train --config $(DEMO)
-	.venv/bin/rapo eval --config $(DEMO)
+	bash scripts/demo.sh $(DEMO)
 
 test: setup
 	.venv/bin/python -m pytest -q -m "not gpu and not vllm" tests

@@ -97,16 +97,21 @@ def test_eval_prints_base_and_trained_side_by_side(cli_runs, cli_work):
     for line in run.stdout.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if cells[0].startswith("model"):
-            assert cells[1:] == list(METRICS), line
+            assert cells[1:] == ["pass@1", "95% CI", *METRICS[1:]], line
         elif cells[0] in ("base", "trained"):
-            rows[cells[0]] = [float(cell) for cell in cells[1:]]
+            rows[cells[0]] = cells[1:]
     assert set(rows) == {"base", "trained"}, describe(run)
 
-    saved = json.loads((Path(base["output_dir"]) / "eval_results.json").read_text())
+    out = Path(base["output_dir"])
+    saved = json.loads((out / "eval_results.json").read_text())
     assert saved["task"] == "arithmetic" and saved["n"] == base["eval_size"]
-    assert list(saved["results"]) == ["base", "trained"]
+    assert list(saved["rows"]) == ["base", "trained"]
+    assert "| trained |" in (out / "eval_results.md").read_text()
     for name, printed in rows.items():
-        metrics = saved["results"][name]
-        assert [round(metrics[m], 3) for m in METRICS] == printed
+        metrics = saved["rows"][name]
+        assert printed[0] == f"{metrics['pass@1']:.3f} ({metrics['correct']}/{base['eval_size']})"
+        lo, hi = metrics["pass@1_ci95"]
+        assert printed[1] == f"{lo:.3f}-{hi:.3f}" and lo <= metrics["pass@1"] <= hi
+        assert [f"{metrics[m]:.3f}" for m in METRICS[1:]] == printed[2:]
         assert all(0.0 <= metrics[m] <= 1.0 for m in METRICS if m != "tool_calls")
         assert len(saved["samples"][name]) == min(3, base["eval_size"])

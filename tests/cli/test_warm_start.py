@@ -14,3 +14,48 @@ def test_best_trajectory_per_question_is_reassembled(tmp_path):
     found = trajectories_from_store(store, min_reward=1.0)
     assert set(found) == {"q1"}  # q2's only trajectory is below the threshold
     assert found["q1"].split() == GOOD.split()  # same text, step by step
+
+
+def _store_and_rows(tmp_path):
+    from datasets import Dataset
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder())
+    store.add_trajectories([GOOD, GOOD], [1.0, 1.0], ["q1", "q2"], prompts=["six times seven", "seven times six"])
+    rows = Dataset.from_list([
+        {"prompt": [{"role": "user", "content": text}], "question_id": qid}
+        for qid, text in (("q1", "six times seven"), ("q2", "seven times six"), ("q3", "not in the store"))
+    ])
+    return store, rows
+
+
+def test_warm_start_saves_a_merged_model_and_its_loss_curve(tiny_model_dir, tmp_path):
+    import json
+
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    path = warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=3, learning_rate=1e-3,
+                      min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2)
+    history = json.loads((tmp_path / "out" / "sft-warm-start" / "sft_history.json").read_text())
+    assert path.endswith("sft-warm-start") and (tmp_path / "out" / "sft-warm-start" / "config.json").is_file()
+    assert history["examples"] == 2  # q3 has no stored trajectory
+    assert history["steps"] == 3 and [e["step"] for e in history["loss"]] == [1, 2, 3]
+
+
+def test_equal_time_sft_stops_on_the_clock(tiny_model_dir, tmp_path):
+    import json
+
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=1000, learning_rate=1e-3,
+               min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=0.0,
+               folder="sft-same-time")
+    history = json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
+    assert history["steps"] == 1  # the time budget was spent after the first step, not the 1000 asked

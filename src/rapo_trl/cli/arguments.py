@@ -37,7 +37,14 @@ class RAPOScriptArguments:
     keep_top_k: int = field(default=2, metadata={"help": "build-store: best trajectories kept (paper 5)."})
     eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
-    eval_batch_size: int = field(default=8, metadata={"help": "eval: rows generated together."})
+    eval_batch_size: int = field(default=32, metadata={"help": "eval: rows generated together."})
+    eval_report: str | None = field(
+        default=None, metadata={"help": "eval: also write the results JSON (and a .md table) to this path."}
+    )
+    sft_same_time: bool = field(
+        default=False,
+        metadata={"help": "train: also SFT the warm start further for as long as RAPO trained (the fair baseline)."},
+    )
     device: str | None = field(
         default=None,
         metadata={"help": "eval, build-store: where the model runs (cuda, cuda:N, mps, cpu). Default: the GPU when "
@@ -47,6 +54,7 @@ class RAPOScriptArguments:
         default=0, metadata={"help": "train: SFT steps on the store's best trajectories before RAPO (0: none)."}
     )
     sft_learning_rate: float = field(default=2e-4, metadata={"help": "train: learning rate of the SFT warm start."})
+    sft_batch_size: int = field(default=4, metadata={"help": "train: trajectories per SFT warm-start step."})
 
 
 def _matches(value, hint) -> bool:

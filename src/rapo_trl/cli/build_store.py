@@ -6,8 +6,7 @@ import json
 import logging
 import random
 
-from rapo_trl.cli.common import build_tools, load_questions, make_reward, open_store, resolve_model_path
-from rapo_trl.tasks import to_rapo_rows
+from rapo_trl.cli.common import build_tools, make_reward, open_store, resolve_model_path, training_rows
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ def _expert_agent(script, rows, tools):
 
 
 def run(script, rapo_args, model_args) -> dict:
-    rows = to_rapo_rows(load_questions(script, "train"))
+    rows = training_rows(script, "train")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)

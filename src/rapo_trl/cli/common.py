@@ -85,9 +85,12 @@ def load_questions(script: RAPOScriptArguments, split: str):
 
 
 def training_rows(script: RAPOScriptArguments, split: str):
+    """Prompted rows; python-only recipes get the short python prompt (a third of the tokens to prefill)."""
     from rapo_trl.tasks import to_rapo_rows
+    from rapo_trl.tasks.prompt import PYTHON_SYSTEM_PROMPT, SYSTEM_PROMPT
 
-    return to_rapo_rows(load_questions(script, split))
+    system_prompt = PYTHON_SYSTEM_PROMPT if tool_names(script) == ["python"] else SYSTEM_PROMPT
+    return to_rapo_rows(load_questions(script, split), system_prompt=system_prompt)
 
 
 def tool_names(script: RAPOScriptArguments) -> list[str]:

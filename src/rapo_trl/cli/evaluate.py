@@ -1,13 +1,20 @@
-"""``rapo eval``: pass@1 / F1 / EM with tools and without retrieval, trained and base model side by side."""
+"""``rapo eval``: pass@1 with a 95% interval (plus F1 / EM) with tools and without retrieval.
+
+Side by side on the same eval questions: the base model, the SFT warm start and the equal-time SFT
+baseline when ``rapo train`` made them, and the trained model.
+"""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from rapo_trl.cli.common import UsageError, build_tools, resolve_model_path, training_rows, write_json
+from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
-NUMERIC_TASKS = ("arithmetic", "gsm8k")
+WARM_START_DIR = "sft-warm-start"
+SFT_SAME_TIME_DIR = "sft-same-time"
 
 
 def _base_of(path: str) -> str | None:
@@ -17,58 +24,63 @@ def _base_of(path: str) -> str | None:
     return None
 
 
-def score(texts: list[str], answers: list, numeric: bool) -> dict:
-    from rapo_trl.rewards import exact_match_reward, f1_reward, format_check, math_equivalence_reward
+def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None,
+                   numeric: bool = False, desc: str = "eval") -> dict:
+    """Scores of the model (or adapter) folder ``path``; see `rapo_trl.evaluation.evaluate_policy`."""
+    from rapo_trl.evaluation import evaluate_policy
+    from rapo_trl.rollout.agent import load_policy
 
-    completions = [[{"role": "assistant", "content": t}] for t in texts]
-    f1 = f1_reward(completions=completions, answer=answers)
-    em = exact_match_reward(completions=completions, answer=answers)
-    passed = math_equivalence_reward(completions=completions, answer=answers) if numeric else em
-    formatted = [float(format_check(t)[0]) for t in texts]
-    n = max(len(texts), 1)
-    return {"pass@1": sum(passed) / n, "f1": sum(f1) / n, "em": sum(em) / n, "format_ok": sum(formatted) / n}
-
-
-def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None) -> dict:
-    from rapo_trl.rollout.agent import RolloutAgent
-
-    agent = RolloutAgent.from_pretrained(
-        path, tools, max_completion_length=rapo_args.max_completion_length,
-        max_turn_tokens=rapo_args.max_turn_tokens, do_sample=False, batch_size=batch_size, device=device,
+    model, tokenizer = load_policy(path, device=device)
+    return evaluate_policy(
+        model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
+        max_turn_tokens=rapo_args.max_turn_tokens, numeric=numeric, batch_size=batch_size, desc=desc,
     )
-    rollouts = agent.rollouts(list(rows["prompt"]))
-    texts = [agent.tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
-    result = score(texts, list(rows["answer"]), numeric=False)
-    result["tool_calls"] = sum(r.tool_calls for r in rollouts) / max(len(rollouts), 1)
-    return result, texts
 
 
-def format_table(results: dict[str, dict], task: str) -> str:
-    columns = ["pass@1", "f1", "em", "format_ok", "tool_calls"]
-    lines = [f"| model ({task}) | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-    for name, metrics in results.items():
-        lines.append(f"| {name} | " + " | ".join(f"{metrics[c]:.3f}" for c in columns) + " |")
-    return "\n".join(lines)
+def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
+    """``name -> folder``: base, warm start, equal-time SFT (those that exist), then the trained model."""
+    models: dict[str, str] = {}
+    if script.eval_base:
+        base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path)
+        base = base or _base_of(target)
+        if base:
+            models["base"] = base
+    for name, folder in (("warm_start", WARM_START_DIR), ("sft_same_time", SFT_SAME_TIME_DIR)):
+        if (Path(target) / folder / "config.json").exists():
+            models[name] = str(Path(target) / folder)
+    models["trained"] = target
+    return models
 
 
 def run(script, rapo_args, model_args) -> dict:
     target = script.eval_model or rapo_args.output_dir
     if not Path(target).is_dir():
         raise UsageError(f"eval model '{target}' does not exist; train first or set eval_model")
+    start = time.perf_counter()
     rows = training_rows(script, "eval")
     tools = build_tools(script)
-    models = {"trained": target}
-    if script.eval_base:
-        base = _base_of(target) or (model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path))
-        if base:
-            models = {"base": base, "trained": target}
+    numeric = script.task in NUMERIC_TASKS
     results, samples = {}, {}
-    for name, path in models.items():
-        metrics, texts = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device)
-        if script.task in NUMERIC_TASKS:
-            metrics["pass@1"] = score(texts, list(rows["answer"]), numeric=True)["pass@1"]
-        results[name], samples[name] = metrics, texts[:3]
-    print(format_table(results, script.task))
-    write_json(Path(target) / "eval_results.json", {"task": script.task, "n": len(rows), "results": results,
-                                                     "samples": samples})
+    for name, path in models_to_evaluate(script, model_args, target).items():
+        metrics = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device,
+                                 numeric=numeric, desc=f"eval {name}")
+        samples[name] = metrics.pop("texts")[:3]
+        results[name] = metrics
+    split = "heldout_templates" if script.task == "word_problems" else "eval"
+    title = f"{script.task}, {split}, n={len(rows)}"
+    table = format_table(results, title)
+    print(table)
+    payload = {"task": script.task, "split": split, "n": len(rows), "rows": results, "samples": samples,
+               "eval_seconds": round(time.perf_counter() - start, 1)}
+    for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
+        history = Path(target) / folder / "sft_history.json"
+        if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
+            payload[name] = json.loads(history.read_text())
+    write_json(Path(target) / "eval_results.json", payload)
+    (Path(target) / "eval_results.md").write_text(f"# Evaluation\n\n{table}\n")
+    if script.eval_report:
+        write_json(script.eval_report, payload)
+        Path(script.eval_report).with_suffix(".md").write_text(f"# Evaluation\n\n{table}\n")
+    print(f"Evaluated {len(results)} models on {len(rows)} questions in {payload['eval_seconds']:.0f}s; "
+          f"results in {target}/eval_results.json" + (f" and {script.eval_report}" if script.eval_report else ""))
     return results

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from rapo_trl.cli.common import build_tools, make_reward, open_store, resolve_model_path, training_rows
+from rapo_trl.cli.common import (
+    UsageError,
+    build_tools,
+    make_reward,
+    open_store,
+    resolve_model_path,
+    training_rows,
+)
 
 
 def run(script, rapo_args, model_args) -> dict:
     from transformers import AutoTokenizer
     from trl import get_peft_config
 
+    from rapo_trl.hardware import check_trainer_device
     from rapo_trl.trainer import RAPOTrainer
 
+    check_trainer_device(script.device, rapo_args.use_cpu)
     model_path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
@@ -18,13 +27,16 @@ def run(script, rapo_args, model_args) -> dict:
     wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
     store = open_store(script, must_exist=True) if wants_store else None
     rows = training_rows(script, "train")
+    if script.sft_same_time and script.sft_warmup_steps <= 0:
+        raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
-        model_path = warm_start(
-            model_path, tokenizer, rows, store, rapo_args.output_dir, script.sft_warmup_steps,
-            script.sft_learning_rate, min_reward=1.0, use_cpu=rapo_args.use_cpu, seed=rapo_args.seed,
-        )
+        sft = dict(tokenizer=tokenizer, rows=rows, store=store, output_dir=rapo_args.output_dir,
+                   steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
+                   use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
+                   batch_size=script.sft_batch_size)
+        model_path = warm_start(model_path, **sft)
     trainer = RAPOTrainer(
         model_path,
         make_reward(script),
@@ -37,6 +49,9 @@ def run(script, rapo_args, model_args) -> dict:
     )
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
+    if script.sft_same_time:
+        # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained.
+        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time", **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id

@@ -8,7 +8,9 @@ protocol; RAPO then trains a fresh LoRA on top of the merged warm-start model.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -27,11 +29,33 @@ def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
     return {qid: "\n".join(text for _, text in sorted(steps[tid])) for qid, (_, tid) in best.items()}
 
 
-def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
-               min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False) -> str:
-    """SFT a LoRA for ``steps`` steps on stored trajectories, merge it, save the model; return its path.
+class _StopAfter:
+    """A TrainerCallback that ends training once ``seconds`` of wall time have passed (equal-time baselines)."""
 
-    ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
+    def __init__(self, seconds: float):
+        from transformers import TrainerCallback
+
+        self.seconds = seconds
+        self.started = time.perf_counter()
+        outer = self
+
+        class Callback(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if time.perf_counter() - outer.started >= outer.seconds:
+                    control.should_training_stop = True
+                return control
+
+        self.callback = Callback()
+
+
+def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
+               min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
+               max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4) -> str:
+    """SFT a LoRA on stored trajectories, merge it, save the model in ``output_dir/folder``; return its path.
+
+    Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
+    baseline). The loss per step goes to ``sft_history.json`` beside the model. ``bf16``/``fp16`` are the
+    RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
     """
     if bf16 is None and not fp16:
         from rapo_trl.hardware import default_precision, trainer_device
@@ -51,21 +75,30 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     if not examples:
         raise ValueError("the store holds no trajectory for the training questions to warm-start from; "
                          "run `rapo build-store` on the same task first")
-    target = Path(output_dir) / "sft-warm-start"
+    target = Path(output_dir) / folder
     args = SFTConfig(
-        output_dir=str(target / "run"), max_steps=steps, learning_rate=learning_rate, per_device_train_batch_size=4,
+        output_dir=str(target / "run"), max_steps=steps if max_seconds is None else 10**9,
+        learning_rate=learning_rate, per_device_train_batch_size=batch_size,
+        lr_scheduler_type="linear" if max_seconds is None else "constant",
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=bf16, fp16=fp16, seed=seed,
         gradient_checkpointing=False,
     )
+    stop = _StopAfter(max_seconds) if max_seconds is not None else None
     trainer = SFTTrainer(
         model_path, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"),
+        callbacks=[stop.callback] if stop else None,
     )
+    started = time.perf_counter()
     trainer.train()
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    logger.info("SFT warm start: %d examples, %d steps, loss %.3f -> %.3f", len(examples), steps,
-                losses[0], losses[-1])
+    seconds = time.perf_counter() - started
+    history = [{"step": e["step"], "loss": e["loss"]} for e in trainer.state.log_history if "loss" in e]
+    logger.info("SFT %s: %d examples, %d steps in %.0fs, loss %.3f -> %.3f", folder, len(examples),
+                trainer.state.global_step, seconds, history[0]["loss"], history[-1]["loss"])
     merged = trainer.model.merge_and_unload()
     merged.save_pretrained(target)
     tokenizer.save_pretrained(target)
+    (target / "sft_history.json").write_text(json.dumps(
+        {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
+         "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
     return str(target)

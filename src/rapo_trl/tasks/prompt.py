@@ -20,3 +20,14 @@ print(4821 * 7315)
 </result>
 <think>The product is 35265615.</think>
 <answer>\\boxed{35265615}</answer>"""
+
+PYTHON_SYSTEM_PROMPT = """Solve the problem with the Python tool, in one reply:
+<think>your plan</think>
+<python>
+code that prints the result
+</python>
+The output comes back between <result> and </result>. Then:
+<think>what it means</think>
+<answer>\\boxed{final answer}</answer>"""
+"""A short prompt for python-only tasks: a third of ``SYSTEM_PROMPT``'s tokens, so small models on a CPU
+spend their compute on the question and the answer, not on prefilling the instructions."""
