@@ -229,3 +229,18 @@ def test_extra_logits_processors_run_before_the_recorder(tiny_model, reuse_kv):
     outs = backend.generate([chat(tok, "Hi."), chat(tok, "Say hello.")], [5, 3], [])
     assert [o.token_ids for o in outs] == [[7] * 5, [7] * 3]
     assert all(e == 0.0 for o in outs for e in o.entropy_full)  # the recorder saw the forced distribution
+
+
+def test_lora_model_takes_the_cached_path(tiny_model):
+    peft = pytest.importorskip("peft")
+    model, tok = tiny_model
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Say hi.")]
+    cached = TransformersBackend(lora, tok, GREEDY)
+    history = run_turns(cached, tok, prompts, [8, 8], turns=2)
+    assert cached.last_path == "kv_cache" and cached.decoder.stats["reused_tokens"] > 0
+    assert_same(history, run_turns(TransformersBackend(lora, tok, GREEDY, reuse_kv=False), tok, prompts, [8, 8],
+                                   turns=2))
+    with lora.disable_adapter():  # the adapter is live in the cached path (the random LoRA changes the output)
+        base = run_turns(TransformersBackend(lora, tok, GREEDY), tok, prompts, [8, 8], turns=1)
+    assert [o.entropy_full for o in base[0]] != [o.entropy_full for o in history[0]]

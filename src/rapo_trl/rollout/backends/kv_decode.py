@@ -264,11 +264,10 @@ class KVCacheDecoder:
             full_ids = torch.cat([full_ids, tokens[:, None]], dim=-1)
             step += 1
             self.stats["decode_row_steps"] += len(active)
-            done = budgets[active] <= step
-            if eos is not None:
-                done |= torch.isin(tokens, eos).cpu()
+            stopped = torch.isin(tokens, eos) if eos is not None else torch.zeros_like(tokens, dtype=torch.bool)
             if stopping is not None:  # on the whole sequence, as in generate
-                done |= stopping(full_ids, None).cpu()
+                stopped |= stopping(full_ids, None).to(stopped.device)
+            done = stopped.cpu() | (budgets[active] <= step)  # one device sync per step
             for r in active:
                 counts[r] = step
             if bool(done.any()):
