@@ -166,6 +166,7 @@ def test_one_process_opens_a_store_many_times_and_close_lets_others_write(tmp_pa
     assert len(second) == 2
     assert _run_writer(path).returncode == 3  # this process writes: others must wait
     first.close()
+    assert len(second) == 2  # closing one store leaves the others of this process working
     assert _run_writer(path).returncode == 3  # `second` still has it open
     second.close()
     result = _run_writer(path)
