@@ -35,7 +35,16 @@ runs, B/A ratios medians over rounds of the within-round ratio. torch runs one i
 default (``--threads``): on the shared, oversubscribed 2-core machine two OpenMP threads were 10-25x
 slower than one.
 
+The RAPO engine's transformers backend runs turns in a KV-cached sampling loop (``kv_decode.py``) unless
+``model.generate`` is patched: the scripted variant above patches it, so there B runs the backend's
+``generate``-per-turn path. ``--engine-vs-generate`` measures the cached loop itself, in its own block of
+results/rollout.md (and results/rollout.json): SmolLM2 rollouts of the engine (tool-heavy rows scripted by
+a logits processor that reads each row's own ids, so it works while rows leave the batch) against plain
+``model.generate`` on the same rows sampling the same number of tokens, and against the engine with
+``reuse_kv=False`` (one ``generate`` call per turn, the path before the cache).
+
     nice -n 5 .venv/bin/python benchmarks/bench_rollout.py            # default: ~12.5 min at load 4-7 on 2 cores
+    nice -n 5 .venv/bin/python benchmarks/bench_rollout.py --engine-vs-generate --system-prompt full --ev-rows 4
     nice -n 5 .venv/bin/python benchmarks/bench_rollout.py --quick    # smoke run: ~2.5 min at load 4
 """
 
