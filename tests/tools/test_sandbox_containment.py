@@ -257,3 +257,32 @@ def test_many_sandboxes_at_once_leave_no_cgroup_or_folder_behind():
     mine = f"rapo-python-{os.getpid()}-"
     assert not [n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(mine)]
     assert not list(Path("/sys/fs/cgroup").glob(f"**/{mine}*"))
+
+
+_CALLER_WITHOUT_NAMESPACES = _CALLER.replace("PythonTool(timeout=", "PythonTool(isolate=False, timeout=")
+
+
+def test_without_namespaces_the_code_still_dies_with_its_caller_and_its_folder_is_swept(monkeypatch):
+    from rapo_trl.tools import python_tool
+
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _CALLER_WITHOUT_NAMESPACES, "import time\ntime.sleep(120)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+    )  # fmt: skip
+    assert caller.stdout.readline().strip() == b"calling"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not list(Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*")):
+        time.sleep(0.05)
+    sandbox = _children(caller.pid)
+    assert sandbox and all(_alive(pid) for pid in sandbox)
+    os.kill(caller.pid, signal.SIGKILL)
+    caller.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in sandbox):
+        time.sleep(0.05)
+    assert not [pid for pid in sandbox if _alive(pid)], "the code outlived its caller"
+    # Its folder is left (nothing was alive to remove it) until the next PythonTool process sweeps.
+    (left,) = Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*")
+    monkeypatch.setattr(python_tool, "_SWEPT", False)
+    PythonTool(timeout=5.0, isolate=False).run("1")
+    assert not left.exists()
