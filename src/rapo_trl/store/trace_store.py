@@ -54,7 +54,8 @@ class TraceStore:
     """
 
     def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
-        path = Path(path).expanduser()
+        # Absolute: the lock (and Chroma's per-folder client) must not depend on a later chdir.
+        path = Path(path).expanduser().absolute()
         # Embedded Chroma is single-process: lock the folder (shared to read; exclusive to write or
         # create) before Chroma touches it. See rapo_trl.store.lock.
         token = object()
