@@ -61,9 +61,9 @@ def supports_kv_decode(model) -> bool:
     for name in ("_get_logits_processor", "_prepare_special_tokens"):
         if not callable(getattr(inner, name, None)):
             return False
-    params = inspect.signature(inner.forward).parameters
-    if not {"past_key_values", "position_ids", "attention_mask"} <= set(params) and not any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+    # The loop passes these to the model by name (a PEFT wrapper hands them on to the inner model).
+    if not {"past_key_values", "position_ids", "attention_mask", "logits_to_keep"} <= set(
+        inspect.signature(inner.forward).parameters
     ):
         return False
     try:
