@@ -304,7 +304,7 @@ def report(results: Path) -> str:
         grpo = groups.get((start, "grpo"), [])
         grpo_final = _mean_std([m["eval_pass1"][-1] for m in grpo])[0] if grpo else float("nan")
         curve = _mean_curve(members)
-        reach = next((s for s, v in curve if v >= grpo_final), None) if grpo else None
+        reach = next((s for s, v in curve if v >= grpo_final), None) if grpo and arm != "grpo" else None
         rewards = [m["train_reward"] for m in members if m["train_reward"]]
         first = statistics.fmean(r[0] for r in rewards) if rewards else float("nan")
         last = statistics.fmean(r[-1] for r in rewards) if rewards else float("nan")

@@ -297,11 +297,23 @@ def test_cli_accepts_the_task_and_its_difficulty(tmp_path):
     assert format_check(trajectory) == (True, None)
 
 
+def test_cli_eval_difficulty_picks_held_out_templates_only(tmp_path):
+    from rapo_trl.cli.common import load_questions
+
+    script = _script(tmp_path, eval_difficulty=1)
+    evals, train = load_questions(script, "eval"), load_questions(script, "train")
+    assert set(evals["ops"]) == {2} and set(evals["template"]) <= set(wp.EVAL_TEMPLATES)
+    assert max(train["ops"]) > 2  # the eval knob leaves the training distribution alone
+    assert not set(evals["question"]) & set(train["question"])
+
+
 def test_cli_refuses_a_difficulty_it_cannot_use(tmp_path):
     from rapo_trl.cli.common import UsageError, load_questions
 
     with pytest.raises(UsageError, match="task_difficulty applies to task=word_problems only"):
         load_questions(_script(tmp_path, task="arithmetic", task_difficulty=2), "train")
+    with pytest.raises(UsageError, match="eval_difficulty applies to task=word_problems only"):
+        load_questions(_script(tmp_path, task="arithmetic", eval_difficulty=2), "eval")
     with pytest.raises(UsageError, match="difficulty must be one of 1, 2, 3, got 9"):
         load_questions(_script(tmp_path, task_difficulty=9), "train")
 

@@ -23,7 +23,12 @@ class RAPOScriptArguments:
     task_difficulty: int | None = field(
         default=None,
         metadata={"help": "word_problems: training templates with at most 2 (1), 3 (2) or 4 (3) operations. "
-                  "Default: all. Eval always uses every held-out template."},
+                  "Default: all. Applies to the training questions only (see eval_difficulty)."},
+    )
+    eval_difficulty: int | None = field(
+        default=None,
+        metadata={"help": "word_problems: ask only held-out templates with at most 2 (1), 3 (2) or 4 (3) operations. "
+                  "Default: every held-out template."},
     )
     tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})

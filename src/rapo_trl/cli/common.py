@@ -46,13 +46,16 @@ def resolve_model_path(name: str | None) -> str:
 def load_questions(script: RAPOScriptArguments, split: str):
     """Raw question/answer rows of the configured task and split."""
     n = script.train_size if split == "train" else script.eval_size
-    if script.task_difficulty is not None and script.task != "word_problems":
-        raise UsageError(f"task_difficulty applies to task=word_problems only, not task={script.task}")
+    for knob in ("task_difficulty", "eval_difficulty"):
+        if getattr(script, knob) is not None and script.task != "word_problems":
+            raise UsageError(f"{knob} applies to task=word_problems only, not task={script.task}")
     if script.task in DEMO_TASKS:
         from rapo_trl.tasks import load_task
 
-        # The difficulty knob shapes the training distribution; eval keeps every held-out template.
-        options = {"difficulty": script.task_difficulty} if script.task_difficulty is not None and split == "train" else {}
+        # task_difficulty shapes the training distribution; eval_difficulty (default: every held-out
+        # template) chooses which held-out templates are asked, the same for every model of a table.
+        difficulty = script.task_difficulty if split == "train" else script.eval_difficulty
+        options = {"difficulty": difficulty} if difficulty is not None else {}
         try:
             return load_task(script.task, split=split, n=n, seed=script.task_seed, **options)
         except ValueError as error:
