@@ -156,6 +156,9 @@ def _draw_pass_at_1(ax, history: list[dict], evaluation: dict | None) -> bool:
 
 
 def _style(ax, title: str, ylabel: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
