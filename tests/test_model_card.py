@@ -76,6 +76,16 @@ def test_lora_card_has_paper_authors_tags_base_model_recipe_and_eval(tiny_model_
     assert text.count("## Evaluation") == 1 and "32 questions" in text
 
 
+def test_eval_table_reads_rapo_evals_rows_with_intervals(tmp_path):
+    payload = {"task": "word_problems", "split": "heldout_templates", "n": 64, "rows": {
+        "base": {"pass@1": 0.0, "pass@1_ci95": [0.0, 0.0564], "format_ok": 0.1},
+        "warm_start": {"pass@1": 0.125, "pass@1_ci95": [0.0648, 0.2276], "format_ok": 1.0},
+        "trained": {"pass@1": 0.25, "pass@1_ci95": [0.16, 0.37], "format_ok": 1.0}}}
+    text = add_evaluation(tmp_path, payload).read_text()
+    assert "| model | pass@1 | 95% CI | format_ok |" in text
+    assert "| warm_start | 0.125 | 0.065-0.228 | 1.000 |" in text and "(heldout_templates), 64 questions" in text
+
+
 def test_eval_table_is_appended_to_a_card_without_one(tmp_path):
     (tmp_path / "README.md").write_text("---\nlibrary_name: peft\n---\n# Some adapter\n")
     add_evaluation(tmp_path, EVALUATION)

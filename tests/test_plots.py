@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rapo_trl.plots import load_log_history, pass_at_1_keys, plot_history, plot_run, series
+from rapo_trl.plots import evaluation_rows, load_log_history, pass_at_1_keys, plot_history, plot_run, series
 
 HISTORY = [
     {"step": 1, "loss": 0.1, "reward": -1.0, "reward_std": 0.2, "rapo/retrieval_rate": 0.5,
@@ -61,6 +61,10 @@ def test_plot_run_reads_the_latest_checkpoint_and_eval_results(tmp_path):
     )
     names = [p.name for p in plot_run(tmp_path)]
     assert "pass_at_1.png" in names  # from rapo eval's base/trained scores alone
+    (tmp_path / "eval_results.json").write_text(json.dumps({"rows": {"warm_start": {"pass@1": 0.5}}}))
+    assert evaluation_rows(json.loads((tmp_path / "eval_results.json").read_text())) == {
+        "warm_start": {"pass@1": 0.5}}
+    assert "pass_at_1.png" in [p.name for p in plot_run(tmp_path, tmp_path / "again")]
     assert (tmp_path / "plots" / "summary.png").is_file()
 
 

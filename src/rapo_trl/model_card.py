@@ -96,13 +96,21 @@ def recipe_table(trainer) -> str:
 
 def evaluation_table(evaluation: dict) -> str:
     """Markdown of a ``rapo eval`` result (``eval_results.json``): one row per model."""
-    results = evaluation.get("results") or {}
+    from rapo_trl.plots import evaluation_rows
+
+    results = evaluation_rows(evaluation)
     columns = [c for c in EVAL_COLUMNS if any(c in metrics for metrics in results.values())]
-    head = f"Held-out evaluation with tools and without retrieval: task `{evaluation.get('task', '?')}`, " \
+    split = f" ({evaluation['split']})" if evaluation.get("split") else ""
+    head = f"Held-out evaluation with tools and without retrieval: task `{evaluation.get('task', '?')}`{split}, " \
            f"{evaluation.get('n', '?')} questions, greedy decoding.\n\n"
-    lines = ["| model | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    with_ci = any(isinstance(m.get("pass@1_ci95"), (list, tuple)) for m in results.values())
+    header = [*columns[:1], *(["95% CI"] if with_ci and columns[:1] == ["pass@1"] else []), *columns[1:]]
+    lines = ["| model | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for name, metrics in results.items():
         cells = [f"{metrics[c]:.3f}" if isinstance(metrics.get(c), (int, float)) else "" for c in columns]
+        if len(header) > len(columns):
+            interval = metrics.get("pass@1_ci95")
+            cells.insert(1, f"{interval[0]:.3f}-{interval[1]:.3f}" if isinstance(interval, (list, tuple)) else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines)
 

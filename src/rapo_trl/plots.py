@@ -141,11 +141,14 @@ def _draw_pass_at_1(ax, history: list[dict], evaluation: dict | None) -> bool:
         if steps:
             ax.plot(steps, values, marker="o", markersize=3, label=key)
             drawn = True
-    results = (evaluation or {}).get("results") or {}
+    results = evaluation_rows(evaluation)
     last_step = max((int(e.get("step", 0)) for e in history), default=0)
-    for name, x, marker in (("base", 0, "s"), ("trained", last_step, "*")):
-        value = (results.get(name) or {}).get("pass@1")
+    markers = iter("s^Dv*Pxo")
+    for name, metrics in results.items():  # the base model before training; every other model at the end
+        value = (metrics or {}).get("pass@1")
         if isinstance(value, (int, float)):
+            x = 0 if name == "base" else last_step
+            marker = "*" if name == "trained" else next(markers, "o")
             ax.scatter([x], [value], marker=marker, s=80, zorder=3, label=f"rapo eval: {name}")
             drawn = True
     if drawn:
@@ -153,6 +156,13 @@ def _draw_pass_at_1(ax, history: list[dict], evaluation: dict | None) -> bool:
         _style(ax, "Held-out pass@1" + (f" ({n} questions)" if n else ""), "pass@1")
         ax.set_ylim(-0.02, 1.02)
     return drawn
+
+
+def evaluation_rows(evaluation: dict | None) -> dict:
+    """``model name -> metrics`` of a ``rapo eval`` result (``rows``; older files call it ``results``)."""
+    evaluation = evaluation or {}
+    rows = evaluation.get("rows", evaluation.get("results"))
+    return rows if isinstance(rows, dict) else {}
 
 
 def _style(ax, title: str, ylabel: str) -> None:
