@@ -231,15 +231,17 @@ def test_long_prompt_keeps_its_tail(tiny_model, caplog):
     assert "max_prompt_length" in caplog.text
 
 
-@pytest.mark.parametrize("estimator", ["topk", "full"])
+@pytest.mark.parametrize("estimator", ["topk", "topk_mean", "full"])
 def test_step_entropies_and_retrieval_entropies(tiny_model, estimator):
-    model, _ = tiny_model
+    model, tok = tiny_model
     turns = [Turn("<python>1</python>", support=8), Turn("<python>2</python>", support=2), Turn("end", support=4)]
     engine, prompts, _ = make_engine(tiny_model, [turns], store=FixedStore(), step_entropy=estimator)
     (row,) = engine.run(prompts, hybrid=[True])
     vocab = model.config.vocab_size
     pick = 0 if estimator == "full" else 1
-    expected = [uniform_entropies(n, vocab)[pick] for n in (8, 2, 4)]
+    # "topk" is the reference's sum over a step's first <= 20 tokens; "topk_mean" and "full" are means.
+    lengths = [min(len(encode(tok, t.text)), 20) if estimator == "topk" else 1 for t in turns]
+    expected = [uniform_entropies(n, vocab)[pick] * k for n, k in zip((8, 2, 4), lengths)]
     got = [s.entropy for s in row.policy_steps]
     assert got == pytest.approx(expected, rel=1e-5)
     first, second = row.retrievals

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
 from rapo_trl.rollout.backends.base import GenerationBackend
-from rapo_trl.rollout.entropy import step_entropy
+from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
 
@@ -51,7 +51,7 @@ class RolloutConfig:
     retrieve_prob: float = 0.5
     """Probability p of retrieving after each completed tool step of a hybrid rollout."""
     step_entropy: str = "topk"
-    """Step entropy estimator: ``"topk"`` (reference code) or ``"full"`` (paper)."""
+    """Step entropy estimator: ``"topk"`` (reference code's sum), ``"topk_mean"`` or ``"full"`` (paper)."""
     entropy_first_tokens: int = 20
     """Tokens per step the ``"topk"`` estimator averages over."""
     result_template: str = RESULT_TEMPLATE
@@ -81,8 +81,8 @@ class RolloutConfig:
             raise ValueError("max_turn_tokens and max_completion_length must be positive.")
         if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
             raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
-        if self.step_entropy not in ("topk", "full"):
-            raise ValueError(f"step_entropy must be 'topk' or 'full', got {self.step_entropy!r}.")
+        if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
+            raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
         if self.max_tool_calls < 0:
             raise ValueError(f"max_tool_calls must be >= 0, got {self.max_tool_calls}.")
         if self.max_result_chars < 1:
