@@ -214,6 +214,12 @@ class RAPOTrainer(GRPOTrainer):
             self.create_model_card(output_dir=folder)
 
     def _configure_store(self, store) -> None:
+        if (self.args.grow_store and self.accelerator.num_processes > 1 and store is not None
+                and getattr(store, "path", None) is not None):
+            raise ValueError(
+                "grow_store with several processes needs a store they can all write: an embedded store is "
+                "single-writer. Serve it with `chroma run --path DIR` and pass TraceStore.connect(host, port)."
+            )
         config = getattr(store, "config", None)
         if config is None:
             return
@@ -350,6 +356,7 @@ class RAPOTrainer(GRPOTrainer):
         metrics["rapo/retrievals_per_hybrid_rollout"].append(
             self._gathered_mean([float(len(r.retrievals)) for r in hybrid_rows])
         )
+        metrics["rapo/store_errors"].append(float(self.rollout_engine.store_errors))
         metrics["rapo/skipped_retrievals"].append(
             self._gathered_mean([float(r.skipped_retrievals) for r in hybrid_rows])
         )

@@ -153,6 +153,8 @@ class HybridRolloutEngine:
         self.config = config or RolloutConfig()
         self.rng = random.Random(seed)
         self.last_stats = RolloutStats()
+        self.store_errors = 0
+        """Retrievals given up after the store kept failing (cumulative; logged as ``rapo/store_errors``)."""
         self._warned_long_prompt = False
 
     @property
@@ -321,7 +323,7 @@ class HybridRolloutEngine:
         # without this retrieval; `store_errors` counts those (logged as rapo/store_errors).
         selected = select_with_retry(self.store, contexts)
         if selected is None:
-            self.store_errors = getattr(self, "store_errors", 0) + 1
+            self.store_errors += 1
             return
         for i, found in zip(chosen, selected):
             row = rows[i]
