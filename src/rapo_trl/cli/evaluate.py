@@ -78,9 +78,21 @@ def run(script, rapo_args, model_args) -> dict:
             payload[name] = json.loads(history.read_text())
     write_json(Path(target) / "eval_results.json", payload)
     (Path(target) / "eval_results.md").write_text(f"# Evaluation\n\n{table}\n")
+    _update_card_and_plots(target, payload)
     if script.eval_report:
         write_json(script.eval_report, payload)
         Path(script.eval_report).with_suffix(".md").write_text(f"# Evaluation\n\n{table}\n")
     print(f"Evaluated {len(results)} models on {len(rows)} questions in {payload['eval_seconds']:.0f}s; "
           f"results in {target}/eval_results.json" + (f" and {script.eval_report}" if script.eval_report else ""))
     return results
+
+
+def _update_card_and_plots(target: str, payload: dict) -> None:
+    """The model card's evaluation table, and the run's plots redrawn with pass@1 (when it was trained here)."""
+    from rapo_trl.model_card import add_evaluation
+    from rapo_trl.plots import STATE_FILE, plot_run
+
+    if (Path(target) / "README.md").is_file():
+        add_evaluation(target, payload)
+    if (Path(target) / STATE_FILE).is_file():
+        plot_run(target)
