@@ -55,20 +55,23 @@ def parse_args(argv=None):
     parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold"])
     parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--steps", type=int, default=12, help="optimizer steps per run")
-    parser.add_argument("--eval-every", type=int, default=4, help="held-out evaluation every K steps")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
+    parser.add_argument("--eval-every", type=int, default=8, help="held-out evaluation every K steps (and at the end)")
     parser.add_argument("--eval-size", type=int, default=64, help="held-out-template questions")
-    parser.add_argument("--train-size", type=int, default=256, help="training questions (store, SFT, RL)")
-    parser.add_argument("--difficulty", type=int, default=None, help="word_problems difficulty of the RL questions")
-    parser.add_argument("--prompts-per-step", type=int, default=2)
+    parser.add_argument("--train-size", type=int, default=192, help="training questions (store, SFT, RL)")
+    parser.add_argument("--difficulty", type=int, default=1,
+                        help="word_problems difficulty of the training questions (store, SFT and RL): 1 = 2 operations")
+    parser.add_argument("--eval-difficulty", type=int, default=1,
+                        help="which held-out templates are asked (1 = those with 2 operations; 3 = all)")
+    parser.add_argument("--prompts-per-step", type=int, default=1)
     parser.add_argument("--num-generations", type=int, default=8)
-    parser.add_argument("--learning-rate", type=float, default=2e-4)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
     parser.add_argument("--warm-steps", type=int, default=40, help="SFT steps of the warm start")
     parser.add_argument("--cold-steps", type=int, default=4, help="SFT steps of the cold start (0: the base model)")
-    parser.add_argument("--sft-learning-rate", type=float, default=5e-4)
+    parser.add_argument("--sft-learning-rate", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
     parser.add_argument("--workdir", default="runs/bench_learning", help="store, warm/cold starts, run folders")
     parser.add_argument("--results", default=str(RESULTS), help="where learning.json/.md and the PNGs go")
@@ -91,11 +94,11 @@ def locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def rows_for(split: str, n: int, difficulty=None):
+def rows_for(split: str, n: int, difficulty: int):
     from rapo_trl.tasks import load_task, to_rapo_rows
     from rapo_trl.tasks.prompt import PYTHON_SYSTEM_PROMPT
 
-    options = {"difficulty": difficulty} if difficulty is not None and split == "train" else {}
+    options = {"difficulty": difficulty}
     return to_rapo_rows(load_task(TASK, split=split, n=n, seed=0, **options), system_prompt=PYTHON_SYSTEM_PROMPT)
 
 
@@ -243,6 +246,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         "settings": {"G": g, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
                      "temperature": args.temperature, "max_completion_length": args.max_completion_length,
                      "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
+                     "eval_difficulty": args.eval_difficulty,
                      "warm_steps": args.warm_steps, "cold_steps": args.cold_steps, "train_size": args.train_size,
                      "threads": args.threads},
         "machine": machine(),
@@ -396,9 +400,8 @@ def main(argv=None) -> int:
     base = str(smollm2_path())
     tokenizer = AutoTokenizer.from_pretrained(base)
     tools = [PythonTool()]
-    train_rows = rows_for("train", args.train_size)
-    rl_rows = rows_for("train", args.train_size, args.difficulty) if args.difficulty else train_rows
-    eval_rows = rows_for("eval", args.eval_size)
+    train_rows = rows_for("train", args.train_size, args.difficulty)
+    eval_rows = rows_for("eval", args.eval_size, args.eval_difficulty)
     assert not set(eval_rows["question"]) & set(train_rows["question"])
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
     with locked(workdir / "setup"):
@@ -410,7 +413,7 @@ def main(argv=None) -> int:
         for seed in args.seeds:
             for arm in args.arms:
                 print(f"== {start} start, {arm}, seed {seed}", flush=True)
-                record = run_one(args, workdir, start, arm, seed, starts[start], rl_rows, eval_rows, store, tools,
+                record = run_one(args, workdir, start, arm, seed, starts[start], train_rows, eval_rows, store, tools,
                                  initial[start])
                 append_run(results, record)
                 print(f"   held-out pass@1 {record['eval_pass1']} in {record['wall_s']:.0f}s", flush=True)
