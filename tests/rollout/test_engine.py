@@ -115,7 +115,7 @@ def test_sequence_is_concatenation_of_policy_and_forced_ids(tiny_model):
         mask += [1 if seg.kind == "policy" else 0] * len(ids)
     assert rebuilt == row.completion_ids and mask == row.env_mask
     kinds = [s.kind for s in row.segments]
-    assert kinds == ["policy", "tool", "retrieved", "policy", "tool", "retrieved", "policy"]
+    assert kinds == ["policy", "tool", "retrieved", "policy", "tool", "retrieved", "policy", "end"]
     block = engine.config.retrieve_template.format(text="<think>a retrieved step</think>")
     for event in row.retrievals:
         assert row.completion_ids[event.start : event.end] == encode(tok, block)

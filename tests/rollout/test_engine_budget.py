@@ -25,10 +25,10 @@ def test_retrieved_step_that_does_not_fit_is_skipped_not_cut(tiny_model):
     assert spare < len(block)  # the block would not fit, the answer does
     engine.config.max_completion_length = _budget_after_tool(tok, engine, prompts, spare)
     (row,) = engine.run(prompts, hybrid=[True])
-    assert [s.kind for s in row.segments] == ["policy", "tool", "policy"]
+    assert [s.kind for s in row.segments] == ["policy", "tool", "policy", "end"]
     assert row.retrievals == [] and row.skipped_retrievals == 1
     assert not row.truncated and row.finished
-    assert row.completion_ids[-len(answer):] == answer
+    assert row.completion_ids[-len(answer) - 1:] == answer + [tok.eos_token_id]
 
 
 def test_retrieved_step_that_fits_is_inserted_whole(tiny_model):
@@ -54,8 +54,19 @@ def test_retrieved_token_cap_skips_long_blocks(tiny_model):
 def test_row_stops_when_its_answer_closes(tiny_model):
     engine, prompts, tok = make_engine(tiny_model, [[Turn(ANSWER + " and then some rambling")]])
     (row,) = engine.run(prompts, hybrid=[False])
-    assert row.completion_ids == encode(tok, ANSWER)
+    answer = encode(tok, ANSWER)
+    # the environment closes the episode with a forced EOS (mask 0), so TRL sees a terminated row, not a clipped one
+    assert row.completion_ids == answer + [tok.eos_token_id]
+    assert row.env_mask == [1] * len(answer) + [0]
+    assert [s.kind for s in row.segments] == ["policy", "end"]
     assert row.finished and not row.truncated
+
+
+def test_answer_in_the_last_slot_finishes_without_eos(tiny_model):
+    engine, prompts, tok = make_engine(tiny_model, [[Turn(ANSWER)]])
+    engine.config.max_completion_length = len(encode(tok, ANSWER))
+    (row,) = engine.run(prompts, hybrid=[False])
+    assert row.completion_ids == encode(tok, ANSWER) and row.finished
 
 
 def test_answer_stop_can_be_turned_off(tiny_model):

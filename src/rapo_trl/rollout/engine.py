@@ -230,8 +230,11 @@ class HybridRolloutEngine:
                     )
                 )
                 self._fill_post_entropy(row)
-                if out.finish == "eos" or (out.finish == "stop" and out.stop_string == cfg.answer_stop):
+                if out.finish == "eos":
                     row.finished = True
+                elif out.finish == "stop" and out.stop_string == cfg.answer_stop:
+                    row.finished = True
+                    self._close_episode(row)
                 elif out.finish == "length" or len(row.completion_ids) >= cfg.max_completion_length:
                     row.truncated = True
                 else:
@@ -276,6 +279,14 @@ class HybridRolloutEngine:
         if len(row.completion_ids) >= self.config.max_completion_length:
             row.truncated = True
         return start, len(row.completion_ids)
+
+    def _close_episode(self, row: RolloutRow) -> None:
+        """End a row whose answer closed with a forced EOS (mask 0), so TRL counts it as terminated, not clipped
+        (``completions/clipped_ratio``, ``mask_truncated_completions``). Skipped when the budget is spent."""
+        eos = self.tokenizer.eos_token_id
+        if eos is not None and len(row.completion_ids) < self.config.max_completion_length:
+            self._append_forced(row, [eos], "end")
+            row.truncated = False  # an EOS in the last slot still ends a finished row, not a cut one
 
     def _run_tools(self, rows: list[RolloutRow], calls: list[tuple[int, str, str | None]]) -> None:
         cfg = self.config

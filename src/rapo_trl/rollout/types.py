@@ -30,11 +30,12 @@ class TurnOutput:
 class Segment:
     """A contiguous run of completion tokens of one kind.
 
-    ``kind`` is ``"policy"`` (sampled, loss mask 1), ``"tool"`` (forced tool result) or ``"retrieved"``
-    (forced retrieved step or fallback). ``start``/``end`` index into ``completion_ids``.
+    ``kind`` is ``"policy"`` (sampled, loss mask 1), ``"tool"`` (forced tool result), ``"retrieved"``
+    (forced retrieved step or fallback) or ``"end"`` (the forced EOS that closes a row whose answer closed).
+    ``start``/``end`` index into ``completion_ids``.
     """
 
-    kind: Literal["policy", "tool", "retrieved"]
+    kind: Literal["policy", "tool", "retrieved", "end"]
     start: int
     end: int
     entropy: float | None = None
