@@ -6,11 +6,11 @@ Each row carries the program that solves it (``code``); the gold answer is what 
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 
 from datasets import Dataset
 
+from rapo_trl.tasks.slips import wrong_code
 from rapo_trl.tasks.splits import check_split, split_of, stable_hash
 from rapo_trl.tasks.trajectory import TrajectoryWriter, run_python_locally
 
@@ -109,24 +109,6 @@ def load(split: str = "train", n: int | None = None, seed: int = 0) -> Dataset:
     return Dataset.from_list(rows)
 
 
-_OPERATOR_SLIPS = {" + ": " - ", " - ": " + ", " * ": " + ", " // ": " * "}
-
-
-def _wrong_code(code: str, rng: random.Random) -> str:
-    """The same program with one plausible slip: a wrong operator or a dropped digit."""
-    *assignments, last = code.split("\n")
-    slips = [op for op in _OPERATOR_SLIPS if op in last]
-    if slips and rng.random() < 0.5:
-        op = rng.choice(slips)
-        return "\n".join([*assignments, last.replace(op, _OPERATOR_SLIPS[op], 1)])
-    i = rng.randrange(len(assignments))
-    name, value = assignments[i].split(" = ")
-    cut = rng.randrange(len(value))
-    # int() drops a leading zero the cut may expose; "or 1" keeps divisors non-zero.
-    assignments[i] = f"{name} = {int(value[:cut] + value[cut + 1 :] or 0) or 1}"
-    return "\n".join([*assignments, last])
-
-
 _PLANS = [
     "These numbers are too large to multiply and add reliably in my head, so I will let Python do it.",
     "I should turn the story into one expression and compute it with Python.",
@@ -144,9 +126,7 @@ def expert(question_row: dict, error_rate: float = 0.0, rng: random.Random | Non
     rng = rng or random.Random(question_row["question_id"])
     code = question_row["code"]
     if rng.random() < error_rate:
-        code = _wrong_code(code, rng)
-        if run_python_locally(code).strip() == str(question_row["answer"]):
-            code = re.sub(r"\)$", " + 1)", code)  # the slip happened to be harmless; make it count
+        code = wrong_code(code, str(question_row["answer"]), rng)
     writer = TrajectoryWriter(tools, {"python": run_python_locally})
     writer.think(rng.choice(_PLANS))
     output = writer.call("python", code)

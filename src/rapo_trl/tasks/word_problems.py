@@ -26,11 +26,11 @@ from __future__ import annotations
 import ast
 import functools
 import random
-import re
 from dataclasses import dataclass
 
 from datasets import Dataset
 
+from rapo_trl.tasks.slips import wrong_code
 from rapo_trl.tasks.splits import check_split, stable_hash
 from rapo_trl.tasks.trajectory import TrajectoryWriter, run_python_locally
 
@@ -483,39 +483,6 @@ def load(
     return Dataset.from_list(rows)
 
 
-_OPERATOR_SLIPS = {" + ": " - ", " - ": " + ", " * ": " + ", " // ": " * "}
-
-
-def _slip(code: str, rng: random.Random) -> str:
-    """The same program with one plausible slip: a wrong operator or a dropped digit."""
-    *assignments, last = code.split("\n")
-    slips = [op for op in _OPERATOR_SLIPS if op in last]
-    if slips and rng.random() < 0.5:
-        op = rng.choice(slips)
-        # Replace one occurrence, chosen at random, not always the first.
-        starts = [m.start() for m in re.finditer(re.escape(op), last)]
-        at = rng.choice(starts)
-        return "\n".join([*assignments, last[:at] + _OPERATOR_SLIPS[op] + last[at + len(op) :]])
-    i = rng.randrange(len(assignments))
-    name, value = assignments[i].split(" = ")
-    cut = rng.randrange(len(value))
-    # int() drops a leading zero the cut may expose; "or 1" keeps divisors non-zero.
-    assignments[i] = f"{name} = {int(value[:cut] + value[cut + 1 :] or 0) or 1}"
-    return "\n".join([*assignments, last])
-
-
-def _wrong_code(code: str, answer: str, rng: random.Random) -> str:
-    """A slipped program that runs and prints something other than ``answer``."""
-    for _ in range(8):
-        candidate = _slip(code, rng)
-        try:
-            if run_python_locally(candidate).strip() != answer:
-                return candidate
-        except ArithmeticError:  # a slip made a divisor zero
-            continue
-    return code[: -len(")")] + " + 1)"  # every slip was harmless; make one that counts
-
-
 _PLANS = [
     "The quantities are too large to combine reliably in my head, so I will let Python do it.",
     "I will name each quantity in the story, write the calculation as one expression and run it.",
@@ -535,7 +502,7 @@ def expert(question_row: dict, error_rate: float = 0.0, rng: random.Random | Non
     rng = rng or random.Random(question_row["question_id"])
     code = question_row["code"]
     if rng.random() < error_rate:
-        code = _wrong_code(code, str(question_row["answer"]), rng)
+        code = wrong_code(code, str(question_row["answer"]), rng)
     writer = TrajectoryWriter(tools, {"python": run_python_locally})
     writer.think(rng.choice(_PLANS))
     output = writer.call("python", code)
