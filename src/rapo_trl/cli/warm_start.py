@@ -8,6 +8,7 @@ protocol; RAPO then trains a fresh LoRA on top of the merged warm-start model.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import time
@@ -101,4 +102,6 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     (target / "sft_history.json").write_text(json.dumps(
         {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
          "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
+    del trainer, merged
+    gc.collect()  # the caller loads the saved model next; do not hold a second copy and its optimizer state
     return str(target)
