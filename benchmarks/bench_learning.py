@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import datetime
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -224,6 +225,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     trainer.train()
     wall = time.perf_counter() - started - tracker.eval_seconds
     logs = [e for e in trainer.state.log_history if "reward" in e]
+    del trainer
+    gc.collect()  # one process runs many arms and seeds: free each run's model and optimizer state
 
     def series(key):
         return [float(e[key]) for e in logs if key in e]
