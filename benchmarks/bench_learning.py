@@ -297,7 +297,8 @@ def report(results: Path) -> str:
         "",
         f"Task `{data['task']}` (train on training templates; evaluate greedy pass@1 with tools, no retrieval, on "
         f"held-out templates), model {data['model']}, LoRA r16. Produced by `benchmarks/bench_learning.py`; every "
-        "run is a record in `learning.json`.",
+        "run is a record in `learning.json` with its settings (difficulty of the training and of the held-out "
+        "templates, G, learning rate, budgets).",
         "",
         "| start | arm | seeds | steps | held-out pass@1 before | final pass@1 (mean ± std) | steps to GRPO's final | "
         "train reward first→last | retrieval rate | Z > 0 share | truncated | step time s: generate / tools / "
@@ -335,6 +336,9 @@ def report(results: Path) -> str:
     for start in sorted({s for s, _ in groups}):
         png = draw(groups, start, results)
         lines.append(f"![{start} start]({png.name})")
+    notes = results / "learning_notes.md"  # hand-written reading of the figures, kept across redraws
+    if notes.is_file():
+        lines += ["", notes.read_text().rstrip()]
     text = "\n".join(lines) + "\n"
     (results / "learning.md").write_text(text)
     return text
