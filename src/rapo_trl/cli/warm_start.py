@@ -83,6 +83,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         lr_scheduler_type="linear" if max_seconds is None else "constant",
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=bf16, fp16=fp16, seed=seed,
         gradient_checkpointing=False,
+        disable_tqdm=max_seconds is not None,  # a clock-bounded run has no step count for a progress bar
     )
     stop = _StopAfter(max_seconds) if max_seconds is not None else None
     trainer = SFTTrainer(
