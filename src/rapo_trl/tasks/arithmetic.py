@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from datasets import Dataset
 
-from rapo_trl.tasks.slips import wrong_code
+from rapo_trl.tasks.python_expert import python_expert
 from rapo_trl.tasks.splits import check_split, split_of, stable_hash
-from rapo_trl.tasks.trajectory import TrajectoryWriter, run_python_locally
+from rapo_trl.tasks.trajectory import run_python_locally
 
 DEFAULT_SIZES = {"train": 1000, "eval": 200}
 
@@ -123,14 +123,4 @@ def expert(question_row: dict, error_rate: float = 0.0, rng: random.Random | Non
     ``rng`` defaults to one seeded by the question id; ``tools`` may map ``"python"`` to the real
     ``PythonTool`` so the result block is exactly what it prints.
     """
-    rng = rng or random.Random(question_row["question_id"])
-    code = question_row["code"]
-    if rng.random() < error_rate:
-        code = wrong_code(code, str(question_row["answer"]), rng)
-    writer = TrajectoryWriter(tools, {"python": run_python_locally})
-    writer.think(rng.choice(_PLANS))
-    output = writer.call("python", code)
-    value = output.strip().splitlines()[-1] if output.strip() else ""
-    writer.think(f"The program printed {value}, which answers the question.")
-    writer.answer(f"\\boxed{{{value}}}")
-    return writer.text()
+    return python_expert(question_row, _PLANS, error_rate, rng, tools)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from rapo_trl.tasks import load_task
-from rapo_trl.tasks.slips import wrong_code
+from rapo_trl.tasks.python_expert import wrong_code
 from rapo_trl.tasks.trajectory import run_python_locally
 
 

@@ -1,6 +1,7 @@
-"""Plausible mistakes for the scripted experts: a program with one slip that prints a wrong answer.
+"""The scripted expert of the arithmetic tasks: one ``<python>`` call over named variables, and its slips.
 
-The experts' stores need some wrong trajectories, so the store's reward-based selection matters.
+The experts' stores need some wrong trajectories, so the store's reward-based selection matters: with
+probability ``error_rate`` the program carries one plausible slip and the (faithfully reported) answer is wrong.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 
-from rapo_trl.tasks.trajectory import run_python_locally
+from rapo_trl.tasks.trajectory import TrajectoryWriter, run_python_locally
 
 _OPERATOR_SLIPS = {" + ": " - ", " - ": " + ", " * ": " + ", " // ": " * "}
 
@@ -41,3 +42,24 @@ def wrong_code(code: str, answer: str, rng: random.Random) -> str:
         except ArithmeticError:  # a slip made a divisor zero
             continue
     return code[: -len(")")] + " + 1)"  # every slip was harmless; make one that counts
+
+
+def python_expert(question_row: dict, plans: list[str], error_rate: float = 0.0, rng: random.Random | None = None,
+                  tools=None) -> str:
+    """A tagged trajectory for a row with a ``code`` column: a plan from ``plans``, the program (slipped with
+    probability ``error_rate``) and its real output, a closing thought, the ``\\boxed{}`` answer.
+
+    ``rng`` defaults to one seeded by the question id; ``tools`` may map ``"python"`` to the real
+    ``PythonTool`` so the result block is exactly what it prints.
+    """
+    rng = rng or random.Random(question_row["question_id"])
+    code = question_row["code"]
+    if rng.random() < error_rate:
+        code = wrong_code(code, str(question_row["answer"]), rng)
+    writer = TrajectoryWriter(tools, {"python": run_python_locally})
+    writer.think(rng.choice(plans))
+    output = writer.call("python", code)
+    value = output.strip().splitlines()[-1] if output.strip() else ""
+    writer.think(f"The program printed {value}, which answers the question.")
+    writer.answer(f"\\boxed{{{value}}}")
+    return writer.text()
