@@ -43,7 +43,11 @@ def main(model_dir: str, out_dir: str) -> None:
         "hybrid_share": trainer._metrics["train"]["rapo/hybrid_share"][-1],
     }
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
-    torch.distributed.barrier() if torch.distributed.is_initialized() else None
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        # Tear gloo down before the interpreter exits: its threads, left running, abort a rank at exit
+        # ("terminate called without an active exception") now and then.
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
