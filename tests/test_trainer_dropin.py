@@ -101,6 +101,47 @@ def test_generation_kwargs_win_over_sampling_fields(tiny_model_dir, tmp_path):
     assert configs and all((c.temperature, c.top_k, c.top_p) == (0.5, 7, 0.8) for c in configs)
 
 
+def test_other_generation_kwargs_reach_the_generation_config(tiny_model_dir, tmp_path):
+    # As in TRL, generation_kwargs beyond the sampling fields go to generate's config as they are.
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, generation_kwargs={"no_repeat_ngram_size": 3})
+    assert trainer.rollout_engine.backend.sampling.extra == {"no_repeat_ngram_size": 3}
+    script(trainer)
+    generate = trainer.accelerator.unwrap_model(trainer.model).generate
+    configs = []
+
+    def recording(*args, generation_config=None, **kwargs):
+        configs.append(generation_config)
+        return generate(*args, generation_config=generation_config, **kwargs)
+
+    trainer.accelerator.unwrap_model(trainer.model).generate = recording
+    trainer.model.train()
+    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
+    assert configs and all(c.no_repeat_ngram_size == 3 for c in configs)
+
+
+@pytest.mark.parametrize("key", ["max_new_tokens", "stop_strings", "n"])
+def test_generation_kwargs_the_engine_owns_are_refused(tiny_model_dir, tmp_path, key):
+    with pytest.raises(ValueError, match=key):
+        rapo_trainer(tiny_model_dir, tmp_path, generation_kwargs={key: 4})
+
+
+def test_vllm_sampling_params_take_the_extra_generation_kwargs(monkeypatch):
+    import sys
+    import types
+
+    from rapo_trl.rollout import SamplingSettings
+    from rapo_trl.rollout.backends.vllm import VLLMBackend
+
+    fake = types.ModuleType("vllm")
+    fake.SamplingParams = lambda **kwargs: kwargs  # records what the backend asks vLLM for
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    backend = VLLMBackend.__new__(VLLMBackend)
+    backend.sampling = SamplingSettings(temperature=0.7, extra={"presence_penalty": 0.5, "seed": 3})
+    params = backend._params(16, ["</python>"])
+    assert params["presence_penalty"] == 0.5 and params["seed"] == 3
+    assert params["temperature"] == 0.7 and params["max_tokens"] == 16
+
+
 # ---------------------------------------------------------------------------------------------- parity
 
 def _perturb(model, seed=0, scale=0.05):

@@ -45,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample")
+# Generation options the engine sets itself on every turn; a user's value would break the rollout protocol.
+ENGINE_OWNED_KEYS = ("max_new_tokens", "max_tokens", "max_length", "min_new_tokens", "stop", "stop_strings",
+                     "n", "num_return_sequences", "logprobs", "return_dict_in_generate", "output_scores",
+                     "output_logits", "include_stop_str_in_output", "skip_special_tokens", "pad_token_id")
 """Keys of ``args.generation_kwargs`` that override the rollout backends' sampling settings."""
 
 
@@ -243,6 +247,14 @@ class RAPOTrainer(GRPOTrainer):
         for key, value in (args.generation_kwargs or {}).items():
             if key in SAMPLING_KEYS:
                 setattr(sampling, key, (value or 0) if key == "top_k" else value)
+            elif key in ENGINE_OWNED_KEYS:
+                raise ValueError(
+                    f"generation_kwargs[{key!r}] is set by RAPO's multi-turn engine (per-turn budgets, tool stop "
+                    "strings, one sample per row, log-probs for step entropy); use max_completion_length, "
+                    "max_turn_tokens or entropy_top_k instead."
+                )
+            else:
+                sampling.extra[key] = value
         if vllm_llm is not None or self.use_vllm:
             from rapo_trl.rollout.backends.vllm import VLLMBackend
 

@@ -148,3 +148,18 @@ def test_eval_runs_on_cuda(tiny_model_dir, monkeypatch):
     (model, _), = loaded
     expected = torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
     assert {(p.device.type, p.dtype) for p in model.parameters()} == {("cuda", expected)}
+
+
+@pytest.mark.parametrize("flag, expected", [([], ("cuda", torch.bfloat16)), (["--device", "cpu"], ("cpu", torch.float32))])
+def test_eval_command_line_device_reaches_the_loader(monkeypatch, loads, tiny_model_dir, tmp_path, flag, expected):
+    """The whole `rapo eval` path: YAML + `--device` parsed, then every model loaded where it says."""
+    from rapo_trl.cli import evaluate, parse_recipe
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"task: arithmetic\neval_size: 2\nmodel_name_or_path: {tiny_model_dir}\n"
+                      f"eval_model: {tiny_model_dir}\noutput_dir: {tmp_path / 'out'}\nuse_cpu: true\nbf16: false\n"
+                      "max_completion_length: 16\nmax_turn_tokens: 8\nreport_to: none\n")
+    script, rapo_args, model_args = parse_recipe("eval", ["--config", str(recipe), *flag])
+    fake_gpu(monkeypatch, native_bf16=True)
+    evaluate.run(script, rapo_args, model_args)
+    assert loads and set(loads) == {expected}

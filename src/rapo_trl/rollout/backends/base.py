@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from rapo_trl.rollout.types import TurnOutput
@@ -27,6 +27,9 @@ class SamplingSettings:
     """Sample (True) or decode greedily (False)."""
     entropy_top_k: int = 10
     """How many log-probs per token the top-k entropy estimator uses."""
+    extra: dict = field(default_factory=dict)
+    """Further generation options (``generation_kwargs`` beyond the fields above), passed as they are to
+    transformers' ``GenerationConfig`` or vLLM's ``SamplingParams``, as TRL does."""
 
 
 class GenerationBackend(Protocol):

@@ -135,6 +135,7 @@ class TransformersBackend:
     def _generation_config(self, model, max_new_tokens: int, stop_strings: Sequence[str]) -> GenerationConfig:
         config = copy.deepcopy(self.base_config or model.generation_config)
         s = self.sampling
+        config.update(**s.extra)
         config.update(
             max_new_tokens=max_new_tokens,
             do_sample=s.do_sample,

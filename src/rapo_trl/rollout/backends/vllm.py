@@ -167,6 +167,7 @@ class VLLMBackend:
             skip_special_tokens=False,
             spaces_between_special_tokens=False,
             logprobs=s.entropy_top_k,
+            **s.extra,
         )
 
     def _room(self, sequence_length: int, max_new_tokens: int) -> int:
