@@ -1,7 +1,7 @@
 """Prompts, dataset adapters and the shipped demo tasks with their scripted experts."""
 
 from rapo_trl.tasks.adapters import gsm8k_final_answer, load_gsm8k, load_jsonl_qa, to_rapo_rows
-from rapo_trl.tasks.prompt import SYSTEM_PROMPT
+from rapo_trl.tasks.prompt import SYSTEM_PROMPT, TOOLS_SYSTEM_PROMPT, system_prompt_for
 from rapo_trl.tasks.registry import TASKS, Task, get_task, load_corpus, load_task
 from rapo_trl.tasks.trajectory import RESULT_TEMPLATE
 
@@ -9,6 +9,7 @@ __all__ = [
     "RESULT_TEMPLATE",
     "SYSTEM_PROMPT",
     "TASKS",
+    "TOOLS_SYSTEM_PROMPT",
     "Task",
     "get_task",
     "gsm8k_final_answer",
@@ -16,5 +17,6 @@ __all__ = [
     "load_gsm8k",
     "load_jsonl_qa",
     "load_task",
+    "system_prompt_for",
     "to_rapo_rows",
 ]

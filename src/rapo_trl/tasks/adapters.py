@@ -8,7 +8,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from rapo_trl.tasks.prompt import SYSTEM_PROMPT
+from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for
 from rapo_trl.tasks.splits import stable_hash
 
 
@@ -27,6 +27,7 @@ def to_rapo_rows(
     answer_column: str = "answer",
     system_prompt: str | None = SYSTEM_PROMPT,
     conversational: bool = True,
+    tools=None,
 ) -> Dataset:
     """RAPO training/eval rows from any dataset with a question and an answer column.
 
@@ -34,10 +35,18 @@ def to_rapo_rows(
     gold(s) in ``answer`` (a string or a list of strings, kept as given) and adds a stable
     ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
+
+    ``tools`` (what ``RAPOTrainer(tools=...)`` takes) puts the description of its function tools in
+    the system prompt: the default prompt becomes ``system_prompt_for(tools)``, a ``system_prompt``
+    of your own gets the function-tool section appended, and with ``system_prompt=None`` the section
+    alone is the system prompt. Without function tools among ``tools`` the prompt is unchanged.
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")
     _require_columns(dataset, {"question": question_column, "answer": answer_column})
+    if tools is not None:
+        base = None if system_prompt == SYSTEM_PROMPT else (system_prompt or "")
+        system_prompt = system_prompt_for(tools, base=base) or None
 
     questions = list(dataset[question_column])
     for index, question in enumerate(questions):

@@ -31,3 +31,34 @@ The output comes back between <result> and </result>. Then:
 <answer>\\boxed{final answer}</answer>"""
 """A short prompt for python-only tasks: a third of ``SYSTEM_PROMPT``'s tokens, so small models on a CPU
 spend their compute on the question and the answer, not on prefilling the instructions."""
+
+TOOLS_SYSTEM_PROMPT = """You are a careful problem solver with tools.
+
+Work in steps, writing everything in one reply:
+- Reason inside <think> ... </think> before acting and again after each tool result.
+- To call a tool, write the call between its tags, as described below.
+- After each tool call, stop writing: the output is returned to you between <result> and </result>.
+- Use the tools whenever a step is not trivial. Do not invent tool results.
+- Finish with exactly one <answer> ... </answer> that contains the final answer in \\boxed{...}."""
+"""The protocol without ``<python>``/``<search>``: the base of ``system_prompt_for`` when every tool is a
+function tool (the section describing them follows it)."""
+
+
+def system_prompt_for(tools, base: str | None = None) -> str:
+    """A system prompt that teaches the tag protocol and describes the function tools among ``tools``.
+
+    ``tools`` is what ``RAPOTrainer(tools=...)`` takes: tag tools and plain typed functions. The
+    function-tool section (each function's call format ``<name>{"arg": ...}</name>``, its docstring
+    description and its arguments with their types, see ``rapo_trl.tools.function_tools_prompt``)
+    follows ``base``. ``base`` defaults to ``SYSTEM_PROMPT`` when ``tools`` has no function tool or
+    also has a ``<python>``/``<search>`` tool, else to ``TOOLS_SYSTEM_PROMPT``.
+    """
+    from rapo_trl.protocol import TOOL_TAGS
+    from rapo_trl.tools.function_tool import function_tools_prompt
+
+    tools = list(tools or ())
+    section = function_tools_prompt(tools)
+    if base is None:
+        builtin = any(getattr(tool, "tag", None) in TOOL_TAGS for tool in tools)
+        base = SYSTEM_PROMPT if builtin or not section else TOOLS_SYSTEM_PROMPT
+    return "\n\n".join(part for part in (base, section) if part)

@@ -21,27 +21,35 @@ Raise ``ToolError`` for a failure the model should see (it is counted as a faile
             return str(value(ast.parse(text.strip(), mode="eval").body))
 
     trainer = RAPOTrainer(..., tools=[PythonTool(), Calculator()])
+
+A plain typed function with a docstring (what TRL's ``GRPOTrainer(tools=[...])`` takes) is wrapped as a
+``FunctionTool``: its name is the tag and the policy writes its arguments as JSON, ``<add>{"a": 1, "b": 2}</add>``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from rapo_trl.protocol import RESERVED_TAGS, TAG_PATTERN
 
 from .base import Tool
+from .function_tool import as_tool
 
-# Tags the prompt format already uses for other things; a tool with one of them would be ambiguous.
-RESERVED_TAGS = frozenset({"think", "answer", "result", "retrieve"})
-_TAG = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+_TAG = re.compile(TAG_PATTERN)
 
 
-def tools_by_tag(tools: Iterable[Tool] | None) -> dict[str, Tool]:
-    """``{tag: tool}`` after checking each tool's shape and tag; raises a clear error otherwise."""
+def tools_by_tag(tools: Iterable[Tool | Callable] | None) -> dict[str, Tool]:
+    """``{tag: tool}`` after checking each tool's shape and tag; raises a clear error otherwise.
+
+    Plain callables without a ``tag`` are wrapped as ``FunctionTool`` (see ``as_tool``).
+    """
     registry: dict[str, Tool] = {}
-    for tool in tools or ():
+    for tool in map(as_tool, tools or ()):
         if not isinstance(tool, Tool):
             raise TypeError(
-                f"{tool!r} is not a tool: it needs a `tag` (str), a `timeout` (seconds) and `run(text) -> str`."
+                f"{tool!r} is not a tool: it needs a `tag` (str), a `timeout` (seconds) and `run(text) -> str`, "
+                "or it must be a plain typed function with a docstring."
             )
         tag = tool.tag
         if not isinstance(tag, str) or not _TAG.fullmatch(tag):

@@ -1,0 +1,334 @@
+"""``FunctionTool``: a typed Python function with a docstring, called with RAPO's tag protocol.
+
+The functions users pass to TRL's ``GRPOTrainer(tools=[...])`` carry over unchanged: the tag is the
+function's name, and the policy calls it with its arguments as one JSON object::
+
+    def add(a: int, b: int) -> int:
+        \"\"\"Add two integers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        \"\"\"
+        return a + b
+
+    # the policy writes <add>{"a": 1, "b": 2}</add> and gets <result>\\n3\\n</result> back
+
+The function is described with ``transformers.utils.get_json_schema``, the schema TRL's ``tools=``
+renders, so it needs what TRL needs: a type hint on every argument and a Google-style docstring
+describing each one. A function of exactly one parameter may also be called with a bare JSON value or
+plain text (``<square>7</square>``, ``<lookup>Paris</lookup>``). Arguments are checked against the
+signature and coerced to the annotated basic types where that is unambiguous (``"3"`` to 3 for an
+``int``, 3 to 3.0 for a ``float``, ``"true"`` to ``True`` for a ``bool``); a call that cannot be made
+raises ``ToolError`` with a one-line message the policy sees. Async functions are awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rapo_trl.protocol import RESERVED_TAGS
+
+from .base import ToolError
+
+_ARTICLE = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a JSON array",
+    "object": "a JSON object",
+    "null": "null",
+}
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+
+
+class _NotCoercible(Exception):
+    """A value that cannot be turned into one JSON-schema type."""
+
+
+def _types(spec: dict) -> list[str]:
+    kind = spec.get("type")
+    if kind is None:
+        return []
+    return [kind] if isinstance(kind, str) else list(kind)
+
+
+def describe_type(spec: dict) -> str:
+    """A short human-readable type from a JSON-schema property (``"array of integer"``, ``"any"``)."""
+    if "enum" in spec:
+        return "one of " + ", ".join(json.dumps(value) for value in spec["enum"])
+    names = []
+    for kind in _types(spec):
+        if kind == "array" and isinstance(spec.get("items"), dict) and "type" in spec["items"]:
+            names.append(f"array of {describe_type(spec['items'])}")
+        elif kind == "object" and isinstance(spec.get("additionalProperties"), dict):
+            names.append(f"object of {describe_type(spec['additionalProperties'])}")
+        else:
+            names.append(kind)
+    if spec.get("nullable") and "null" not in names:
+        names.append("null")
+    return " or ".join(names) or "any"
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _exact(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {"string": str, "boolean": bool, "array": list, "object": dict}.get(kind, type(None)))
+
+
+def _convert(value: Any, kind: str) -> Any:
+    """``value`` as ``kind`` when the conversion loses nothing; raises ``_NotCoercible`` otherwise."""
+    if isinstance(value, bool) and kind != "boolean":
+        raise _NotCoercible
+    if kind == "integer":
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+            try:
+                number = float(value)
+            except ValueError:
+                raise _NotCoercible from None
+            if number.is_integer():
+                return int(number)
+    elif kind == "number":
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                raise _NotCoercible from None
+    elif kind == "string":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif kind == "boolean":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+    elif kind in ("array", "object") and isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            raise _NotCoercible from None
+        if _exact(parsed, kind):
+            return parsed
+    raise _NotCoercible
+
+
+def coerce(value: Any, spec: dict, where: str) -> Any:
+    """``value`` checked against the JSON-schema property ``spec`` and coerced to its type.
+
+    ``where`` names the value in the error (``"argument 'a'"``). Raises ``ToolError``.
+    """
+    kinds = _types(spec)
+    if value is None and (spec.get("nullable") or "null" in kinds or not kinds):
+        return None
+    if kinds:
+        result, found = None, False
+        for kind in kinds:  # a value that already has one of the types keeps it
+            if _exact(value, kind):
+                result, found = (float(value) if kind == "number" else value), True
+                break
+        for kind in kinds if not found else ():
+            try:
+                result, found = _convert(value, kind), True
+                break
+            except _NotCoercible:
+                continue
+        if not found:
+            wanted = " or ".join(_ARTICLE.get(kind, kind) for kind in kinds)
+            raise ToolError(f"{where} must be {wanted}, got {_show(value)}")
+        value = result
+        if isinstance(value, list) and isinstance(spec.get("items"), dict):
+            value = [coerce(item, spec["items"], f"{where} item {i}") for i, item in enumerate(value)]
+        elif isinstance(value, dict) and isinstance(spec.get("additionalProperties"), dict):
+            value = {
+                key: coerce(item, spec["additionalProperties"], f"{where} key {json.dumps(key)}")
+                for key, item in value.items()
+            }
+    if "enum" in spec and value not in spec["enum"]:
+        raise ToolError(f"{where} must be {describe_type({'enum': spec['enum']})}, got {_show(value)}")
+    return value
+
+
+@dataclass
+class FunctionTool:
+    """A plain Python function as a tag tool: ``<name>{"arg": value}</name>`` calls ``name(arg=value)``.
+
+    Args:
+        function: a function (sync or async) with a type hint on every argument and a Google-style
+            docstring, as for TRL's ``GRPOTrainer(tools=[...])``. Its ``__name__`` is the tag.
+        timeout: seconds ``run_tool_calls`` waits for a call (plus a grace) before reporting a timeout
+            to the policy. The function runs in a worker thread and is not interrupted.
+
+    ``schema`` is the function's JSON schema from ``transformers.utils.get_json_schema``; ``run``
+    returns the function's value with ``str()``, dicts and lists as JSON.
+    """
+
+    function: Callable[..., Any]
+    timeout: float = 30.0
+    tag: str = field(init=False)
+    schema: dict = field(init=False, repr=False)
+
+    def __post_init__(self):
+        name = getattr(self.function, "__name__", None)
+        if not callable(self.function) or not isinstance(name, str):
+            raise TypeError(f"FunctionTool needs a named function, got {self.function!r}.")
+        if name in RESERVED_TAGS:
+            raise ValueError(
+                f"Function {name!r} cannot be a tool: <{name}> is reserved by the prompt format "
+                f"({', '.join(sorted(RESERVED_TAGS))}). Rename the function."
+            )
+        from transformers.utils import get_json_schema
+
+        try:
+            self.schema = get_json_schema(self.function)
+        except Exception as error:  # transformers' TypeHintParsingException / DocstringParsingException
+            raise TypeError(
+                f"Function {name!r} cannot be described as a tool: {error} Function tools need a type hint on "
+                "every argument and a Google-style docstring with an Args: line per argument, as for "
+                "GRPOTrainer's tools=."
+            ) from error
+        self.tag = name
+        self._signature = inspect.signature(self.function)
+        self._params = [p for p in self._signature.parameters.values() if p.kind not in _VARIADIC]
+        self._takes_any_keyword = any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in self._signature.parameters.values()
+        )
+
+    # ------------------------------------------------------------------ description
+
+    @property
+    def description(self) -> str:
+        """The docstring's description, as in the schema."""
+        return self.schema["function"].get("description", "")
+
+    @property
+    def properties(self) -> dict[str, dict]:
+        """``{argument: JSON-schema property}`` (type and the docstring's description)."""
+        return self.schema["function"].get("parameters", {}).get("properties", {})
+
+    def call_format(self) -> str:
+        """How the policy calls this tool: ``<add>{"a": ..., "b": ...}</add>``."""
+        arguments = ", ".join(f"{json.dumps(p.name)}: ..." for p in self._params)
+        return f"<{self.tag}>{{{arguments}}}</{self.tag}>"
+
+    def describe(self) -> str:
+        """A prompt block: the call format, the description, each argument and what it returns."""
+        lines = [self.call_format()]
+        if self.description:
+            lines.append(self.description)
+        if self._params:
+            lines.append("Arguments:")
+        for param in self._params:
+            spec = self.properties.get(param.name, {})
+            kind = describe_type(spec)
+            if param.default is not inspect.Parameter.empty:
+                kind += f", optional, default {_show(param.default)}"
+            text = spec.get("description", "")
+            lines.append(f"- {param.name} ({kind})" + (f": {text}" if text else ""))
+        returns = self.schema["function"].get("return", {}).get("description")
+        if returns:
+            lines.append(f"Returns: {returns}")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ calling
+
+    def parse_arguments(self, text: str) -> dict[str, Any]:
+        """The call's text as ``{parameter: value}``, checked and coerced; raises ``ToolError``."""
+        names = [p.name for p in self._params]
+        single = self._params[0] if len(self._params) == 1 else None
+        text = text.strip()
+        try:
+            value = json.loads(text)
+        except ValueError as error:
+            if single is None:
+                example = self.call_format()[len(self.tag) + 2 : -len(self.tag) - 3]
+                raise ToolError(
+                    f"{self.tag}: expected one JSON object of arguments like {example}; "
+                    f"invalid JSON: {error.msg} (char {error.pos})"
+                ) from None
+            value = text  # plain text for a one-parameter function
+        single_kinds = _types(self.properties.get(single.name, {})) if single else []
+        as_mapping = isinstance(value, dict) and (
+            single is None or set(value) <= set(names) or (single_kinds and "object" not in single_kinds)
+        )
+        if as_mapping:
+            arguments = value
+        elif single is not None:
+            arguments = {single.name: value}
+        else:
+            example = self.call_format()[len(self.tag) + 2 : -len(self.tag) - 3]
+            raise ToolError(f"{self.tag}: expected one JSON object of arguments like {example}, got {_show(value)}")
+        unknown = [key for key in arguments if key not in names]
+        if unknown and not self._takes_any_keyword:
+            known = ", ".join(names) or "none"
+            raise ToolError(
+                f"{self.tag}: unknown argument{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(k) for k in unknown)}; its arguments are: {known}"
+            )
+        missing = [p.name for p in self._params if p.default is inspect.Parameter.empty and p.name not in arguments]
+        if missing:
+            raise ToolError(
+                f"{self.tag}: missing required argument{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(repr(m) for m in missing)}"
+            )
+        return {
+            key: coerce(item, self.properties.get(key, {}), f"{self.tag}: argument {key!r}")
+            for key, item in arguments.items()
+        }
+
+    def run(self, text: str) -> str:
+        arguments = self.parse_arguments(text)
+        positional = [arguments.pop(p.name) for p in self._params
+                      if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.name in arguments]
+        try:
+            result = self.function(*positional, **arguments)
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+        except ToolError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the policy sees what went wrong
+            raise ToolError(f"{self.tag} raised {type(error).__name__}: {error}") from error
+        if isinstance(result, (dict, list, tuple)):
+            return json.dumps(result, ensure_ascii=False, default=str)
+        return str(result)
+
+
+def as_tool(obj: Any) -> Any:
+    """``obj`` itself when it is a tag tool (has a ``tag``), a ``FunctionTool`` when it is a plain callable."""
+    if callable(obj) and not hasattr(obj, "tag"):
+        return FunctionTool(obj)
+    return obj
+
+
+def function_tools_prompt(tools) -> str:
+    """The system-prompt section describing the function tools among ``tools`` ("" when there are none).
+
+    ``tools`` may hold plain functions (wrapped as ``FunctionTool``) and other tools (skipped: the
+    default prompts already teach ``<python>`` and ``<search>``).
+    """
+    functions = [tool for tool in map(as_tool, tools or ()) if isinstance(tool, FunctionTool)]
+    if not functions:
+        return ""
+    head = ("You can call these functions. Write the arguments as one JSON object between the function's tags; "
+            "its output comes back between <result> and </result>.")
+    return "\n\n".join([head, *(tool.describe() for tool in functions)])

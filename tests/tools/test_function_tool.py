@@ -1,0 +1,314 @@
+"""FunctionTool: TRL-style typed functions as tag tools (parsing, coercion, errors, prompt, rollouts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset
+from transformers.utils import get_json_schema
+
+from rapo_trl.rollout import HybridRolloutEngine
+from rapo_trl.tasks import SYSTEM_PROMPT, TOOLS_SYSTEM_PROMPT, system_prompt_for, to_rapo_rows
+from rapo_trl.tools import (
+    FunctionTool,
+    PythonTool,
+    ToolError,
+    as_tool,
+    function_tools_prompt,
+    run_tool_calls,
+    tools_by_tag,
+)
+from tests.helpers.scripted import Turn
+from tests.rollout.test_engine import EchoTool, encode, make_engine
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first number.
+        b: The second number.
+
+    Returns:
+        The sum of a and b.
+    """
+    return a + b
+
+
+def shout(text: str) -> str:
+    """Repeat a text in capitals.
+
+    Args:
+        text: What to repeat.
+    """
+    return text.upper()
+
+
+def square(x: int) -> int:
+    """Square an integer.
+
+    Args:
+        x: The number to square.
+    """
+    return x * x
+
+
+def kinds(i: int, f: float, s: str, b: bool, xs: list[int], d: dict, maybe: int | None = None) -> list:
+    """Echo each argument with the name of its Python type.
+
+    Args:
+        i: an integer
+        f: a float
+        s: a string
+        b: a flag
+        xs: integers
+        d: a mapping
+        maybe: an optional integer
+    """
+    return [[value, type(value).__name__] for value in (i, f, s, b, xs, d, maybe)]
+
+
+def divide(a: float, b: float) -> float:
+    """Divide a by b.
+
+    Args:
+        a: The dividend.
+        b: The divisor.
+    """
+    return a / b
+
+
+def city(name: str) -> dict:
+    """Facts about a city.
+
+    Args:
+        name: The city's name.
+    """
+    return {"name": name, "letters": len(name)}
+
+
+def answer(text: str) -> str:
+    """A function named like a reserved tag.
+
+    Args:
+        text: anything
+    """
+    return text
+
+
+async def double(x: float) -> float:
+    """Double a number, asynchronously.
+
+    Args:
+        x: The number.
+    """
+    return 2 * x
+
+
+def test_tag_schema_and_json_object_call():
+    tool = FunctionTool(add)
+    assert tool.tag == "add" and tool.timeout > 0
+    assert tool.schema == get_json_schema(add)  # what TRL's tools= renders
+    assert tool.run('{"a": 1, "b": 2}') == "3"
+    assert tool.run(' {"b": 10, "a": -4}\n') == "6"
+
+
+def test_single_parameter_takes_a_bare_value_or_plain_text():
+    assert FunctionTool(square).run("7") == "49"
+    assert FunctionTool(square).run('{"x": 7}') == "49"
+    assert FunctionTool(shout).run("hello world") == "HELLO WORLD"  # not JSON: the text itself
+    assert FunctionTool(shout).run('"quoted"') == "QUOTED"  # a JSON string
+    assert FunctionTool(shout).run("42") == "42"  # a JSON number, coerced to str
+
+
+def test_arguments_are_coerced_to_the_annotated_types():
+    call = {"i": "3", "f": 2, "s": 42, "b": "true", "xs": ["1", 2.0], "d": '{"k": 1}'}
+    out = json.loads(FunctionTool(kinds).run(json.dumps(call)))
+    assert out == [[3, "int"], [2.0, "float"], ["42", "str"], [True, "bool"], [[1, 2], "list"],
+                   [{"k": 1}, "dict"], [None, "NoneType"]]
+    call = {"i": 4.0, "f": "0.5", "s": "x", "b": 0, "xs": "[5]", "d": {}, "maybe": "7"}
+    out = json.loads(FunctionTool(kinds).run(json.dumps(call)))
+    assert out == [[4, "int"], [0.5, "float"], ["x", "str"], [False, "bool"], [[5], "list"],
+                   [{}, "dict"], [7, "int"]]
+
+
+def test_return_values_are_str_or_json():
+    assert FunctionTool(city).run("Paris") == '{"name": "Paris", "letters": 5}'
+    assert FunctionTool(divide).run('{"a": 1, "b": 4}') == "0.25"
+
+
+def test_async_functions_are_awaited():
+    assert FunctionTool(double).run("1.5") == "3.0"
+
+
+@pytest.mark.parametrize(
+    ("function", "text", "message"),
+    [
+        (add, "a=1, b=2", 'add: expected one JSON object of arguments like {"a": ..., "b": ...}; '
+                       "invalid JSON: Expecting value (char 0)"),
+        (add, '{"a": 1, "b": 2', 'add: expected one JSON object of arguments like {"a": ..., "b": ...}; '
+                                 "invalid JSON: Expecting ',' delimiter (char 15)"),
+        (add, "[1, 2]", 'add: expected one JSON object of arguments like {"a": ..., "b": ...}, got [1, 2]'),
+        (add, '{"a": 1, "b": 2, "c": 3}', "add: unknown argument 'c'; its arguments are: a, b"),
+        (add, '{"a": 1}', "add: missing required argument 'b'"),
+        (add, "{}", "add: missing required arguments 'a', 'b'"),
+        (add, '{"a": "one", "b": 2}', "add: argument 'a' must be an integer, got \"one\""),
+        (add, '{"a": 1.5, "b": 2}', "add: argument 'a' must be an integer, got 1.5"),
+        (add, '{"a": true, "b": 2}', "add: argument 'a' must be an integer, got true"),
+        (square, '{"y": 3}', "square: unknown argument 'y'; its arguments are: x"),
+        (square, "seven", "square: argument 'x' must be an integer, got \"seven\""),
+        (kinds, '{"i": 1, "f": 1, "s": "", "b": "yes", "xs": [], "d": {}}',
+         "kinds: argument 'b' must be true or false, got \"yes\""),
+        (kinds, '{"i": 1, "f": 1, "s": "", "b": true, "xs": [1, "x\\ny"], "d": {}}',
+         "kinds: argument 'xs' item 1 must be an integer, got \"x\\ny\""),
+    ],
+)
+def test_bad_calls_raise_a_precise_one_line_tool_error(function, text, message):
+    with pytest.raises(ToolError) as caught:
+        FunctionTool(function).run(text)
+    assert str(caught.value) == message
+    assert "\n" not in str(caught.value)
+
+
+def test_the_function_raising_is_a_failed_call_the_model_sees():
+    with pytest.raises(ToolError, match=r"^divide raised ZeroDivisionError: float division by zero$"):
+        FunctionTool(divide).run('{"a": 1, "b": 0}')
+    (call,) = run_tool_calls([(FunctionTool(divide), '{"a": 1, "b": 0}')])
+    assert not call.ok and call.output == "Error: divide raised ZeroDivisionError: float division by zero"
+
+
+def test_reserved_and_clashing_tags_are_refused():
+    with pytest.raises(ValueError, match=r"<answer> is reserved by the prompt format .*Rename the function"):
+        FunctionTool(answer)
+    with pytest.raises(ValueError, match="reserved"):
+        tools_by_tag([answer])
+
+    def python(code: str) -> str:
+        """Pretend to run code.
+
+        Args:
+            code: the code
+        """
+        return code
+
+    with pytest.raises(ValueError, match="share the tag 'python'"):
+        tools_by_tag([PythonTool(), python])
+
+
+def test_functions_trl_cannot_describe_are_refused():
+    def untyped(x):
+        """No type hint.
+
+        Args:
+            x: something
+        """
+
+    def undocumented(x: int) -> int:
+        return x
+
+    for function in (untyped, undocumented):
+        with pytest.raises(TypeError, match="type hint on every argument and a Google-style docstring"):
+            FunctionTool(function)
+
+
+def test_plain_functions_are_wrapped_and_tools_kept():
+    python = PythonTool()
+    assert as_tool(python) is python
+    registry = tools_by_tag([python, add])
+    assert list(registry) == ["python", "add"] and registry["python"] is python
+    assert isinstance(registry["add"], FunctionTool) and registry["add"].function is add
+
+
+def test_description_names_the_call_format_arguments_and_docstring():
+    text = FunctionTool(add).describe()
+    assert text.splitlines()[0] == '<add>{"a": ..., "b": ...}</add>'
+    for part in ("Add two integers.", "- a (integer): The first number.", "- b (integer): The second number.",
+                 "Returns: The sum of a and b."):
+        assert part in text
+    text = FunctionTool(kinds).describe()
+    assert "- xs (array of integer): integers" in text
+    assert "- maybe (integer or null, optional, default null): an optional integer" in text
+
+
+def test_system_prompt_includes_the_function_tools():
+    section = function_tools_prompt([PythonTool(), add, square])
+    assert section.index("<add>{") < section.index("<square>{")
+    assert "Add two integers." in section and "Square an integer." in section and "<python>" not in section
+    assert system_prompt_for([add, square]) == TOOLS_SYSTEM_PROMPT + "\n\n" + section
+    assert system_prompt_for([PythonTool(), add, square]) == SYSTEM_PROMPT + "\n\n" + section
+    assert system_prompt_for([PythonTool()]) == SYSTEM_PROMPT  # nothing to add
+    assert system_prompt_for([add], base="Be brief.") == "Be brief.\n\n" + function_tools_prompt([add])
+
+
+def test_to_rapo_rows_puts_the_tools_in_the_system_prompt():
+    data = Dataset.from_list([{"question": "What is 1 + 2?", "answer": "3"}])
+    system = to_rapo_rows(data, tools=[add])[0]["prompt"][0]
+    assert system == {"role": "system", "content": system_prompt_for([add])}
+    own = to_rapo_rows(data, system_prompt="Be brief.", tools=[add])[0]["prompt"][0]["content"]
+    assert own == "Be brief.\n\n" + function_tools_prompt([add])
+    alone = to_rapo_rows(data, system_prompt=None, tools=[add])[0]["prompt"][0]["content"]
+    assert alone == function_tools_prompt([add])
+    assert to_rapo_rows(data, tools=[PythonTool()])["prompt"] == to_rapo_rows(data)["prompt"]
+
+
+def test_engine_runs_a_function_call_and_forces_its_result(tiny_model):
+    step = '<think>add them</think>\n<add>{"a": 1, "b": 2}</add>'
+    bad = '<add>{"a": 1}</add>'
+    engine, prompts, tok = make_engine(
+        tiny_model,
+        [[Turn(step + " never sampled"), Turn("<answer>\\boxed{3}</answer>")], [Turn(bad), Turn("done")]],
+        tools=[EchoTool(), add],
+    )
+    assert "</add>" in engine.stop_strings and isinstance(engine.tools["add"], FunctionTool)
+    good_row, bad_row = engine.run(prompts, hybrid=[False, False])
+
+    step_ids = encode(tok, step)
+    assert good_row.completion_ids[: len(step_ids)] == step_ids
+    assert good_row.env_mask[: len(step_ids)] == [1] * len(step_ids)
+    result = good_row.segments[1]
+    expected = encode(tok, engine.config.result_template.format(output="3"))
+    assert result.kind == "tool" and result.start == len(step_ids)
+    assert good_row.completion_ids[result.start : result.end] == expected
+    assert good_row.env_mask[result.start : result.end] == [0] * len(expected)
+    assert (good_row.tool_calls, good_row.tool_failures) == (1, 0)
+
+    error = engine.config.result_template.format(output="Error: add: missing required argument 'b'")
+    result = bad_row.segments[1]
+    assert bad_row.completion_ids[result.start : result.end] == encode(tok, error)
+    assert (bad_row.tool_calls, bad_row.tool_failures) == (1, 1)
+
+
+def test_engine_refuses_a_reserved_function_name(tiny_model):
+    model, tok = tiny_model
+    with pytest.raises(ValueError, match="reserved"):
+        HybridRolloutEngine(tok, backend=None, tools=[answer])
+
+
+def test_trainer_takes_plain_functions_as_tools(tiny_model_dir, tmp_path):
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.trainer import RAPOTrainer
+    from tests.test_trainer import common_args, dataset, sevens
+
+    args = RAPOConfig(**common_args(tmp_path), max_turn_tokens=32)
+    trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), tools=[EchoTool(), add])
+    assert [tool.tag for tool in trainer.rapo_tools] == ["python", "add"]
+    assert trainer.rollout_engine.tools["add"].function is add
+    assert "</add>" in trainer.rollout_engine.stop_strings
+
+
+def test_trainer_refuses_a_reserved_function_name_before_loading_the_model(tmp_path):
+    from rapo_trl.trainer import RAPOTrainer
+
+    with pytest.raises(ValueError, match="reserved"):
+        RAPOTrainer(str(tmp_path / "no-such-model"), tools=[answer])
+
+
+def test_outcome_reward_scores_a_function_call_as_a_format_failure():
+    """The README's caveat: rapo_outcome_reward's format check knows only <python> and <search> calls.
+    When it learns function tools, this test fails: update the README's "Function tools" paragraph."""
+    from rapo_trl.rewards import format_check, rapo_outcome_reward
+
+    text = '<think>add</think>\n<add>{"a": 1, "b": 2}</add>\n<result>\n3\n</result>\n<answer>\\boxed{3}</answer>'
+    assert format_check(text) == (False, "<result> at char 47 without a preceding tool call")
+    assert rapo_outcome_reward(completions=[text], answer=["3"]) == [-1.0]
