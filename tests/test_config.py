@@ -31,3 +31,26 @@ def test_rapo_defaults():
 def test_invalid_values_name_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
         make(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        # GRPOConfig alone divides by it ("integer modulo by zero") or, at 1, names no field RAPO adds.
+        (dict(num_generations=0), r"^num_generations must be >= 2 .*got 0\.$"),
+        (dict(num_generations=1, per_device_train_batch_size=1), r"^num_generations must be >= 2 .*got 1\.$"),
+        (dict(num_generations=-2), r"^num_generations must be >= 2 .*got -2\.$"),
+        # GRPOConfig accepts these; the rollout would fail only after the model has loaded.
+        (dict(max_completion_length=-5), r"^max_completion_length must be >= 1, got -5\.$"),
+        (dict(max_completion_length=0), r"^max_completion_length must be >= 1, got 0\.$"),
+        # 0 tool calls is allowed, so the message says ">= 0", not "positive".
+        (dict(max_tool_calls=-1), r"^max_tool_calls must be >= 0 .*got -1\.$"),
+    ],
+)
+def test_group_and_budget_sizes_are_checked_before_grpo_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(**kwargs)
+
+
+def test_zero_tool_calls_is_allowed():
+    assert make(num_generations=2, per_device_train_batch_size=2, max_tool_calls=0).max_tool_calls == 0

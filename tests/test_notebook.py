@@ -35,6 +35,35 @@ def test_notebook_is_committed_without_outputs_and_uses_public_api_only():
     assert "HF_HUB_OFFLINE\"] =" not in source and "setdefault(\"HF_HUB_OFFLINE\"" not in source
 
 
+
+def _run_install_cell(monkeypatch, cwd):
+    """Runs the notebook's install cell as if rapo_trl were missing; returns the pip commands it ran."""
+    import importlib.util
+    import subprocess
+
+    nb = json.loads(NOTEBOOK.read_text())
+    cell = "".join(next(c for c in nb["cells"] if c["cell_type"] == "code")["source"])
+    assert "pip" in cell
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "rapo_trl" else find_spec(name, *a))
+    calls = []
+    monkeypatch.setattr(subprocess, "check_call", lambda cmd, *a, **k: calls.append(cmd))
+    monkeypatch.chdir(cwd)
+    exec(compile(cell, "install-cell", "exec"), {})
+    return calls
+
+
+def test_install_cell_installs_an_uploaded_wheel_and_never_a_name_pypi_lacks(tmp_path, monkeypatch):
+    # rapo_trl is not on PyPI: without a wheel the cell stops with one message saying how to get one.
+    with pytest.raises(RuntimeError, match=r"python -m build.*dist/rapo_trl-\*\.whl.*Files pane") as err:
+        _run_install_cell(monkeypatch, tmp_path)
+    assert "PyPI" in str(err.value)
+    (tmp_path / "rapo_trl-0.1.0-py3-none-any.whl").write_bytes(b"")
+    calls = _run_install_cell(monkeypatch, tmp_path)
+    assert len(calls) == 1 and calls[0][-1] == "rapo_trl-0.1.0-py3-none-any.whl"
+
+
 @pytest.mark.slow
 def test_quickstart_runs_under_a_kernel(tiny_model_dir, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")

@@ -1,4 +1,4 @@
-"""RAPOTrainer invariants on the tiny model (RAPO.md §5-7, TRL.md seams)."""
+"""RAPOTrainer invariants on the tiny model (docs/design.md, docs/trl-integration.md)."""
 
 from __future__ import annotations
 

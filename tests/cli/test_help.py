@@ -57,3 +57,15 @@ def test_train_help_lists_fields_of_all_three_dataclasses(cli_runs):
     for option in ("--store_path", "--num_samples", "--retrieve_prob", "--retrieval_advantage_weight",
                    "--num_generations", "--max_steps", "--model_name_or_path", "--use_peft"):
         assert option in run.stdout, option
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [pytest.param(c, marks=pytest.mark.rapo_runs(f"{c}-help"))
+                                     for c in ("train", "build-store", "eval")])
+def test_every_recipe_command_help_shows_config(cli_runs, command):
+    """TrlParser reads `--config` without declaring it; each recipe command's help must still show it."""
+    run = cli_runs[f"{command}-help"]
+    assert run.returncode == 0, describe(run)
+    assert run.stdout.startswith(f"usage: rapo {command} [-h] [--config FILE.yaml]"), run.stdout[:300]
+    options = run.stdout.split("\noptions:\n", 1)[1]
+    assert "--config FILE.yaml YAML recipe" in " ".join(options.split()), options[:600]

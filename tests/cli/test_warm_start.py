@@ -1,5 +1,7 @@
 """The SFT warm start reassembles each question's best stored trajectory."""
 
+import pytest
+
 from rapo_trl.cli.warm_start import trajectories_from_store
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import TraceStore
@@ -59,3 +61,31 @@ def test_equal_time_sft_stops_on_the_clock(tiny_model_dir, tmp_path):
                folder="sft-same-time")
     history = json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
     assert history["steps"] == 1  # the time budget was spent after the first step, not the 1000 asked
+
+
+@pytest.mark.slow
+@pytest.mark.rapo_runs("train-sft", "eval-sft")
+def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_runs, cli_work):
+    import json
+    from pathlib import Path
+
+    from tests.cli.runs import describe
+
+    work, _ = cli_work
+    run = cli_runs["train-sft"]
+    assert run.returncode == 0, describe(run)
+    out = work / "model-sft"
+    warm, same_time = out / "sft-warm-start", out / "sft-same-time"
+    assert (warm / "model.safetensors").is_file()  # RAPO trains on the merged warm start
+    adapter = json.loads((same_time / "adapter_config.json").read_text())
+    assert Path(adapter["base_model_name_or_path"]).resolve() == warm.resolve()
+    assert (same_time / "adapter_model.safetensors").is_file() and (same_time / "sft_history.json").is_file()
+    assert not (same_time / "model.safetensors").exists() and not (same_time / "config.json").exists()
+
+    run = cli_runs["eval-sft"]
+    assert run.returncode == 0, describe(run)
+    printed = {line.strip().strip("|").split("|")[0].strip() for line in run.stdout.splitlines()}
+    assert {"warm_start", "sft_same_time", "trained"} <= printed, describe(run)
+    saved = json.loads((out / "eval_results.json").read_text())
+    assert list(saved["rows"]) == ["warm_start", "sft_same_time", "trained"]
+    assert saved["sft_same_time_sft"]["steps"] >= 1

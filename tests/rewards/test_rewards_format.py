@@ -1,4 +1,4 @@
-"""RAPO's format rules (RAPO.md §8.1) against hand-made completions."""
+"""RAPO's format rules (docs/design.md, Outcome reward) against hand-made completions."""
 
 from __future__ import annotations
 

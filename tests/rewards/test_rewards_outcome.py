@@ -1,4 +1,4 @@
-"""RAPO's outcome reward (RAPO.md §8) called the way TRL calls it."""
+"""RAPO's outcome reward (docs/design.md, Outcome reward) called the way TRL calls it."""
 
 from __future__ import annotations
 

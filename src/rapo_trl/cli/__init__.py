@@ -40,6 +40,8 @@ def _read_config(argv: list[str]) -> tuple[str, dict] | None:
 
     if "--config" not in argv:
         return None
+    if argv.count("--config") > 1:
+        raise ValueError("--config given more than once; give one YAML recipe (override its fields with flags)")
     index = argv.index("--config")
     if index + 1 >= len(argv):
         raise ValueError("--config needs the path of a YAML file")
@@ -74,8 +76,20 @@ def parse_recipe(command: str, argv: list[str]):
     types = (RAPOScriptArguments, RAPOConfig, ModelConfig)
     if found is not None:
         check_config_types(found[1], types)
-    parser = RecipeParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command])
-    return parser.parse_args_and_config(argv)
+    # TrlParser takes `--config PATH` out of argv itself and never declares it; declare it (first, via a
+    # parent parser) so `--help` shows it. SUPPRESS: it never reaches the namespace the dataclasses are built from.
+    config_option = argparse.ArgumentParser(add_help=False)
+    config_option.add_argument(
+        "--config", metavar="FILE.yaml", default=argparse.SUPPRESS,
+        help="YAML recipe: any field below as `field: value` (e.g. configs/*.yaml); flags given here override it.",
+    )
+    parser = RecipeParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command],
+                          parents=[config_option])
+    script, rapo_config, model_config = parser.parse_args_and_config(argv)
+    from rapo_trl.cli.common import check_script_arguments
+
+    check_script_arguments(command, script)
+    return script, rapo_config, model_config
 
 
 def _run_recipe(command: str, argv: list[str]):

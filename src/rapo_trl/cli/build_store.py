@@ -6,7 +6,14 @@ import json
 import logging
 import random
 
-from rapo_trl.cli.common import build_tools, make_reward, open_store, resolve_model_path, training_rows
+from rapo_trl.cli.common import (
+    build_tools,
+    check_store_location,
+    make_reward,
+    open_store,
+    resolve_model_path,
+    training_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +39,7 @@ def _expert_agent(script, rows, tools):
 
 
 def run(script, rapo_args, model_args) -> dict:
+    check_store_location(script, must_exist=False)  # before a model agent loads
     rows = training_rows(script, "train")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
     if script.agent == "expert":

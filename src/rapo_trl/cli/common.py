@@ -18,6 +18,15 @@ class UsageError(Exception):
     """A problem the user fixes in the config or command line; printed as one line."""
 
 
+def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
+    """Refuse sizes that would only fail later (after the tokenizer or model loads) with a misleading message."""
+    sizes = {"train": ("train_size",), "build-store": ("train_size",), "eval": ("eval_size",)}.get(command, ())
+    for name in sizes:
+        value = getattr(script, name)
+        if value < 1:
+            raise UsageError(f"{name} must be >= 1 (questions drawn from the task), got {value}")
+
+
 def resolve_model_path(name: str | None) -> str:
     """A local model folder for ``name``: an alias (``smollm2``, ``tiny``) or an existing path."""
     if not name:
@@ -141,16 +150,28 @@ def make_reward(script: RAPOScriptArguments):
     return table[script.reward]
 
 
-def open_store(script: RAPOScriptArguments, must_exist: bool):
-    from rapo_trl.store import TraceStore
-
+def check_store_location(script: RAPOScriptArguments, must_exist: bool) -> tuple[str, int] | None:
+    """``(host, port)`` of ``store_server``, or None after checking ``store_path``: cheap, so the commands
+    call it before loading a model or tokenizer."""
     if script.store_server:
         host, _, port = script.store_server.rpartition(":")
         if not host or not port.isdigit():
             raise UsageError(f"store_server must be host:port, got '{script.store_server}'")
-        return TraceStore.connect(host, int(port), collection=script.store_collection)
+        return host, int(port)
+    if Path(script.store_path).is_file():
+        raise UsageError(f"store path '{script.store_path}' is a file, not a store folder; set store_path to "
+                         f"the folder `rapo build-store` writes")
     if must_exist and not Path(script.store_path).is_dir():
         raise UsageError(f"store path '{script.store_path}' does not exist; build it first with `rapo build-store`")
+    return None
+
+
+def open_store(script: RAPOScriptArguments, must_exist: bool):
+    from rapo_trl.store import TraceStore
+
+    server = check_store_location(script, must_exist)
+    if server is not None:
+        return TraceStore.connect(*server, collection=script.store_collection)
     return TraceStore(script.store_path, collection=script.store_collection)
 
 

@@ -46,7 +46,8 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
         if base:
             models["base"] = base
     for name, folder in (("warm_start", WARM_START_DIR), ("sft_same_time", SFT_SAME_TIME_DIR)):
-        if (Path(target) / folder / "config.json").exists():
+        # a merged model (config.json) or a LoRA adapter over the warm start (adapter_config.json)
+        if any((Path(target) / folder / f).exists() for f in ("config.json", "adapter_config.json")):
             models[name] = str(Path(target) / folder)
     models["trained"] = target
     return models

@@ -24,6 +24,8 @@ def run(args: argparse.Namespace) -> dict:
     from rapo_trl.cli.common import UsageError
     from rapo_trl.store import TraceStore
 
+    if Path(args.path).is_file():
+        raise UsageError(f"store path '{args.path}' is a file, not a store folder")
     if not Path(args.path).is_dir():
         raise UsageError(f"store path '{args.path}' does not exist")
     store = TraceStore(args.path, collection=args.collection)

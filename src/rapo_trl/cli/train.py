@@ -5,6 +5,7 @@ from __future__ import annotations
 from rapo_trl.cli.common import (
     UsageError,
     build_tools,
+    check_store_location,
     make_reward,
     open_store,
     resolve_model_path,
@@ -21,10 +22,12 @@ def run(script, rapo_args, model_args) -> dict:
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     model_path = resolve_model_path(model_args.model_name_or_path)
+    wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
+    if wants_store:  # a missing store or a file in its place: one line, before the tokenizer and model load
+        check_store_location(script, must_exist=True)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
     store = open_store(script, must_exist=True) if wants_store else None
     rows = training_rows(script, "train")
     if script.sft_same_time and script.sft_warmup_steps <= 0:
@@ -51,7 +54,9 @@ def run(script, rapo_args, model_args) -> dict:
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
         # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained.
-        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time", **sft)
+        # Only evaluated, never trained on: kept as a LoRA adapter over the warm start, not a second full copy.
+        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time", merge=False,
+                   **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id

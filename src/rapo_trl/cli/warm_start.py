@@ -51,12 +51,16 @@ class _StopAfter:
 
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
-               max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4) -> str:
-    """SFT a LoRA on stored trajectories, merge it, save the model in ``output_dir/folder``; return its path.
+               max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
+               merge: bool = True) -> str:
+    """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
-    baseline). The loss per step goes to ``sft_history.json`` beside the model. ``bf16``/``fp16`` are the
-    RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
+    baseline). With ``merge`` the LoRA is merged and the full model saved (a base for RAPO to train on);
+    without it only the adapter is saved, with ``model_path`` as its base (a model that is only evaluated,
+    such as the equal-time baseline, then costs no second full copy). The loss per step goes to
+    ``sft_history.json`` beside the model. ``bf16``/``fp16`` are the RAPO run's precision (``None``: from
+    the hardware, as `RAPOConfig` does).
     """
     if bf16 is None and not fp16:
         from rapo_trl.hardware import default_precision, trainer_device
@@ -97,12 +101,17 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     history = [{"step": e["step"], "loss": e["loss"]} for e in trainer.state.log_history if "loss" in e]
     logger.info("SFT %s: %d examples, %d steps in %.0fs, loss %.3f -> %.3f", folder, len(examples),
                 trainer.state.global_step, seconds, history[0]["loss"], history[-1]["loss"])
-    merged = trainer.model.merge_and_unload()
-    merged.save_pretrained(target)
+    if merge:
+        merged = trainer.model.merge_and_unload()
+        merged.save_pretrained(target)
+        del merged
+    else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path
+        trainer.model.peft_config["default"].base_model_name_or_path = model_path
+        trainer.model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     (target / "sft_history.json").write_text(json.dumps(
         {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
          "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
-    del trainer, merged
+    del trainer
     gc.collect()  # the caller loads the saved model next; do not hold a second copy and its optimizer state
     return str(target)

@@ -1,4 +1,4 @@
-"""RAPO's format check (RAPO.md §8.1): any failure makes the outcome reward -1."""
+"""RAPO's format check (docs/design.md, Outcome reward): any failure makes the outcome reward -1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RAPO's outcome reward (RAPO.md §8): -1 on a format failure, else F1 plus a multi-tool bonus."""
+"""RAPO's outcome reward (docs/design.md): -1 on a format failure, else F1 plus a multi-tool bonus."""
 
 from __future__ import annotations
 

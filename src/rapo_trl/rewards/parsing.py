@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# The sentence the hybrid rollout puts before every retrieved block (RAPO.md §3). It contains the
+# The sentence the hybrid rollout puts before every retrieved block (docs/design.md). It contains the
 # literal tags "<retrieve> </retrieve>", so it has to be removed before the blocks themselves.
 from rapo_trl.protocol import RETRIEVE_PREFACE
 

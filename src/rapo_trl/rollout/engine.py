@@ -1,4 +1,4 @@
-"""The step-wise hybrid rollout (RAPO.md §1, §3, §4).
+"""The step-wise hybrid rollout (docs/design.md: Steps, Hybrid rollouts, step entropy).
 
 Every row is a token-id sequence that only ever grows by appending ids: the policy's sampled ids
 (mask 1), forced tool results and forced retrieved steps (mask 0). Text is decoded to find tool calls
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
+from rapo_trl.tools.registry import tools_by_tag
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,8 @@ class HybridRolloutEngine:
     Args:
         tokenizer: the policy's tokenizer.
         backend: a generation backend (``TransformersBackend`` or ``VLLMBackend``).
-        tools: tag tools; their closing tags are the turn's stop strings.
+        tools: tag tools, or plain typed functions (wrapped as ``FunctionTool``); their closing tags are
+            the turn's stop strings.
         store: anything with ``select(contexts) -> list[Retrieved]`` (e.g. ``TraceStore``); ``None``
             disables retrieval.
         config: budgets and RAPO knobs.
@@ -139,16 +141,14 @@ class HybridRolloutEngine:
         self,
         tokenizer,
         backend: GenerationBackend,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[Tool | Callable] = (),
         store: StepSelector | None = None,
         config: RolloutConfig | None = None,
         seed: int | None = None,
     ):
         self.tokenizer = tokenizer
         self.backend = backend
-        self.tools = {tool.tag: tool for tool in tools}
-        if len(self.tools) != len(tools):
-            raise ValueError(f"Two tools share a tag: {[t.tag for t in tools]}.")
+        self.tools = tools_by_tag(tools)
         self.store = store
         self.config = config or RolloutConfig()
         self.rng = random.Random(seed)
@@ -339,7 +339,7 @@ class HybridRolloutEngine:
         for i, found in zip(chosen, selected):
             row = rows[i]
             ids = self.encode(cfg.retrieve_template.format(text=found.text))
-            # Never cut a retrieved step or end a row because of one (RAPO.md §3): a block that does not
+            # Never cut a retrieved step or end a row because of one (docs/design.md): a block that does not
             # leave the policy room to continue, or exceeds the cap, is skipped and counted.
             room = cfg.max_completion_length - len(row.completion_ids)
             if len(ids) >= room or (cfg.max_retrieved_tokens is not None and len(ids) > cfg.max_retrieved_tokens):

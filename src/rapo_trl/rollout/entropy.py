@@ -1,4 +1,4 @@
-"""Token- and step-level entropies of the policy (RAPO.md §4)."""
+"""Token- and step-level entropies of the policy (docs/design.md, step entropy)."""
 
 from __future__ import annotations
 

@@ -86,5 +86,5 @@ class RolloutRow:
 
     @property
     def retrieved_fraction(self) -> float:
-        """F_ret (RAPO.md §6): retrieved tokens over all completion tokens."""
+        """F_ret (docs/design.md, Importance shaping): retrieved tokens over all completion tokens."""
         return self.retrieved_tokens / len(self.completion_ids) if self.completion_ids else 0.0

@@ -14,7 +14,7 @@ DEFAULT_FALLBACK_TEXT = (
 class StoreConfig:
     """How a :class:`TraceStore` builds keys, indexes them and picks a step for a context."""
 
-    # --- selection (RAPO §3) ---
+    # --- selection (docs/design.md, Hybrid rollouts) ---
     top_k: int = 3
     """Nearest keys considered per query; the one with the highest stored reward is kept."""
     min_reward: float = 0.0

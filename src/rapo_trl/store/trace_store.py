@@ -36,7 +36,7 @@ from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, st
 
 
 class TraceStore:
-    """Step traces in a Chroma collection, retrieved by context similarity (RAPO §2-3).
+    """Step traces in a Chroma collection, retrieved by context similarity (docs/design.md).
 
     Args:
         path: directory of an embedded Chroma database (created if missing).
