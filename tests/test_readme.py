@@ -45,3 +45,15 @@ def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch):
     assert (args.bf16, args.fp16) == (precision == "bf16", precision == "fp16")  # fp32 on a CPU machine
     assert namespace["trainer"].state.global_step == 1
     assert (tmp_path / "runs" / "store").is_dir()
+
+
+def test_sandbox_table_says_calls_share_a_uid_without_namespaces():
+    """Without namespaces a 0700 folder isolates nothing between calls of one uid; the table must say so."""
+    section = README.read_text().split("**The sandbox (`PythonTool`).**", 1)[1].split("\n## ", 1)[0]
+    rows = {cells[1].strip(): cells[2:-1] for line in section.splitlines()
+            if line.startswith("| ") and len(cells := line.split("|")) == 5}
+    header = rows[""]
+    assert "no namespaces" in header[1], header
+    without_namespaces = rows["writes"][1]
+    assert "0700" in without_namespaces and "caller's uid" in without_namespaces, without_namespaces
+    assert "can read another's folder" in without_namespaces, without_namespaces

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -266,6 +267,65 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, tmp_path):
     assert resumed.rollout_engine.rng.getstate() == full.rollout_engine.rng.getstate()
     for (name, a), (_, b) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_checkpoints_hold_rapo_state_and_a_resume_without_it_warns(tiny_model_dir, tmp_path, caplog, monkeypatch):
+    import json
+    import logging
+
+    import transformers.trainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Q{i}"}]} for i in range(8)])
+
+    def id_reward(completion_ids, **kwargs):
+        return [float(sum(c) % 7) for c in completion_ids]
+
+    class DescribedStore(FixedStore):
+        def describe(self):
+            return {"location": "fixed", "collection": "traces", "records": 1}
+
+    class StopAfter(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = state.global_step >= 1
+
+    # What rotation (and the hub push before it) see: each checkpoint must already hold RAPO's state.
+    seen_at_rotation = []
+    rotate = transformers.trainer.rotate_checkpoints
+
+    def spying_rotate(output_dir, **kwargs):
+        for folder in sorted(Path(output_dir).glob("checkpoint-*")):
+            seen_at_rotation.append((folder.name, (folder / "rapo_state_0.json").is_file()))
+        return rotate(output_dir=output_dir, **kwargs)
+
+    monkeypatch.setattr(transformers.trainer, "rotate_checkpoints", spying_rotate)
+
+    def run(callbacks=None, resume=None):
+        args = RAPOConfig(**common_args(tmp_path, max_steps=2, max_completion_length=16, save_strategy="steps",
+                                        save_steps=1), max_turn_tokens=8, retrieve_prob=0.5)
+        trainer = RAPOTrainer(str(tiny_model_dir), id_reward, args=args, train_dataset=ds, processing_class=tok,
+                              trace_store=DescribedStore(), tools=[EchoTool()], callbacks=callbacks)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer
+
+    run(callbacks=[StopAfter()])  # "killed" after checkpoint 1
+    checkpoint = tmp_path / "checkpoint-1"
+    assert seen_at_rotation == [("checkpoint-1", True)]
+    state = json.loads((checkpoint / "rapo_state_0.json").read_text())
+    assert state["store"] == {"location": "fixed", "collection": "traces", "records": 1}
+    assert isinstance(state["engine"]["rng"], list)
+    assert not [p.name for p in checkpoint.iterdir() if p.name.endswith(".tmp")]  # written atomically
+
+    (checkpoint / "rapo_state_0.json").unlink()  # a checkpoint without RAPO's rollout state
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        resumed = run(resume=str(checkpoint))
+    warnings = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer" and r.levelno == logging.WARNING
+                and "rapo_state_0.json" in r.getMessage()]
+    assert len(warnings) == 1, caplog.text
+    assert "checkpoint-1 has no rapo_state_0.json" in warnings[0] and "will differ" in warnings[0]
+    assert resumed.state.global_step == 2  # training still completes
+    assert seen_at_rotation[-1] == ("checkpoint-2", True)
+    assert json.loads((tmp_path / "checkpoint-2" / "rapo_state_0.json").read_text())["engine"]["rng"]
 
 
 def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):

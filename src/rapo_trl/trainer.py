@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import textwrap
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 import torch
 from trl import GRPOTrainer
@@ -526,24 +526,55 @@ class RAPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
-        # Every process saves its own retrieval RNG (they differ by seed), written after TRL's files.
-        folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
-        state = {
-            "engine": self.rollout_engine.get_state(),
-            "store": getattr(self.trace_store, "describe", lambda: None)(),
-        }
+    def _save_rng_state(self, output_dir):
+        # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
+        # checkpoint rotation, so none of them sees a checkpoint without it. Every process saves its own
+        # retrieval RNG (they differ by seed).
+        super()._save_rng_state(output_dir)
+        self._save_rapo_state(output_dir)
+
+    def _save_rapo_state(self, folder: str) -> None:
+        """``rapo_state_{process}.json``: the rollout engine's RNG and the store it drew from, written
+        atomically (a temp file in the same folder, then ``os.replace``)."""
+        state = {"engine": self.rollout_engine.get_state(), "store": None}
+        describe = getattr(self.trace_store, "describe", None)
+        if describe is not None:
+            try:
+                state["store"] = describe()
+            except Exception as error:  # noqa: BLE001 - a store that cannot say must not fail the checkpoint
+                state["store"] = {"error": f"{type(error).__name__}: {error}"}
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, RAPO_STATE_FILE.format(process=self.accelerator.process_index))
-        with open(path, "w") as handle:
-            json.dump(state, handle, default=str)
+        name = RAPO_STATE_FILE.format(process=self.accelerator.process_index)
+        temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # same folder: os.replace stays atomic
+        try:
+            with open(temp, "w") as handle:
+                json.dump(state, handle, default=str)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, os.path.join(folder, name))
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(temp)
+            raise
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, RAPO_STATE_FILE.format(process=self.accelerator.process_index))
-        if os.path.exists(path):
+        name = RAPO_STATE_FILE.format(process=self.accelerator.process_index)
+        path = os.path.join(checkpoint, name)
+        try:
             with open(path) as handle:
-                self.rollout_engine.set_state(json.load(handle)["engine"])
+                engine_state = json.load(handle)["engine"]
+            self.rollout_engine.set_state(engine_state)
+        except FileNotFoundError:
+            problem = f"has no {name} (RAPO's rollout state)"
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            problem = f"has an unreadable {name} ({type(error).__name__}: {error})"
+        else:
+            return
+        # As TRL does for a missing RNG state: go on, and say what that costs.
+        logger.warning(
+            "RAPO: checkpoint %s %s; resuming with the retrieval RNG at its initial seed, so which rollouts retrieve "
+            "and what they draw will differ from the interrupted run.", checkpoint, problem,
+        )

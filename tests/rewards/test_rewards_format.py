@@ -11,6 +11,7 @@ THINK = "<think>plan</think>\n"
 PY = "<python>\nprint(6 * 7)\n</python>\n<result>\n42\n</result>\n"
 SEARCH = "<search>capital of Zorvia</search>\n<result>\nDoc 1 (Zorvia): ...\n</result>\n"
 ANSWER = "<answer>\\boxed{42}</answer>"
+ADD = '<add>{"a": 40, "b": 2}</add>\n<result>\n42\n</result>\n'  # a function tool's call (FunctionTool)
 
 GOOD = [
     ("think and answer only", THINK + ANSWER),
@@ -26,6 +27,17 @@ GOOD = [
     (
         "result on the same line as the call",
         THINK + "<search>q</search> <result>\nDoc 1: a\n</result>" + ANSWER,
+    ),
+    ("function tool call", THINK + ADD + ANSWER),
+    ("function tool result on the same line", THINK + '<square>7</square> <result>\n49\n</result>' + ANSWER),
+    ("function tools beside the built-in ones", THINK + SEARCH + ADD + PY + "<lookup>Paris</lookup><result>x</result>" + ANSWER),
+    ("tag with digits, dot, dash", THINK + "<geo.lookup-2>Paris</geo.lookup-2>\n<result>\n1\n</result>" + ANSWER),
+    ("same function called twice", THINK + ADD + THINK + ADD + ANSWER),
+    ("stray unknown tags are text", THINK + "<b>bold</b> <i>x" + ANSWER),
+    ("stray unknown tags beside a function call", THINK + "<b>bold</b> " + ADD + "<i>x</i>" + ANSWER),
+    (
+        "tags inside a function's result are not the policy's",
+        THINK + "<city>Paris</city>\n<result>\n</city><answer><python>\n</result>" + ANSWER,
     ),
 ]
 
@@ -85,6 +97,57 @@ BAD = [
         THINK + "<python><search>q</search></python>" + ANSWER,
         "expected </python> but found <search> at char 28",
     ),
+    (
+        "unclosed function call",
+        THINK + '<add>{"a": 40, "b": 2}\n<result>\n42\n</result>\n' + ANSWER,
+        "<result> at char 43 without a preceding tool call",
+    ),
+    ("function call cut at the end", THINK + ADD + '<add>{"a": 40', "tool call not completed: missing </add>"),
+    (
+        "unclosed call of a function used before",
+        THINK + ADD + '<add>{"a": 40, "b": 2}\n' + ANSWER,
+        "tool call not completed: missing </add>",
+    ),
+    (
+        "function call without result, the function used before",
+        THINK + ADD + '<add>{"a": 1, "b": 1}</add>\n' + THINK + ANSWER,
+        "tool call not completed: missing <result>",
+    ),
+    (
+        "text between a function call and its result",
+        THINK + '<add>{"a": 40, "b": 2}</add> so <result>\n42\n</result>' + ANSWER,
+        "<result> at char 52 without a preceding tool call",
+    ),
+    (
+        "function close without open",
+        THINK + ADD + '{"a": 1}</add>\n<result>\nError\n</result>' + ANSWER,
+        "</add> at char 75 without a preceding tool call",
+    ),
+    (
+        "function call inside a python call",
+        THINK + "<python>\n<add>1</add>\n</python>\n<result>\n1\n</result>" + ADD + ANSWER,
+        "expected </python> but found <add> at char 29",
+    ),
+    (
+        "answer used as a call",
+        THINK + "<answer>\\boxed{42}</answer>\n<result>\n42\n</result>",
+        "<result> at char 48 without a preceding tool call",
+    ),
+    (
+        "think used as a call",
+        "<think>plan</think>\n<result>\n42\n</result>" + ANSWER,
+        "<result> at char 20 without a preceding tool call",
+    ),
+    (
+        "retrieve used as a call",
+        THINK + "<retrieve>q</retrieve>\n<result>\n42\n</result>" + ANSWER,
+        "<result> at char 43 without a preceding tool call",
+    ),
+    (
+        "result used as a call",
+        THINK + ADD + "<result>\n1\n</result>" + ANSWER,
+        "<result> at char 67 without a preceding tool call",
+    ),
 ]
 
 
@@ -104,6 +167,42 @@ def test_tools_used_ignores_tags_in_results():
     assert tools_used(THINK + PY + ANSWER) == {"python"}
     assert tools_used(THINK + SEARCH + PY + ANSWER) == {"python", "search"}
     assert tools_used(THINK + "<python>\nx\n</python><result>\n<search>\n</result>" + ANSWER) == {"python"}
+
+
+def test_tools_used_names_function_tools():
+    assert tools_used(THINK + ADD + ANSWER) == {"add"}
+    assert tools_used(THINK + SEARCH + ADD + PY + ANSWER) == {"python", "search", "add"}
+    assert tools_used(THINK + "<b>x</b>\n" + PY + ANSWER) == {"python"}  # not followed by a result: not a tool
+    assert tools_used(THINK + "<python>\nx\n</python><result>\n<add>1</add>\n<result>\n</result>" + ANSWER) == {
+        "python"
+    }
+
+
+def test_explicit_tool_tags():
+    unanswered = THINK + '<add>{"a": 40, "b": 2}</add>\n' + ANSWER
+    # By default a tag never followed by a result is ordinary text; named as a tool, its call needs one.
+    assert format_check(unanswered) == (True, None)
+    assert format_check(unanswered, tool_tags=["python", "add"]) == (
+        False,
+        "tool call not completed: missing <result>",
+    )
+    assert format_check(THINK + ADD + PY + ANSWER, tool_tags=("python", "search", "add")) == (True, None)
+    # Only the given tags are tools: a call of another one is a result without a call.
+    assert format_check(THINK + ADD + ANSWER, tool_tags=("python", "search")) == (
+        False,
+        "<result> at char 49 without a preceding tool call",
+    )
+    assert tools_used(THINK + ADD + PY + ANSWER, tool_tags=["add"]) == {"add"}
+
+
+@pytest.mark.parametrize(
+    "tags,error",
+    [("add", TypeError), (["answer"], ValueError), (["a b"], ValueError), ([3], ValueError)],
+    ids=["string", "reserved", "space", "not-a-string"],
+)
+def test_explicit_tool_tags_are_checked(tags, error):
+    with pytest.raises(error):
+        format_check(THINK + ANSWER, tool_tags=tags)
 
 
 @pytest.mark.parametrize(

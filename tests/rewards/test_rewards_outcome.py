@@ -12,6 +12,7 @@ from rapo_trl.rewards import RETRIEVE_PREFACE, make_rapo_outcome_reward, rapo_ou
 THINK = "<think>plan</think>\n"
 PY = "<python>\nprint(6 * 7)\n</python>\n<result>\n42\n</result>\n"
 SEARCH = "<search>q</search>\n<result>\nDoc 1 (Zorvia): text\n</result>\n"
+ADD = '<add>{"a": 40, "b": 2}</add>\n<result>\n42\n</result>\n'  # a function tool's call
 
 
 def answer(value: str) -> str:
@@ -45,6 +46,12 @@ CASES = [
     ("missing result", THINK + "<search>q</search>\n" + answer("42"), "42", -1.0),
     ("</think> without open", "plan</think>" + answer("42"), "42", -1.0),
     ("no boxed", THINK + "<answer>42</answer>", "42", -1.0),
+    ("exact, function tool", THINK + ADD + answer("42"), "42", 1.0),
+    ("partial F1, function tool", THINK + ADD + answer("Talmir"), "Talmir harbour", 2 / 3),
+    ("function tool and python: no bonus", THINK + ADD + PY + answer("42"), "42", 1.0),
+    ("function tool and both tools: bonus", THINK + SEARCH + ADD + PY + answer("42"), "42", 1.1),
+    ("unclosed function call", THINK + '<add>{"a": 40}\n<result>\n42\n</result>\n' + answer("42"), "42", -1.0),
+    ("answer used as a call", THINK + answer("42") + "\n<result>\n42\n</result>", "42", -1.0),
 ]
 
 
@@ -96,6 +103,31 @@ def test_retrieved_tool_call_does_not_earn_the_bonus():
     text = THINK + PY + retrieved(SEARCH) + answer("42")
     assert score(text, "42") == 1.0
     assert score(text, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == pytest.approx(1.1)
+
+
+def test_retrieved_function_call_does_not_count():
+    # A stored step's call of a function the policy never called: stripped, its result is not the policy's.
+    text = THINK + PY + retrieved('<add>{"a": 1, "b": 2}</add>\n<result>\n3\n</result>') + answer("42")
+    assert score(text, "42") == 1.0
+    assert score(text, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == 1.0
+    # Its call cut off by the block's end would break the format if it were scored.
+    cut = THINK + ADD + retrieved('<add>{"a": 1') + answer("42")
+    assert score(cut, "42") == 1.0
+    assert score(cut, "42", reward=make_rapo_outcome_reward(strip_retrieved=False)) == -1.0
+
+
+def test_explicit_tool_tags():
+    unanswered = THINK + '<add>{"a": 40, "b": 2}</add>\n' + answer("42")
+    assert score(unanswered, "42") == 1.0  # a tag never followed by a result is ordinary text
+    strict = make_rapo_outcome_reward(tool_tags=["python", "search", "add"])
+    assert strict.tool_tags == ("python", "search", "add")
+    assert "tool_tags=('python', 'search', 'add')" in repr(strict)
+    assert score(unanswered, "42", reward=strict) == -1.0
+    assert score(THINK + SEARCH + ADD + PY + answer("42"), "42", reward=strict) == pytest.approx(1.1)
+    assert score(THINK + ADD + answer("42"), "42", reward=make_rapo_outcome_reward(tool_tags=["python"])) == -1.0
+    assert pickle.loads(pickle.dumps(strict)).tool_tags == strict.tool_tags
+    with pytest.raises(ValueError, match="reserved"):
+        make_rapo_outcome_reward(tool_tags=["answer"])
 
 
 def test_factory_settings():

@@ -91,6 +91,22 @@ def test_system_exit_from_a_tool_is_a_tool_failure(tiny_model):
     assert "Error: SystemExit: 3" in tok.decode(row.completion_ids)
 
 
+class InterruptedTool(EchoTool):
+    def run(self, text: str) -> str:
+        self.seen.append(text)
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("tool_workers", [1, 4])
+def test_keyboard_interrupt_from_a_tool_stops_the_rollout(tiny_model, tool_workers):
+    """Unlike SystemExit, the user's Ctrl-C is no tool failure: it leaves engine.run (from a worker thread too)."""
+    tool = InterruptedTool()
+    engine, prompts, _ = make_engine(tiny_model, [_turns()], tools=[tool], tool_workers=tool_workers)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run(prompts, hybrid=[False])
+    assert len(tool.seen) == 1  # the first call ended the rollout; no second call was made
+
+
 @pytest.mark.parametrize(
     ("field", "value", "match"), [("max_tool_calls", -1, "max_tool_calls"), ("max_result_chars", 0, "max_result_chars")]
 )

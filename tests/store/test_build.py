@@ -143,6 +143,18 @@ def test_stats(trajectory, make_store):
     assert stats["dimension"] == 128 and stats["size_bytes"] > 0 and stats["index"]["space"] == "cosine"
 
 
+def test_describe_names_the_store_and_counts_its_records(trajectory, make_store, tmp_path):
+    """What a training checkpoint records about the store it drew from (rapo_state_*.json)."""
+    import json
+
+    store = make_store("described", collection="mine")
+    assert store.describe() == {"location": str(tmp_path / "described"), "server": False, "collection": "mine",
+                                "records": 0, "embedder": "test-hashing-128"}
+    store.add_trajectories([trajectory("1", tools=2), trajectory("2")], [1.0, -1.0], ["q1", "q2"])
+    assert store.describe()["records"] == len(store) == 5
+    assert json.loads(json.dumps(store.describe())) == store.describe()
+
+
 class _RandomSampler:
     """A batched sampler drawing from the global RNG, like a model sampling with torch's."""
 

@@ -91,6 +91,8 @@ def test_server_store_is_shared_between_clients(chroma_server, embedder, traject
         and stats["size_bytes"] is None
         and stats["location"].endswith(str(chroma_server))
     )
+    assert reader.describe() == {"location": f"127.0.0.1:{chroma_server}", "server": True, "collection": "shared",
+                                 "records": 4, "embedder": "test-hashing-128"}
     from rapo_trl.embeddings import HashingEmbedder
 
     with pytest.raises(EmbedderMismatchError, match="was built with embedder 'test-hashing-128'"):

@@ -304,11 +304,28 @@ def test_trainer_refuses_a_reserved_function_name_before_loading_the_model(tmp_p
         RAPOTrainer(str(tmp_path / "no-such-model"), tools=[answer])
 
 
-def test_outcome_reward_scores_a_function_call_as_a_format_failure():
-    """The README's caveat: rapo_outcome_reward's format check knows only <python> and <search> calls.
-    When it learns function tools, this test fails: update the README's "Function tools" paragraph."""
-    from rapo_trl.rewards import format_check, rapo_outcome_reward
+def test_outcome_reward_scores_a_function_call_by_its_answer():
+    """rapo_outcome_reward needs no configuration for function tools: a tag closed right before its
+    <result> block is a tool call, held to the same rules as <python> and <search> (README, "Function tools")."""
+    from rapo_trl.rewards import format_check, make_rapo_outcome_reward, rapo_outcome_reward, tools_used
 
-    text = '<think>add</think>\n<add>{"a": 1, "b": 2}</add>\n<result>\n3\n</result>\n<answer>\\boxed{3}</answer>'
-    assert format_check(text) == (False, "<result> at char 47 without a preceding tool call")
-    assert rapo_outcome_reward(completions=[text], answer=["3"]) == [-1.0]
+    call = '<add>{"a": 1, "b": 2}</add>\n<result>\n3\n</result>\n'
+    text = "<think>add</think>\n" + call + "<answer>\\boxed{3}</answer>"
+    assert format_check(text) == (True, None)
+    assert tools_used(text) == {"add"}
+    assert rapo_outcome_reward(completions=[text], answer=["3"]) == [1.0]
+    assert rapo_outcome_reward(completions=[text], answer=["3 apples"]) == [pytest.approx(2 / 3)]
+
+    # A call without its result block fails the format check: the function is a tool here because it
+    # was called with a result before, or because the reward was told its tag.
+    unanswered = "<think>add</think>\n" + call + '<add>{"a": 2, "b": 2}</add>\n<answer>\\boxed{4}</answer>'
+    assert format_check(unanswered) == (False, "tool call not completed: missing <result>")
+    assert rapo_outcome_reward(completions=[unanswered], answer=["4"]) == [-1.0]
+    alone = '<think>add</think>\n<add>{"a": 1, "b": 2}</add>\n<answer>\\boxed{3}</answer>'
+    strict = make_rapo_outcome_reward(tool_tags=["add"])
+    assert format_check(alone, tool_tags=["add"]) == (False, "tool call not completed: missing <result>")
+    assert strict(completions=[alone], answer=["3"]) == [-1.0]
+    # An unclosed call: its result has no call before it.
+    unclosed = '<think>add</think>\n<add>{"a": 1, "b": 2}\n<result>\n3\n</result>\n<answer>\\boxed{3}</answer>'
+    assert format_check(unclosed) == (False, "<result> at char 41 without a preceding tool call")
+    assert rapo_outcome_reward(completions=[unclosed], answer=["3"]) == [-1.0]

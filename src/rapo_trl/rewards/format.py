@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import lru_cache
 
-from rapo_trl.protocol import TOOL_TAGS
+from rapo_trl.protocol import RESERVED_TAGS, TAG_PATTERN, TOOL_TAGS
 from rapo_trl.rewards.parsing import find_boxed
 
 _RESULT_BLOCK_RE = re.compile(r"<result>.*?</result>", re.DOTALL)
 _THINK_RE = re.compile(r"</?think>")
-_TOOL_EVENT_RE = re.compile(r"</?(?:python|search|result)>")
+_TAG_RE = re.compile(TAG_PATTERN)
+# A tag closed right before a result block (whitespace allowed): the completion uses it as a tool call.
+_CALL_END_RE = re.compile(r"</(" + TAG_PATTERN + r")>\s*<result>")
 
 
 def mask_results(text: str) -> str:
@@ -17,6 +21,29 @@ def mask_results(text: str) -> str:
     # Tool output is written by the environment, not the policy: a tag printed by code or found in a
     # search passage must not count as the policy breaking the format.
     return _RESULT_BLOCK_RE.sub("<result></result>", text)
+
+
+def _checked_tags(tool_tags: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(tool_tags, str):
+        raise TypeError(f"tool_tags must be a collection of tag names, not the string {tool_tags!r}.")
+    tags = tuple(dict.fromkeys(tool_tags))
+    for tag in tags:
+        if not isinstance(tag, str) or not _TAG_RE.fullmatch(tag):
+            raise ValueError(f"Invalid tool tag {tag!r} in tool_tags: use a letter followed by letters, digits, "
+                             "'_', '-' or '.'.")
+        if tag in RESERVED_TAGS:
+            raise ValueError(f"Tool tag {tag!r} in tool_tags is reserved by the prompt format "
+                             f"({', '.join(sorted(RESERVED_TAGS))}).")
+    return tags
+
+
+def _tool_tags(masked: str, tool_tags: Iterable[str] | None) -> tuple[str, ...]:
+    """The tags that are tool calls in ``masked``: ``tool_tags`` when given, else the built-in tools' tags
+    plus every other non-reserved tag the completion closes right before a ``<result>`` (a function tool)."""
+    if tool_tags is not None:
+        return _checked_tags(tool_tags)
+    called = (m.group(1) for m in _CALL_END_RE.finditer(masked))
+    return tuple(dict.fromkeys([*TOOL_TAGS, *(tag for tag in called if tag not in RESERVED_TAGS)]))
 
 
 def _check_think(text: str) -> str | None:
@@ -40,16 +67,23 @@ def _check_think(text: str) -> str | None:
     return None
 
 
-def _check_tools(text: str) -> str | None:
-    # Tool and result tags must form groups <T> </T> <result> </result>, in that order.
+@lru_cache(maxsize=256)
+def _tool_event_re(tags: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(r"</?(?:" + "|".join(map(re.escape, (*tags, "result"))) + r")>")
+
+
+def _check_tools(text: str, tags: tuple[str, ...]) -> str | None:
+    # Tool and result tags must form groups <T> </T> <result> </result>, in that order. Other tags
+    # (stray markup, <think>, <answer>) are not tool events and are ignored here.
+    openings = {f"<{tag}>" for tag in tags}
     expected: list[str] = []
-    for event in _TOOL_EVENT_RE.finditer(text):
+    for event in _tool_event_re(tags).finditer(text):
         tag = event.group()
         if expected:
             if tag != expected[0]:
                 return f"expected {expected[0]} but found {tag} at char {event.start()}"
             expected.pop(0)
-        elif tag in ("<python>", "<search>"):
+        elif tag in openings:
             name = tag[1:-1]
             expected = [f"</{name}>", "<result>", "</result>"]
         else:
@@ -71,24 +105,33 @@ def _check_answer(text: str) -> str | None:
     return None
 
 
-def format_check(text: str) -> tuple[bool, str | None]:
+def format_check(text: str, tool_tags: Iterable[str] | None = None) -> tuple[bool, str | None]:
     """Check a completion against RAPO's format rules; return ``(ok, reason)``.
 
-    Rules, in the order checked: balanced, non-empty ``<think>`` blocks (at least one); every
-    ``<python>``/``<search>`` followed in order by its closing tag and a ``<result>...</result>``
-    (and no result without a call); exactly one ``<answer>...</answer>``; a complete ``\\boxed{}``
-    inside it. ``reason`` names the first rule that failed (None when ok). Result contents are
-    ignored. Strip retrieved blocks first when they must not count (see ``strip_retrieved_blocks``).
+    Rules, in the order checked: balanced, non-empty ``<think>`` blocks (at least one); every tool call
+    ``<T>`` followed in order by its closing ``</T>`` and a ``<result>...</result>`` (and no result
+    without a call); exactly one ``<answer>...</answer>``; a complete ``\\boxed{}`` inside it. ``reason``
+    names the first rule that failed (None when ok). Result contents are ignored. Strip retrieved blocks
+    first when they must not count (see ``strip_retrieved_blocks``).
+
+    The tool tags ``T`` are ``tool_tags`` when given. By default they are ``<python>`` and ``<search>``
+    plus every other tag the completion uses as a call, i.e. closes right before a ``<result>`` block
+    (whitespace allowed), such as a function tool's ``<add>{"a": 1}</add>``; the prompt format's own tags
+    (``think``, ``answer``, ``result``, ``retrieve``) never are. Any other tag is ordinary text.
     """
     masked = mask_results(text)
-    for check in (_check_think, _check_tools, _check_answer):
+    tags = _tool_tags(masked, tool_tags)
+    for check in (_check_think, lambda t: _check_tools(t, tags), _check_answer):
         reason = check(masked)
         if reason is not None:
             return False, reason
     return True, None
 
 
-def tools_used(text: str) -> set[str]:
-    """Which tools (``"python"``, ``"search"``) the completion called."""
+def tools_used(text: str, tool_tags: Iterable[str] | None = None) -> set[str]:
+    """Which tools the completion called (``"python"``, ``"search"``, a function tool's tag).
+
+    ``tool_tags`` as for ``format_check``.
+    """
     masked = mask_results(text)
-    return {name for name in TOOL_TAGS if f"<{name}>" in masked}
+    return {name for name in _tool_tags(masked, tool_tags) if f"<{name}>" in masked}

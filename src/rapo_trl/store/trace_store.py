@@ -142,6 +142,17 @@ class TraceStore:
     def __repr__(self) -> str:
         return f"TraceStore({self.location!r}, collection={self.collection_name!r}, embedder={self.embedder.name!r})"
 
+    def describe(self) -> dict:
+        """Which store this is and how much it holds (what a training checkpoint records): its location
+        (folder, or ``host:port`` of a server), collection, record count and embedder. Cheap, unlike :meth:`stats`."""
+        return {
+            "location": self.location,
+            "server": self.path is None,
+            "collection": self.collection_name,
+            "records": len(self),
+            "embedder": self.embedder.name,
+        }
+
     # ------------------------------------------------------------------ retrieval
 
     def preprocess(self, context: str) -> str:
