@@ -278,6 +278,10 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     trainer.train()
     wall = time.perf_counter() - started - tracker.eval_seconds
     logs = [e for e in trainer.state.log_history if "reward" in e]
+    from rapo_trl.plots import plot_history
+
+    # Each run's own curves (reward, retrieval rate, Z, F_ret) beside it, as `rapo train` draws them.
+    plot_history(trainer.state.log_history, Path(config.output_dir) / "plots")
     del trainer
     gc.collect()  # one process runs many arms and seeds: free each run's model and optimizer state
 
