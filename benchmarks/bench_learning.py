@@ -281,7 +281,10 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     from rapo_trl.plots import plot_history
 
     # Each run's own curves (reward, retrieval rate, Z, F_ret) beside it, as `rapo train` draws them.
-    plot_history(trainer.state.log_history, Path(config.output_dir) / "plots")
+    try:
+        plot_history(trainer.state.log_history, Path(config.output_dir) / "plots")
+    except ValueError as error:  # nothing drawable was logged: the record still counts
+        print(f"  no plots for this run: {error}", flush=True)
     del trainer
     gc.collect()  # one process runs many arms and seeds: free each run's model and optimizer state
 
