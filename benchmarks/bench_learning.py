@@ -419,7 +419,9 @@ def report(results: Path) -> str:
         grpo = groups.get((start, "grpo"), [])
         grpo_final = _mean_std([m["eval_pass1"][-1] for m in grpo])[0] if grpo else float("nan")
         curve = _mean_curve(members)
-        reach = next((s for s, v in curve if v >= grpo_final), None) if grpo and arm == "rapo" else None
+        # Only meaningful when GRPO improved on the start: otherwise every curve "reaches" it at step 0.
+        improved = grpo and arm == "rapo" and grpo_final > before
+        reach = next((s for s, v in curve if v >= grpo_final), None) if improved else None
         rewards = [m["train_reward"] for m in members if m["train_reward"]]
         first = statistics.fmean(r[0] for r in rewards) if rewards else float("nan")
         last = statistics.fmean(r[-1] for r in rewards) if rewards else float("nan")
