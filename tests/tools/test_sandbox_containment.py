@@ -286,3 +286,20 @@ def test_without_namespaces_the_code_still_dies_with_its_caller_and_its_folder_i
     monkeypatch.setattr(python_tool, "_SWEPT", False)
     PythonTool(timeout=5.0, isolate=False).run("1")
     assert not left.exists()
+
+
+@minimal_view
+def test_an_interpreter_below_tmp_still_runs_in_the_minimal_view(tmp_path):
+    """A virtualenv in a checkout under /tmp (as a CI clone may be) must stay visible inside the view,
+    although the view's own /tmp is a private tmpfs; and only the interpreter, not its neighbours."""
+    checkout = Path(tempfile.mkdtemp(prefix="rapo-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(checkout / ".venv")], check=True)
+        (checkout / "answers.txt").write_text("42")
+        tool = PythonTool(python=str(checkout / ".venv" / "bin" / "python"))
+        out = tool.run(f"import os, sys\nprint(sys.prefix)\nprint(os.path.exists({str(checkout / 'answers.txt')!r}))")
+        assert out.split() == [str(checkout / ".venv"), "False"]
+    finally:
+        import shutil
+
+        shutil.rmtree(checkout, ignore_errors=True)

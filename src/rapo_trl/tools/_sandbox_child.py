@@ -219,6 +219,10 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
             sources.append((path, None if os.path.islink(path) and path in _SYSTEM_DIRS else os.open(path, os.O_PATH)))
     staging = "/tmp"
     _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    # The private /tmp goes in first: an interpreter that lives below the host's /tmp (a virtualenv in a
+    # checkout under /tmp) is then bound into it below, read-only, instead of being hidden by it.
+    os.mkdir(f"{staging}/tmp")
+    _mount("tmpfs", f"{staging}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0711,uid={owner},gid={owner}")
     visible = []
     for path, descriptor in sources:
         target = staging + path
@@ -235,8 +239,6 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
         visible.append(path)
     os.mkdir(f"{staging}/proc")
     _mount("proc", f"{staging}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.mkdir(f"{staging}/tmp")
-    _mount("tmpfs", f"{staging}/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700,uid={owner},gid={owner}")
     os.chroot(staging)
     os.chdir("/")
     # From here on nothing raises: the view is in place, at worst with some mounts left writable.
