@@ -25,7 +25,8 @@ class FixedOutputTool:
         return self.output
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(tool_output=texts, retrieved=texts, policy_tail=st.sampled_from(["end", " é 漢字 ", "\n\n", "</result>"]))
 def test_forced_segments_decode_to_their_text(tiny_model, tool_output, retrieved, policy_tail):
     turns = [Turn("<python>x</python>"), Turn(policy_tail)]
@@ -34,6 +35,9 @@ def test_forced_segments_decode_to_their_text(tiny_model, tool_output, retrieved
     )
     (row,) = engine.run(prompts, hybrid=[True])
     tool_seg, retrieved_seg = row.segments[1], row.segments[2]
+    # The tokenizer's own normalizer (NFC here: e.g. U+F900 becomes U+8C48) is part of tokenising once.
+    normalizer = tok.backend_tokenizer.normalizer
+    tool_output, retrieved = (normalizer.normalize_str(t) if normalizer else t for t in (tool_output, retrieved))
     expected_tool = engine.config.result_template.format(output=tool_output)
     expected_retrieved = engine.config.retrieve_template.format(text=retrieved)
     assert tok.decode(row.completion_ids[tool_seg.start : tool_seg.end]) == expected_tool
@@ -43,3 +47,15 @@ def test_forced_segments_decode_to_their_text(tiny_model, tool_output, retrieved
     assert row.completion_ids[retrieved_seg.end :] == encode(tok, policy_tail)[: len(row.completion_ids)]
     # The whole sequence decodes to the concatenation of its parts' texts.
     assert tok.decode(row.completion_ids) == "<python>x</python>" + expected_tool + expected_retrieved + policy_tail
+
+
+def test_forced_text_that_the_tokenizer_normalises(tiny_model):
+    """A compatibility ideograph in a tool result (NFC maps U+F900 to U+8C48) decodes as the tokenizer
+    normalises it, and the rollout still splices it as one forced segment."""
+    turns = [Turn("<python>x</python>"), Turn("end")]
+    engine, prompts, tok = make_engine(tiny_model, [turns], store=FixedStore(text="ok"),
+                                       tools=[FixedOutputTool("\uf900")])
+    (row,) = engine.run(prompts, hybrid=[True])
+    tool_seg = row.segments[1]
+    assert tok.decode(row.completion_ids[tool_seg.start : tool_seg.end]) == \
+        engine.config.result_template.format(output="\u8c48")
