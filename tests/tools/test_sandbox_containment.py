@@ -160,9 +160,10 @@ def test_concurrent_calls_cannot_read_each_other():
     # The snooper looks everywhere a call's files could be: its own /tmp and cwd, the host's temp dir.
     snooper = textwrap.dedent(
         f"""
-        import os, time
+        import os, sys, time
         time.sleep(1)
         found = []
+        interpreter = os.path.realpath(sys.prefix)  # read-only in the view; below /tmp when the checkout is
         for top in {{"/tmp", os.getcwd(), {tempfile.gettempdir()!r}}}:
             for folder in os.listdir(top):  # unlistable folders may still hold guessable names
                 for name in ("code.py", "stdout", "work/notes.txt"):
@@ -173,6 +174,7 @@ def test_concurrent_calls_cannot_read_each_other():
                     except OSError:
                         pass
             for root, dirs, files in os.walk(top):
+                dirs[:] = [d for d in dirs if not os.path.realpath(os.path.join(root, d)).startswith(interpreter)]
                 for name in files:
                     try:
                         with open(os.path.join(root, name), "rb") as handle:
