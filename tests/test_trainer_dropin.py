@@ -82,11 +82,8 @@ def test_rapo_bookkeeping_stays_out_of_rows_and_reward_kwargs(tiny_model_dir, tm
     assert all(set(row) == {"prompt"} for row in inputs)  # TRL writes extra rollout keys into the rows
 
 
-def test_generation_kwargs_win_over_sampling_fields(tiny_model_dir, tmp_path):
-    trainer = rapo_trainer(tiny_model_dir, tmp_path, temperature=0.9, top_p=1.0,
-                           generation_kwargs={"temperature": 0.5, "top_k": 7, "top_p": 0.8})
-    sampling = trainer.rollout_engine.backend.sampling
-    assert (sampling.temperature, sampling.top_k, sampling.top_p) == (0.5, 7, 0.8)
+def rollout_generation_configs(trainer) -> list:
+    """The GenerationConfig of every `generate` call one scripted hybrid rollout makes."""
     script(trainer)
     generate = trainer.accelerator.unwrap_model(trainer.model).generate
     configs = []
@@ -98,6 +95,15 @@ def test_generation_kwargs_win_over_sampling_fields(tiny_model_dir, tmp_path):
     trainer.accelerator.unwrap_model(trainer.model).generate = recording
     trainer.model.train()
     trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
+    return configs
+
+
+def test_generation_kwargs_win_over_sampling_fields(tiny_model_dir, tmp_path):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, temperature=0.9, top_p=1.0,
+                           generation_kwargs={"temperature": 0.5, "top_k": 7, "top_p": 0.8})
+    sampling = trainer.rollout_engine.backend.sampling
+    assert (sampling.temperature, sampling.top_k, sampling.top_p) == (0.5, 7, 0.8)
+    configs = rollout_generation_configs(trainer)
     assert configs and all((c.temperature, c.top_k, c.top_p) == (0.5, 7, 0.8) for c in configs)
 
 
@@ -105,17 +111,7 @@ def test_other_generation_kwargs_reach_the_generation_config(tiny_model_dir, tmp
     # As in TRL, generation_kwargs beyond the sampling fields go to generate's config as they are.
     trainer = rapo_trainer(tiny_model_dir, tmp_path, generation_kwargs={"no_repeat_ngram_size": 3})
     assert trainer.rollout_engine.backend.sampling.extra == {"no_repeat_ngram_size": 3}
-    script(trainer)
-    generate = trainer.accelerator.unwrap_model(trainer.model).generate
-    configs = []
-
-    def recording(*args, generation_config=None, **kwargs):
-        configs.append(generation_config)
-        return generate(*args, generation_config=generation_config, **kwargs)
-
-    trainer.accelerator.unwrap_model(trainer.model).generate = recording
-    trainer.model.train()
-    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
+    configs = rollout_generation_configs(trainer)
     assert configs and all(c.no_repeat_ngram_size == 3 for c in configs)
 
 

@@ -4,6 +4,8 @@ One place for the texts the environment inserts, so what the engine writes is ex
 strip and what the experts imitate.
 """
 
+import re
+
 TOOL_TAGS = ("python", "search")
 """Tags of the built-in tools."""
 
@@ -21,3 +23,14 @@ RESERVED_TAGS = frozenset({"think", "answer", "result", "retrieve"})
 
 TAG_PATTERN = r"[A-Za-z][A-Za-z0-9_.-]*"
 """What a tool's tag may look like, so that ``<tag>...</tag>`` is a well-formed tag."""
+
+
+def check_tool_tag(tag, where: str) -> str:
+    """``tag`` when it can name a tool; a ValueError naming ``where`` it came from otherwise."""
+    if not isinstance(tag, str) or not re.fullmatch(TAG_PATTERN, tag):
+        raise ValueError(f"Invalid tool tag {tag!r} {where}: use a letter followed by letters, digits, '_', '-' "
+                         "or '.', so that <tag>...</tag> is a well-formed tag.")
+    if tag in RESERVED_TAGS:
+        raise ValueError(f"Tool tag {tag!r} {where} is reserved by the prompt format "
+                         f"({', '.join(sorted(RESERVED_TAGS))}).")
+    return tag

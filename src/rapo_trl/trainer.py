@@ -46,11 +46,11 @@ logger = logging.getLogger(__name__)
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "do_sample")
-# Generation options the engine sets itself on every turn; a user's value would break the rollout protocol.
+"""Keys of ``args.generation_kwargs`` that override the rollout backends' sampling settings."""
 ENGINE_OWNED_KEYS = ("max_new_tokens", "max_tokens", "max_length", "min_new_tokens", "stop", "stop_strings",
                      "n", "num_return_sequences", "logprobs", "return_dict_in_generate", "output_scores",
                      "output_logits", "include_stop_str_in_output", "skip_special_tokens", "pad_token_id")
-"""Keys of ``args.generation_kwargs`` that override the rollout backends' sampling settings."""
+"""Generation options the engine sets itself on every turn; a user's value would break the rollout protocol."""
 
 
 def _query_prefix(prompt) -> str:

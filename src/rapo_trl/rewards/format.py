@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from functools import lru_cache
 
-from rapo_trl.protocol import RESERVED_TAGS, TAG_PATTERN, TOOL_TAGS
+from rapo_trl.protocol import RESERVED_TAGS, TAG_PATTERN, TOOL_TAGS, check_tool_tag
 from rapo_trl.rewards.parsing import find_boxed
 
 _RESULT_BLOCK_RE = re.compile(r"<result>.*?</result>", re.DOTALL)
@@ -28,12 +28,7 @@ def _checked_tags(tool_tags: Iterable[str]) -> tuple[str, ...]:
         raise TypeError(f"tool_tags must be a collection of tag names, not the string {tool_tags!r}.")
     tags = tuple(dict.fromkeys(tool_tags))
     for tag in tags:
-        if not isinstance(tag, str) or not _TAG_RE.fullmatch(tag):
-            raise ValueError(f"Invalid tool tag {tag!r} in tool_tags: use a letter followed by letters, digits, "
-                             "'_', '-' or '.'.")
-        if tag in RESERVED_TAGS:
-            raise ValueError(f"Tool tag {tag!r} in tool_tags is reserved by the prompt format "
-                             f"({', '.join(sorted(RESERVED_TAGS))}).")
+        check_tool_tag(tag, "in tool_tags")
     return tags
 
 

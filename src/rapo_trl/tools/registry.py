@@ -28,15 +28,12 @@ A plain typed function with a docstring (what TRL's ``GRPOTrainer(tools=[...])``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
-from rapo_trl.protocol import RESERVED_TAGS, TAG_PATTERN
+from rapo_trl.protocol import check_tool_tag
 
 from .base import Tool
 from .function_tool import as_tool
-
-_TAG = re.compile(TAG_PATTERN)
 
 
 def tools_by_tag(tools: Iterable[Tool | Callable] | None) -> dict[str, Tool]:
@@ -51,14 +48,7 @@ def tools_by_tag(tools: Iterable[Tool | Callable] | None) -> dict[str, Tool]:
                 f"{tool!r} is not a tool: it needs a `tag` (str), a `timeout` (seconds) and `run(text) -> str`, "
                 "or it must be a plain typed function with a docstring."
             )
-        tag = tool.tag
-        if not isinstance(tag, str) or not _TAG.fullmatch(tag):
-            raise ValueError(
-                f"Invalid tool tag {tag!r} on {type(tool).__name__}: use a letter followed by letters, digits, "
-                "'_', '-' or '.', so that <tag>...</tag> is a well-formed tag."
-            )
-        if tag in RESERVED_TAGS:
-            raise ValueError(f"Tool tag {tag!r} is reserved by the prompt format ({sorted(RESERVED_TAGS)}).")
+        tag = check_tool_tag(tool.tag, f"on {type(tool).__name__}")
         if tag in registry:
             raise ValueError(
                 f"Two tools share the tag {tag!r} ({type(registry[tag]).__name__} and {type(tool).__name__}); "
