@@ -79,6 +79,10 @@ def parse_args(argv=None):
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--reward", default="outcome", choices=["outcome", "closeness"],
+                        help="training reward of grpo/rapo: RAPO's outcome reward, or that plus --closeness-weight x "
+                             "numeric closeness of the answer (a denser training signal; evaluation is exact either way)")
+    parser.add_argument("--closeness-weight", type=float, default=0.5)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
     parser.add_argument("--warm-steps", type=int, default=40, help="SFT steps of the warm start")
@@ -238,7 +242,9 @@ def arm_settings(arm: str, g: int) -> dict:
 
 def settings(args) -> dict:
     return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
-            "temperature": args.temperature, "max_completion_length": args.max_completion_length,
+            "temperature": args.temperature, "reward": args.reward,
+            **({"closeness_weight": args.closeness_weight} if args.reward == "closeness" else {}),
+            "max_completion_length": args.max_completion_length,
             "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
             "train_size": args.train_size, "threads": args.threads}
@@ -255,22 +261,25 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     from transformers import AutoTokenizer
 
     from rapo_trl import RAPOConfig, RAPOTrainer
-    from rapo_trl.rewards import rapo_outcome_reward
+    from rapo_trl.rewards import numeric_closeness_reward, rapo_outcome_reward
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
     tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial)
     g = args.num_generations
+    rewards, weights = [rapo_outcome_reward], [1.0]
+    if args.reward == "closeness":
+        rewards, weights = [rapo_outcome_reward, numeric_closeness_reward], [1.0, args.closeness_weight]
     config = RAPOConfig(
         output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), use_cpu=True, bf16=False, seed=seed,
         max_steps=args.steps, per_device_train_batch_size=args.prompts_per_step * g, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
-        logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False,
+        logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
         **budgets, **arm_settings(arm, g),
     )
     torch.manual_seed(seed)
     trainer = RAPOTrainer(
-        model_path, rapo_outcome_reward, args=config, train_dataset=train_rows.shuffle(seed=seed),
+        model_path, rewards, args=config, train_dataset=train_rows.shuffle(seed=seed),
         processing_class=tokenizer, trace_store=store if arm == "rapo" else None, tools=tools,
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), callbacks=[tracker.callback],
     )
@@ -319,7 +328,8 @@ def sft_seconds(args, results: Path, start: str) -> float:
         return args.sft_seconds
     path = results / "learning.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else []
-    walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps]
+    walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps
+             and r["settings"].get("reward", "outcome") == args.reward]
     if not walls:
         raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
                          "those first or pass --sft-seconds")
@@ -398,7 +408,7 @@ def report(results: Path) -> str:
     runs = data["runs"]
     groups: dict[tuple[str, str], list[dict]] = {}
     for run in runs:
-        groups.setdefault((run["start"], run["arm"]), []).append(run)
+        groups.setdefault((run["start"], variant(run), run["steps"]), []).append(run)
     lines = [
         "# GRPO vs RAPO on held-out templates",
         "",
@@ -412,15 +422,15 @@ def report(results: Path) -> str:
         "retrieval / loss+other | wall s per run | other evals: pass@1 before → after (mean) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
     ]
-    for (start, arm), members in sorted(groups.items()):
+    for (start, arm, _), members in sorted(groups.items()):
         finals = [m["eval_pass1"][-1] for m in members]
         mean, std = _mean_std(finals)
         before = members[0]["eval_pass1"][0]
-        grpo = groups.get((start, "grpo"), [])
+        grpo = groups.get((start, arm.replace("rapo", "grpo"), members[0]["steps"]), [])
         grpo_final = _mean_std([m["eval_pass1"][-1] for m in grpo])[0] if grpo else float("nan")
         curve = _mean_curve(members)
         # Only meaningful when GRPO improved on the start: otherwise every curve "reaches" it at step 0.
-        improved = grpo and arm == "rapo" and grpo_final > before
+        improved = grpo and arm.startswith("rapo") and grpo_final > before
         reach = next((s for s, v in curve if v >= grpo_final), None) if improved else None
         rewards = [m["train_reward"] for m in members if m["train_reward"]]
         first = statistics.fmean(r[0] for r in rewards) if rewards else float("nan")
@@ -442,7 +452,7 @@ def report(results: Path) -> str:
               "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
                                                f"{r['machine']['torch']}, trl {r['machine']['trl']}" for r in runs})) + ".",
               ""]
-    for start in sorted({s for s, _ in groups}):
+    for start in sorted({s for s, _, _ in groups}):
         png = draw(groups, start, results)
         lines.append(f"![{start} start]({png.name})")
     notes = results / "learning_notes.md"  # hand-written reading of the figures, kept across redraws
@@ -451,6 +461,13 @@ def report(results: Path) -> str:
     text = "\n".join(lines) + "\n"
     (results / "learning.md").write_text(text)
     return text
+
+
+def variant(run: dict) -> str:
+    """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
+    outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
+    closeness = run["settings"].get("reward", "outcome") == "closeness"
+    return run["arm"] + (" (time of grpo+closeness)" if run["arm"] == "sft" else "+closeness") if closeness else run["arm"]
 
 
 def _other_evals(members) -> str:
@@ -477,7 +494,7 @@ def draw(groups, start: str, results: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for (s, arm), members in sorted(groups.items()):
+    for (s, arm, steps_run), members in sorted(groups.items()):
         if s != start:
             continue
         curve = _mean_curve(members)
@@ -485,7 +502,7 @@ def draw(groups, start: str, results: Path) -> Path:
         per_step = [[m["eval_pass1"][m["eval_steps"].index(x)] for m in members] for x in steps]
         mean = [statistics.fmean(v) for v in per_step]
         std = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in per_step]
-        line, = left.plot(steps, mean, marker="o", label=f"{arm} ({len(members)} seeds)")
+        line, = left.plot(steps, mean, marker="o", label=f"{arm}, {steps_run} steps ({len(members)} seeds)")
         left.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
                           color=line.get_color(), alpha=0.15)
         length = min(len(m["train_reward"]) for m in members)

@@ -136,9 +136,11 @@ def cli_runs(request, cli_work):
                           "--sft_batch_size", "2", "--output_dir", work / "model-sft"), after="build-store"),
         "eval-sft": Run(("eval", "--config", recipe_yaml, "--output_dir", work / "model-sft", "--eval_base", "false"),
                         after="train-sft"),
-        # full fine-tune, CLI overrides over the YAML, p = 0 so no store is needed (and none exists there)
+        # full fine-tune, CLI overrides over the YAML, p = 0 so no store is needed (and none exists there),
+        # numeric closeness added to the training reward
         "train-full": Run(("train", "--config", recipe_yaml, "--use_peft", "false", "--retrieve_prob", "0",
-                           "--store_path", work / "never-built", "--output_dir", work / "model-full")),
+                           "--store_path", work / "never-built", "--output_dir", work / "model-full",
+                           "--closeness_weight", "0.5")),
         "train-help": Run(("train", "--help")),
         "build-store-help": Run(("build-store", "--help")),
         "eval-help": Run(("eval", "--help")),

@@ -59,6 +59,9 @@ EARLY_CASES = {
     "eval_size_zero": ("eval", {"eval_size": 0}, ["eval_size must be >= 1"]),
     "num_generations_zero": ("train", {"num_generations": 0}, ["num_generations must be >= 2"]),
     "max_completion_negative": ("train", {"max_completion_length": -5}, ["max_completion_length must be >= 1"]),
+    "closeness_negative": ("train", {"closeness_weight": -0.5}, ["closeness_weight must be >= 0", "got -0.5"]),
+    "closeness_with_weights": ("train", {"closeness_weight": 0.5, "reward_weights": [1.0]},
+                               ["set closeness_weight or reward_weights, not both"]),
 }
 
 
@@ -85,7 +88,7 @@ def test_bad_input_fails_before_anything_heavy_loads(name, tmp_path, monkeypatch
     (tmp_path / "store-file").write_text("not a store\n")
     places = {"FILE": str(tmp_path / "store-file"), "MISSING": str(tmp_path / "no-store"), "MODEL": str(model)}
     command, changes, words = EARLY_CASES[name]
-    config = {**recipe(model, tmp_path), **{k: places.get(v, v) for k, v in changes.items()}}
+    config = {**recipe(model, tmp_path), **{k: places.get(v, v) if isinstance(v, str) else v for k, v in changes.items()}}
     code = main([command, "--config", str(write_yaml(tmp_path / "recipe.yaml", config))])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]

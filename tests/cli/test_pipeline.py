@@ -77,7 +77,7 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
 
 
 @pytest.mark.rapo_runs("train-full")
-def test_train_full_fine_tune_needs_no_store_when_p_is_zero(cli_runs, cli_work):
+def test_train_full_fine_tune_needs_no_store_when_p_is_zero_and_adds_closeness(cli_runs, cli_work):
     work, _ = cli_work
     run = cli_runs["train-full"]
     assert run.returncode == 0, describe(run)
@@ -86,6 +86,9 @@ def test_train_full_fine_tune_needs_no_store_when_p_is_zero(cli_runs, cli_work):
     assert not (out / "adapter_config.json").exists()
     assert not (work / "never-built").exists()
     assert re.search(r"'rapo/retrieve_prob': '?0(\.0)?'?[,}]", run.stdout), describe(run)
+    # --closeness_weight added numeric closeness to the training reward, logged beside the outcome reward
+    assert "'rewards/numeric_closeness_reward/mean'" in run.stdout, describe(run)
+    assert "'rewards/rapo_outcome_reward/mean'" in run.stdout, describe(run)
 
 
 @pytest.mark.rapo_runs("eval")

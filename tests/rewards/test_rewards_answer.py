@@ -1,4 +1,4 @@
-"""Answer-only rewards (EM, F1, math equivalence), combining rewards, and the rollout contract."""
+"""Answer-only rewards (EM, F1, math equivalence, numeric closeness), combining rewards, and the rollout contract."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from rapo_trl.rewards import (
     combine_rewards,
     exact_match_reward,
     f1_reward,
+    make_numeric_closeness_reward,
     math_equivalence_reward,
+    numeric_closeness,
+    numeric_closeness_reward,
     rapo_outcome_reward,
 )
 
@@ -67,11 +70,61 @@ def test_math_equivalence_off_the_main_thread():
 
 
 def test_names_for_trl_logs():
-    assert [f.__name__ for f in (exact_match_reward, f1_reward, math_equivalence_reward)] == [
+    assert [f.__name__ for f in (exact_match_reward, f1_reward, math_equivalence_reward, numeric_closeness_reward)] == [
         "exact_match_reward",
         "f1_reward",
         "math_equivalence_reward",
+        "numeric_closeness_reward",
     ]
+    assert make_numeric_closeness_reward(2.0, name="near").__name__ == "near"
+
+
+@pytest.mark.parametrize(
+    "prediction,gold,expected",
+    [
+        ("1250", "1250", 1.0),
+        ("1,250", "1250", 1.0),  # thousands separators
+        (" 1250. ", "1250", 1.0),
+        ("12.5", "12.5", 1.0),
+        ("0", "0", 1.0),
+        ("-40", "-40", 1.0),
+        ("40", "-40", 0.0),  # opposite signs: no credit however near
+        ("9", "99", 0.0),  # a whole order of magnitude off (log10(10) vs log10(100))
+        ("1250 coins", "1250", 0.0),  # not a plain number
+        ("x", "5", 0.0),
+        ("inf", "5", 0.0),
+    ],
+)
+def test_numeric_closeness_values(prediction, gold, expected):
+    assert numeric_closeness(prediction, gold) == pytest.approx(expected)
+
+
+def test_numeric_closeness_falls_with_distance_in_orders_of_magnitude():
+    gold = "10000"
+    scores = [numeric_closeness(p, gold) for p in ("10000", "10100", "12000", "20000", "60000", "200000")]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == len(scores)
+    assert 0.9 < scores[2] < 1.0 and scores[-1] == 0.0
+    # The same ratio earns the same credit whatever the size (up to the +1 that keeps 0 finite).
+    assert numeric_closeness("2000", "1000") == pytest.approx(numeric_closeness("200000", "100000"), abs=1e-3)
+    # A wider window gives more credit for the same miss.
+    assert numeric_closeness("20000", gold, decades=2.0) > numeric_closeness("20000", gold)
+    with pytest.raises(ValueError, match="decades must be positive"):
+        numeric_closeness("1", "1", decades=0)
+    with pytest.raises(ValueError, match="decades must be positive"):
+        make_numeric_closeness_reward(-1)
+
+
+def test_numeric_closeness_reward_reads_the_boxed_answer():
+    texts = [
+        "<answer>\\boxed{10100}</answer>",
+        "<result>\\boxed{10000}</result> <answer>\\boxed{5}</answer>",  # a tool result is not the answer
+        "no answer at all",
+        f"{RETRIEVE_PREFACE}\n<retrieve>\n<answer>\\boxed{{10000}}</answer>\n</retrieve>\n",  # retrieved: ignored
+    ]
+    scores = call(numeric_closeness_reward, texts, ["10000", "10000", "10000", ["7", "10000"]])
+    assert scores[0] == pytest.approx(numeric_closeness("10100", "10000")) and scores[0] > 0.99
+    assert scores[1:] == [0.0, 0.0, 0.0]
+    assert call(numeric_closeness_reward, ["<answer>\\boxed{7}</answer>"], [["10000", "7"]]) == [1.0]  # best gold
 
 
 def test_combine_rewards():

@@ -33,6 +33,11 @@ class RAPOScriptArguments:
     tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
     reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})
+    closeness_weight: float = field(
+        default=0.0,
+        metadata={"help": "train: add numeric closeness of the answer (1 at the gold value, 0 an order of magnitude "
+                  "away) to the training reward with this weight; 0: off. Evaluation stays exact."},
+    )
     store_path: str = field(default="runs/store", metadata={"help": "Folder of the embedded Chroma trace store."})
     store_collection: str = field(default="traces", metadata={"help": "Collection inside the store."})
     store_server: str | None = field(default=None, metadata={"help": "host:port of a `chroma run` server."})

@@ -25,6 +25,8 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         value = getattr(script, name)
         if value < 1:
             raise UsageError(f"{name} must be >= 1 (questions drawn from the task), got {value}")
+    if script.closeness_weight < 0:
+        raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 
 
 def resolve_model_path(name: str | None) -> str:
@@ -148,6 +150,18 @@ def make_reward(script: RAPOScriptArguments):
     if script.reward not in table:
         raise UsageError(f"unknown reward '{script.reward}'; choose one of {', '.join(REWARDS)}")
     return table[script.reward]
+
+
+def training_rewards(script: RAPOScriptArguments, reward_weights: list[float] | None) -> tuple[list, list[float] | None]:
+    """The reward functions RL trains on and their ``reward_weights``: ``reward``, plus numeric closeness
+    when ``closeness_weight`` > 0 (weights 1 and ``closeness_weight``)."""
+    if not script.closeness_weight:
+        return [make_reward(script)], reward_weights
+    if reward_weights is not None:
+        raise UsageError("set closeness_weight or reward_weights, not both (closeness_weight sets the weights)")
+    from rapo_trl.rewards import numeric_closeness_reward
+
+    return [make_reward(script), numeric_closeness_reward], [1.0, script.closeness_weight]
 
 
 def check_store_location(script: RAPOScriptArguments, must_exist: bool) -> tuple[str, int] | None:

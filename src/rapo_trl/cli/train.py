@@ -6,9 +6,9 @@ from rapo_trl.cli.common import (
     UsageError,
     build_tools,
     check_store_location,
-    make_reward,
     open_store,
     resolve_model_path,
+    training_rewards,
     training_rows,
 )
 
@@ -21,6 +21,7 @@ def run(script, rapo_args, model_args) -> dict:
     from rapo_trl.trainer import RAPOTrainer
 
     check_trainer_device(script.device, rapo_args.use_cpu)
+    reward_funcs, rapo_args.reward_weights = training_rewards(script, rapo_args.reward_weights)
     model_path = resolve_model_path(model_args.model_name_or_path)
     wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
     if wants_store:  # a missing store or a file in its place: one line, before the tokenizer and model load
@@ -42,7 +43,7 @@ def run(script, rapo_args, model_args) -> dict:
         model_path = warm_start(model_path, **sft)
     trainer = RAPOTrainer(
         model_path,
-        make_reward(script),
+        reward_funcs,
         args=rapo_args,
         train_dataset=rows,
         processing_class=tokenizer,

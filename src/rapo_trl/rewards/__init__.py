@@ -1,7 +1,15 @@
 """Reward functions for RAPO, each callable the way TRL calls rewards:
 ``fn(prompts, completions, completion_ids, **dataset_columns) -> list[float]``."""
 
-from rapo_trl.rewards.answer import exact_match_reward, f1_reward, math_equivalence_reward, math_equivalent
+from rapo_trl.rewards.answer import (
+    exact_match_reward,
+    f1_reward,
+    make_numeric_closeness_reward,
+    math_equivalence_reward,
+    math_equivalent,
+    numeric_closeness,
+    numeric_closeness_reward,
+)
 from rapo_trl.rewards.combine import CombinedReward, combine_rewards
 from rapo_trl.rewards.format import format_check, mask_results, tools_used
 from rapo_trl.rewards.outcome import RapoOutcomeReward, make_rapo_outcome_reward, rapo_outcome_reward
@@ -27,11 +35,14 @@ __all__ = [
     "format_check",
     "gold_list",
     "last_boxed",
+    "make_numeric_closeness_reward",
     "make_rapo_outcome_reward",
     "mask_results",
     "math_equivalence_reward",
     "math_equivalent",
     "normalize_answer",
+    "numeric_closeness",
+    "numeric_closeness_reward",
     "rapo_outcome_reward",
     "strip_retrieved_blocks",
     "token_f1",

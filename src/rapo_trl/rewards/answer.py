@@ -1,4 +1,4 @@
-"""Answer-only rewards (no format gate): exact match, token F1 and math equivalence.
+"""Answer-only rewards (no format gate): exact match, token F1, math equivalence and numeric closeness.
 
 Each scores the final boxed answer (``extract_prediction``) of a completion against the row's gold
 answer(s), best over golds, with retrieved blocks stripped and tool results ignored; 0.0 when the
@@ -7,6 +7,8 @@ completion has no answer.
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from typing import Any
 
@@ -57,3 +59,52 @@ def math_equivalence_reward(
     Golds may be plain values, GSM8K solutions (``... #### 42``) or solutions with ``\\boxed{}``.
     """
     return _score_all(math_equivalent, completions, kwargs)
+
+
+_NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+DEFAULT_CLOSENESS_DECADES = 1.0
+
+
+def _number(text: str) -> float | None:
+    """The value of ``text`` when it is one plain number (``1,250``, ``-3``, ``12.5``), else None."""
+    text = text.strip().rstrip(".")
+    if not _NUMBER_RE.fullmatch(text):
+        return None
+    value = float(text.replace(",", ""))
+    return value if math.isfinite(value) else None
+
+
+def numeric_closeness(prediction: str, gold: str, decades: float = DEFAULT_CLOSENESS_DECADES) -> float:
+    """Partial credit for a numeric answer: 1.0 at the gold value, falling linearly with the distance in
+    orders of magnitude (``log10(|x| + 1)``) to 0.0 at ``decades`` away. 0.0 when either side is not a
+    plain number or the signs differ.
+
+    A dense *training* signal for tasks whose answer is a number: a program with the right structure but
+    a slip lands nearer the gold value than one that multiplies where it should divide, so groups with no
+    exact answer still rank their rollouts. Score evaluations with exact match, not with this.
+    """
+    if decades <= 0:
+        raise ValueError(f"decades must be positive, got {decades!r}")
+    predicted, target = _number(prediction), _number(gold)
+    if predicted is None or target is None or (predicted < 0) != (target < 0):
+        return 0.0
+    distance = abs(math.log10(abs(predicted) + 1) - math.log10(abs(target) + 1))
+    return max(0.0, 1.0 - distance / decades)
+
+
+def make_numeric_closeness_reward(decades: float = DEFAULT_CLOSENESS_DECADES, name: str = "numeric_closeness_reward"):
+    """A TRL reward function scoring each completion's boxed answer with :func:`numeric_closeness`
+    (best over the gold answers; 0.0 without an answer). Pair it with the outcome reward through
+    ``reward_funcs=[rapo_outcome_reward, reward]`` and a small weight in ``reward_weights``."""
+    if decades <= 0:
+        raise ValueError(f"decades must be positive, got {decades!r}")
+
+    def reward(prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float]:
+        return _score_all(lambda p, g: numeric_closeness(p, g, decades), completions, kwargs)
+
+    reward.__name__ = reward.__qualname__ = name
+    reward.__doc__ = f"numeric_closeness of the boxed answer to the gold value (decades={decades})."
+    return reward
+
+
+numeric_closeness_reward = make_numeric_closeness_reward()
