@@ -269,7 +269,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     g = args.num_generations
     rewards, weights = [rapo_outcome_reward], [1.0]
     if args.reward == "closeness":
-        rewards, weights = [rapo_outcome_reward, numeric_closeness_reward], [1.0, args.closeness_weight]
+        rewards.append(numeric_closeness_reward)
+        weights.append(args.closeness_weight)
     config = RAPOConfig(
         output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), use_cpu=True, bf16=False, seed=seed,
         max_steps=args.steps, per_device_train_batch_size=args.prompts_per_step * g, num_generations=g,
@@ -466,8 +467,9 @@ def report(results: Path) -> str:
 def variant(run: dict) -> str:
     """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
     outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
-    closeness = run["settings"].get("reward", "outcome") == "closeness"
-    return run["arm"] + (" (time of grpo+closeness)" if run["arm"] == "sft" else "+closeness") if closeness else run["arm"]
+    if run["settings"].get("reward", "outcome") != "closeness":
+        return run["arm"]
+    return "sft (time of grpo+closeness)" if run["arm"] == "sft" else f"{run['arm']}+closeness"
 
 
 def _other_evals(members) -> str:

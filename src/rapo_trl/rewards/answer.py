@@ -74,6 +74,11 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _check_decades(decades: float) -> None:
+    if decades <= 0:
+        raise ValueError(f"decades must be positive, got {decades!r}")
+
+
 def numeric_closeness(prediction: str, gold: str, decades: float = DEFAULT_CLOSENESS_DECADES) -> float:
     """Partial credit for a numeric answer: 1.0 at the gold value, falling linearly with the distance in
     orders of magnitude (``log10(|x| + 1)``) to 0.0 at ``decades`` away. 0.0 when either side is not a
@@ -83,8 +88,7 @@ def numeric_closeness(prediction: str, gold: str, decades: float = DEFAULT_CLOSE
     a slip lands nearer the gold value than one that multiplies where it should divide, so groups with no
     exact answer still rank their rollouts. Score evaluations with exact match, not with this.
     """
-    if decades <= 0:
-        raise ValueError(f"decades must be positive, got {decades!r}")
+    _check_decades(decades)
     predicted, target = _number(prediction), _number(gold)
     if predicted is None or target is None or (predicted < 0) != (target < 0):
         return 0.0
@@ -96,8 +100,7 @@ def make_numeric_closeness_reward(decades: float = DEFAULT_CLOSENESS_DECADES, na
     """A TRL reward function scoring each completion's boxed answer with :func:`numeric_closeness`
     (best over the gold answers; 0.0 without an answer). Pair it with the outcome reward through
     ``reward_funcs=[rapo_outcome_reward, reward]`` and a small weight in ``reward_weights``."""
-    if decades <= 0:
-        raise ValueError(f"decades must be positive, got {decades!r}")
+    _check_decades(decades)
 
     def reward(prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float]:
         return _score_all(lambda p, g: numeric_closeness(p, g, decades), completions, kwargs)
