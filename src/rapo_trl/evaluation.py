@@ -19,15 +19,23 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def passes(texts: Sequence[str], answers: Sequence, numeric: bool) -> list[bool]:
+    """Per text: correct (math equivalence for numeric tasks, else exact match of the boxed answer)."""
+    from rapo_trl.rewards import exact_match_reward, math_equivalence_reward
+
+    completions = [[{"role": "assistant", "content": t}] for t in texts]
+    scores = (math_equivalence_reward if numeric else exact_match_reward)(completions=completions, answer=list(answers))
+    return [p >= 1.0 for p in scores]
+
+
 def score_texts(texts: Sequence[str], answers: Sequence, numeric: bool) -> dict:
     """pass@1 (math equivalence for numeric tasks, else exact match), its interval, F1, EM and format rate."""
-    from rapo_trl.rewards import exact_match_reward, f1_reward, format_check, math_equivalence_reward
+    from rapo_trl.rewards import exact_match_reward, f1_reward, format_check
 
     completions = [[{"role": "assistant", "content": t}] for t in texts]
     answers = list(answers)
     em = exact_match_reward(completions=completions, answer=answers)
-    passed = math_equivalence_reward(completions=completions, answer=answers) if numeric else em
-    correct = int(sum(1 for p in passed if p >= 1.0))
+    correct = sum(passes(texts, answers, numeric))
     n = len(texts)
     lo, hi = wilson_interval(correct, n)
     return {
@@ -41,48 +49,105 @@ def score_texts(texts: Sequence[str], answers: Sequence, numeric: bool) -> dict:
     }
 
 
-def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
-                    numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval") -> dict:
-    """Greedy rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``.
+def mean_at_k(passed: Sequence[bool], k: int) -> dict:
+    """mean@k: pass averaged over ``k`` samples of each question (``passed`` holds each question's k in a row),
+    with a 95% interval that counts questions, not samples, as the independent units.
 
-    ``rows`` has ``prompt`` and ``answer`` columns. Returns the scores of `score_texts` plus tool calls and
-    truncation per rollout, wall seconds and the completions (``texts``).
+    The k samples of one question are correlated (an easy question passes in all of them), so the interval is
+    Wilson's over an effective sample size ``n k / deff``, with the design effect ``deff = k Var(p_q) / (p (1 - p))``
+    estimated from the per-question pass rates ``p_q`` and kept in [1, k] (k where p is 0 or 1: no spread to
+    estimate from, so as wide as n independent questions). Hand-written: no installed library offers a
+    clustered binomial interval.
     """
-    from tqdm.auto import tqdm
+    if k < 1 or len(passed) % k:
+        raise ValueError(f"mean_at_k needs k >= 1 samples per question, got {len(passed)} results for k={k}")
+    n = len(passed) // k
+    per_question = [sum(passed[i * k : (i + 1) * k]) / k for i in range(n)]
+    mean = sum(per_question) / max(n, 1)
+    if n < 2 or mean in (0.0, 1.0):
+        deff = float(k)
+    else:
+        variance = sum((p - mean) ** 2 for p in per_question) / (n - 1)
+        deff = min(float(k), max(1.0, k * variance / (mean * (1 - mean))))
+    n_eff = n * k / deff
+    lo, hi = wilson_interval(round(mean * n_eff), round(n_eff)) if n else (0.0, 0.0)
+    return {"mean@k": mean, "mean@k_ci95": [round(lo, 4), round(hi, 4)], "k": k, "questions": n,
+            "samples": n * k, "design_effect": round(deff, 3)}
 
-    from rapo_trl.rollout.agent import RolloutAgent, render_prompt
+
+def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
+                    numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval",
+                    samples: int = 0, sample_questions: int | None = None, temperature: float = 1.0,
+                    greedy: bool = True, seed: int = 0) -> dict:
+    """Rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``, without retrieval.
+
+    ``rows`` has ``prompt`` and ``answer`` columns. Greedy: the scores of `score_texts` plus tool calls and
+    truncation per rollout, wall seconds and the completions (``texts``). With ``samples = k > 0`` also mean@k
+    (`mean_at_k`) over the first ``sample_questions`` rows (default all), k rollouts each at ``temperature``.
+    """
+    import torch
+
+    from rapo_trl.rollout.agent import RolloutAgent
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
 
-    agent = RolloutAgent(model, tokenizer, tools,
-                         RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens),
-                         SamplingSettings(do_sample=False), batch_size)
-    prompts = list(rows["prompt"])
+    config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
     start = time.perf_counter()
+    result: dict = {}
+    if greedy:
+        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch_size)
+        rollouts = _run(agent, tokenizer, list(rows["prompt"]), batch_size, progress, desc)
+        texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
+        result = score_texts(texts, rows["answer"], numeric)
+        n = max(len(rollouts), 1)
+        result["tool_calls"] = sum(r.tool_calls for r in rollouts) / n
+        result["truncated"] = sum(r.truncated for r in rollouts) / n
+        result["texts"] = texts
+    if samples > 0:
+        count = len(rows) if sample_questions is None else min(sample_questions, len(rows))
+        prompts = [p for p in list(rows["prompt"])[:count] for _ in range(samples)]
+        answers = [a for a in list(rows["answer"])[:count] for _ in range(samples)]
+        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=temperature), batch_size)
+        torch.manual_seed(seed)  # the same draws for a model evaluated twice
+        sampled = _run(agent, tokenizer, prompts, batch_size, progress, f"{desc} mean@{samples}")
+        sampled_texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in sampled]
+        result.update(mean_at_k(passes(sampled_texts, answers, numeric), samples))
+        result["temperature"] = temperature
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def _run(agent, tokenizer, prompts: list, batch_size: int, progress: bool, desc: str) -> list:
+    from tqdm.auto import tqdm
+
+    from rapo_trl.rollout.agent import render_prompt
+
     rollouts = []
-    with tqdm(total=len(prompts), desc=desc, unit="q", disable=not progress) as bar:
+    with tqdm(total=len(prompts), desc=desc, unit="rollout", disable=not progress) as bar:
         for first in range(0, len(prompts), batch_size):
             batch = prompts[first : first + batch_size]
             rollouts += agent.engine.run([render_prompt(tokenizer, p) for p in batch], retrieval_enabled=False)
             bar.update(len(batch))
-    texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
-    result = score_texts(texts, rows["answer"], numeric)
-    n = max(len(rollouts), 1)
-    result["tool_calls"] = sum(r.tool_calls for r in rollouts) / n
-    result["truncated"] = sum(r.truncated for r in rollouts) / n
-    result["seconds"] = round(time.perf_counter() - start, 1)
-    result["texts"] = texts
-    return result
+    return rollouts
 
 
 def format_table(results: dict[str, dict], title: str) -> str:
-    """A markdown table: one row per model, pass@1 with its interval first."""
+    """A markdown table: one row per model, greedy pass@1 with its interval first, then mean@k when sampled."""
     columns = ["f1", "em", "format_ok", "tool_calls"]
-    lines = [f"| model ({title}) | pass@1 | 95% CI | " + " | ".join(columns) + " |",
-             "|---" * (len(columns) + 3) + "|"]
+    sampled = any("mean@k" in m for m in results.values())
+    k = next((m["k"] for m in results.values() if "k" in m), "k")
+    extra = [f"mean@{k}", "95% CI"] if sampled else []
+    lines = [f"| model ({title}) | pass@1 | 95% CI | " + " | ".join(extra + columns) + " |",
+             "|---" * (len(columns) + len(extra) + 3) + "|"]
     for name, m in results.items():
-        lo, hi = m.get("pass@1_ci95", (float("nan"), float("nan")))
-        cells = " | ".join(f"{m[c]:.3f}" if c in m else "-" for c in columns)
-        lines.append(f"| {name} | {m['pass@1']:.3f} ({m.get('correct', '?')}/{m.get('n', '?')}) | "
-                     f"{lo:.3f}-{hi:.3f} | {cells} |")
+        if "pass@1" in m:
+            lo, hi = m.get("pass@1_ci95", (float("nan"), float("nan")))
+            greedy = f"{m['pass@1']:.3f} ({m.get('correct', '?')}/{m.get('n', '?')}) | {lo:.3f}-{hi:.3f}"
+        else:
+            greedy = "- | -"
+        cells = [f"{m[c]:.3f}" if c in m else "-" for c in columns]
+        if sampled:
+            lo, hi = m.get("mean@k_ci95", (float("nan"), float("nan")))
+            cells = ([f"{m['mean@k']:.3f}", f"{lo:.3f}-{hi:.3f}"] if "mean@k" in m else ["-", "-"]) + cells
+        lines.append(f"| {name} | {greedy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

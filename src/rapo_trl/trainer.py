@@ -30,6 +30,7 @@ from rapo_trl.objective import (
     reweight_advantages,
     trajectory_retrieval_reward,
 )
+from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rollout import (
     HybridRolloutEngine,
     RolloutConfig,
@@ -500,6 +501,8 @@ class RAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ seam 3: shaped ratio
 
     def _compute_loss(self, model, inputs):
+        if self.args.trim_padding:
+            inputs = trim_padding_columns(inputs)
         shift = inputs.get("rapo_log_ratio_shift")
         if shift is None or not bool((shift != 0).any()):
             return super()._compute_loss(model, inputs)

@@ -14,6 +14,7 @@ import pytest
 from rapo_trl.rewards import format_check, rapo_outcome_reward
 from rapo_trl.tasks import get_task, load_task, to_rapo_rows
 from rapo_trl.tasks import word_problems as wp
+from rapo_trl.tasks.story_template import NAMES
 from rapo_trl.tasks.trajectory import run_python_locally
 
 SIZES_AND_SEEDS = [(50, 0), (300, 1), (1000, 7)]
@@ -31,7 +32,7 @@ def rewards(rows, trajectories):
 def skeleton(question: str) -> str:
     """The story with its numbers and the person's name blanked out."""
     text = re.sub(r"\d+", "#", question)
-    return re.sub(r"\b(" + "|".join(wp._NAMES) + r")\b", "@", text)
+    return re.sub(r"\b(" + "|".join(NAMES) + r")\b", "@", text)
 
 
 def literal_fragments(template) -> list[str]:
@@ -51,8 +52,8 @@ def test_at_least_36_templates_with_unique_stable_ids():
     assert len({t.story for t in wp._TEMPLATES}) == len(ids)  # each its own wording
 
 
-def test_every_template_samples_an_integer_answer_from_its_code():
-    for template in wp.TEMPLATES.values():
+def test_every_story_samples_an_integer_answer_from_its_code():
+    for template in wp.ALL_STORIES.values():
         placeholders = {field for _, field, *_ in string.Formatter().parse(template.story) if field}
         # Every quantity appears in the story, every number used is one of them.
         assert placeholders - {"name"} == set(template.variables), template.id
@@ -152,7 +153,7 @@ def test_skeletons_identify_templates():
 
 def test_rows_are_deterministic_content_hashed_and_unique():
     rows = load_task("word_problems", "train", n=300, seed=4)
-    assert rows.column_names == ["question", "answer", "question_id", "code", "template", "ops"]
+    assert rows.column_names == ["question", "answer", "question_id", "code", "template", "ops", "shape"]
     assert load_task("word_problems", "train", n=300, seed=4).to_list() == rows.to_list()
     assert load_task("word_problems", "train", n=300, seed=5)["question"] != rows["question"]
     assert len(set(rows["question"])) == 300
@@ -192,7 +193,7 @@ def test_bad_knobs_fail_with_one_clear_error():
         load_task("word_problems", difficulty=4)
     with pytest.raises(ValueError, match="digits must be an integer from 0 to 2"):
         load_task("word_problems", digits=-1)
-    with pytest.raises(ValueError, match="split must be one of train, eval"):
+    with pytest.raises(ValueError, match="split must be one of train, eval, heldout_shapes, demonstrated"):
         load_task("word_problems", "test")
     with pytest.raises(ValueError, match="task 'arithmetic' has no option difficulty"):
         load_task("arithmetic", difficulty=1)

@@ -30,6 +30,28 @@ class RAPOScriptArguments:
         metadata={"help": "word_problems: ask only held-out templates with at most 2 (1), 3 (2) or 4 (3) operations. "
                   "Default: every held-out template."},
     )
+    train_split: str = field(
+        default="train",
+        metadata={"help": "Split RL trains on. word_problems also has demonstrated, reward_only (stories of the "
+                  "training programs demonstrated nowhere) and the eval splits heldout_stories, heldout_shapes."},
+    )
+    demo_split: str | None = field(
+        default=None,
+        metadata={"help": "Split the store (build-store) and the SFT warm start draw from. Default: train_split. "
+                  "word_problems: `demonstrated` with train_split `reward_only` keeps RL questions undemonstrated."},
+    )
+    eval_splits: list[str] | None = field(
+        default=None,
+        metadata={"help": "eval: the eval sets, each a table. Default: eval (word_problems: heldout_shapes)."},
+    )
+    eval_samples: int = field(
+        default=0,
+        metadata={"help": "eval: k sampled rollouts per question at the training temperature for mean@k (0: greedy "
+                  "pass@1 only)."},
+    )
+    eval_sample_size: int | None = field(
+        default=None, metadata={"help": "eval: questions per set scored by mean@k (default: eval_size)."}
+    )
     tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
     reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})

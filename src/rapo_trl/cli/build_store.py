@@ -40,7 +40,7 @@ def _expert_agent(script, rows, tools):
 
 def run(script, rapo_args, model_args) -> dict:
     check_store_location(script, must_exist=False)  # before a model agent loads
-    rows = training_rows(script, "train")  # the prompts training uses, so a model agent sees the same
+    rows = training_rows(script, "demo")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)

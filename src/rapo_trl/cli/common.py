@@ -54,18 +54,51 @@ def resolve_model_path(name: str | None) -> str:
     return name
 
 
+TRAINING_ROLES = ("train", "demo")
+GENERIC_EVAL_SPLIT = "eval"
+
+
+def task_split(script: RAPOScriptArguments, split: str) -> str:
+    """The task split behind ``split``: ``train`` is the RL questions (``train_split``), ``demo`` the questions the
+    store and the warm start draw from (``demo_split``, default ``train_split``); any other name is an eval set."""
+    if split == "train":
+        return script.train_split
+    if split == "demo":
+        return script.demo_split or script.train_split
+    return split
+
+
+def is_eval_split(script: RAPOScriptArguments, split: str) -> bool:
+    return split not in TRAINING_ROLES
+
+
+def eval_splits(script: RAPOScriptArguments) -> list[str]:
+    """The eval sets of ``rapo eval``, each scored in its own table."""
+    if script.eval_splits:
+        return [script.eval_splits] if isinstance(script.eval_splits, str) else list(script.eval_splits)
+    return ["heldout_shapes" if script.task == "word_problems" else GENERIC_EVAL_SPLIT]
+
+
 def load_questions(script: RAPOScriptArguments, split: str):
-    """Raw question/answer rows of the configured task and split."""
-    n = script.train_size if split == "train" else script.eval_size
+    """Raw question/answer rows of the configured task: ``split`` is ``train``, ``demo`` or an eval set."""
+    evaluating = is_eval_split(script, split)
+    n = script.eval_size if evaluating else script.train_size
     for knob in ("task_difficulty", "eval_difficulty"):
         if getattr(script, knob) is not None and script.task != "word_problems":
             raise UsageError(f"{knob} applies to task=word_problems only, not task={script.task}")
+    name = task_split(script, split)
+    if script.task != "word_problems" and name not in ("train", "eval"):
+        raise UsageError(f"task={script.task} has the splits train and eval, not {name!r}")
+    if evaluating != (name not in ("train", "demonstrated", "reward_only")):
+        role = "an eval set" if evaluating else "a training split"
+        raise UsageError(f"split {name!r} cannot be {role}: training and eval questions never mix")
+    split = name
     if script.task in DEMO_TASKS:
         from rapo_trl.tasks import load_task
 
         # task_difficulty shapes the training distribution; eval_difficulty (default: every held-out
         # template) chooses which held-out templates are asked, the same for every model of a table.
-        difficulty = script.task_difficulty if split == "train" else script.eval_difficulty
+        difficulty = script.eval_difficulty if evaluating else script.task_difficulty
         options = {"difficulty": difficulty} if difficulty is not None else {}
         try:
             return load_task(script.task, split=split, n=n, seed=script.task_seed, **options)

@@ -10,7 +10,14 @@ import json
 import time
 from pathlib import Path
 
-from rapo_trl.cli.common import UsageError, build_tools, resolve_model_path, training_rows, write_json
+from rapo_trl.cli.common import (
+    UsageError,
+    build_tools,
+    eval_splits,
+    resolve_model_path,
+    training_rows,
+    write_json,
+)
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
 WARM_START_DIR = "sft-warm-start"
@@ -25,7 +32,7 @@ def _base_of(path: str) -> str | None:
 
 
 def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None,
-                   numeric: bool = False, desc: str = "eval") -> dict:
+                   numeric: bool = False, desc: str = "eval", **sampling) -> dict:
     """Scores of the model (or adapter) folder ``path``; see `rapo_trl.evaluation.evaluate_policy`."""
     from rapo_trl.evaluation import evaluate_policy
     from rapo_trl.rollout.agent import load_policy
@@ -33,7 +40,7 @@ def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: s
     model, tokenizer = load_policy(path, device=device)
     return evaluate_policy(
         model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
-        max_turn_tokens=rapo_args.max_turn_tokens, numeric=numeric, batch_size=batch_size, desc=desc,
+        max_turn_tokens=rapo_args.max_turn_tokens, numeric=numeric, batch_size=batch_size, desc=desc, **sampling,
     )
 
 
@@ -57,35 +64,50 @@ def run(script, rapo_args, model_args) -> dict:
     target = script.eval_model or rapo_args.output_dir
     if not Path(target).is_dir():
         raise UsageError(f"eval model '{target}' does not exist; train first or set eval_model")
+    if script.eval_samples < 0:
+        raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
     start = time.perf_counter()
-    rows = training_rows(script, "eval")
+    sets = {name: training_rows(script, name) for name in eval_splits(script)}
     tools = build_tools(script)
     numeric = script.task in NUMERIC_TASKS
-    results, samples = {}, {}
-    for name, path in models_to_evaluate(script, model_args, target).items():
-        metrics = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device,
-                                 numeric=numeric, desc=f"eval {name}")
-        samples[name] = metrics.pop("texts")[:3]
-        results[name] = metrics
-    split = "heldout_templates" if script.task == "word_problems" else "eval"
-    title = f"{script.task}, {split}, n={len(rows)}"
-    table = format_table(results, title)
-    print(table)
-    payload = {"task": script.task, "split": split, "n": len(rows), "rows": results, "samples": samples,
+    k = script.eval_samples
+    sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=rapo_args.temperature,
+                    seed=rapo_args.seed)
+    results: dict[str, dict] = {name: {} for name in sets}
+    samples: dict[str, dict] = {name: {} for name in sets}
+    for model_name, path in models_to_evaluate(script, model_args, target).items():
+        for set_name, rows in sets.items():
+            metrics = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device,
+                                     numeric=numeric, desc=f"eval {model_name} on {set_name}", **sampling)
+            samples[set_name][model_name] = metrics.pop("texts")[:3]
+            results[set_name][model_name] = metrics
+    tables = []
+    for set_name, rows in sets.items():
+        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={rapo_args.temperature}" if k else "")
+        tables.append(format_table(results[set_name], title))
+    print("\n\n".join(tables))
+    primary = next(iter(sets))
+    payload = {"task": script.task, "split": primary, "n": len(sets[primary]), "k": k,
+               "rows": results[primary], "samples": samples[primary],
+               "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name]}
+                        for name, rows in sets.items()},
                "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
         history = Path(target) / folder / "sft_history.json"
         if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
             payload[name] = json.loads(history.read_text())
+    markdown = "# Evaluation\n\n" + "\n\n".join(tables) + "\n"
     write_json(Path(target) / "eval_results.json", payload)
-    (Path(target) / "eval_results.md").write_text(f"# Evaluation\n\n{table}\n")
+    (Path(target) / "eval_results.md").write_text(markdown)
     _update_card_and_plots(target, payload)
     if script.eval_report:
         write_json(script.eval_report, payload)
-        Path(script.eval_report).with_suffix(".md").write_text(f"# Evaluation\n\n{table}\n")
-    print(f"Evaluated {len(results)} models on {len(rows)} questions in {payload['eval_seconds']:.0f}s; "
-          f"results in {target}/eval_results.json" + (f" and {script.eval_report}" if script.eval_report else ""))
-    return results
+        Path(script.eval_report).with_suffix(".md").write_text(markdown)
+    models = len(results[primary])
+    print(f"Evaluated {models} models on {len(sets)} sets ({', '.join(f'{n}: {len(r)}' for n, r in sets.items())} "
+          f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
+          + (f" and {script.eval_report}" if script.eval_report else ""))
+    return results[primary] if len(sets) == 1 else results
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:

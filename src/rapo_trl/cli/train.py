@@ -8,6 +8,7 @@ from rapo_trl.cli.common import (
     check_store_location,
     open_store,
     resolve_model_path,
+    task_split,
     training_rewards,
     training_rows,
 )
@@ -36,7 +37,9 @@ def run(script, rapo_args, model_args) -> dict:
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
-        sft = dict(tokenizer=tokenizer, rows=rows, store=store, output_dir=rapo_args.output_dir,
+        # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
+        demo_rows = rows if task_split(script, "demo") == task_split(script, "train") else training_rows(script, "demo")
+        sft = dict(tokenizer=tokenizer, rows=demo_rows, store=store, output_dir=rapo_args.output_dir,
                    steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
                    use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
                    batch_size=script.sft_batch_size)

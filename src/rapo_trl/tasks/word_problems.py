@@ -23,15 +23,15 @@ division has no remainder.
 
 from __future__ import annotations
 
-import ast
-import functools
 import random
-from dataclasses import dataclass
 
 from datasets import Dataset
 
 from rapo_trl.tasks.python_expert import python_expert
-from rapo_trl.tasks.splits import check_split, stable_hash
+from rapo_trl.tasks.splits import stable_hash
+from rapo_trl.tasks.stories_three_ops import STORIES as _STORIES_THREE_OPS
+from rapo_trl.tasks.stories_two_ops import STORIES as _STORIES_TWO_OPS
+from rapo_trl.tasks.story_template import N3, N4, N5, N6, StoryTemplate
 from rapo_trl.tasks.trajectory import run_python_locally
 
 DEFAULT_SIZES = {"train": 1000, "eval": 200}
@@ -39,70 +39,7 @@ DIFFICULTY_MAX_OPS = {1: 2, 2: 3, 3: 4}  # difficulty -> most operations a templ
 DEFAULT_DIFFICULTY = 3  # every template
 DIGITS_RANGE = (0, 2)
 
-_NAMES = [
-    "Amara",
-    "Bastian",
-    "Calla",
-    "Dmitri",
-    "Esme",
-    "Farid",
-    "Greta",
-    "Hiro",
-    "Ines",
-    "Jonah",
-    "Keziah",
-    "Lior",
-    "Mateus",
-    "Nadia",
-    "Osei",
-    "Priya",
-]
-
-_OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//"}
-
-
-@dataclass(frozen=True)
-class _Template:
-    id: str  # stable: never renumber, question ids and the split depend on it
-    story: str  # format string over the variable names and optionally {name}
-    variables: dict[str, tuple[int, int]]  # name -> inclusive value range, sampled in this order
-    expression: str  # Python over the variable names; + - * // and parentheses only
-    # (variable, remainder expression): after sampling, ``variable -= remainder`` so a division the
-    # story calls exact ("shared equally") leaves nothing over.
-    exact: tuple[tuple[str, str], ...] = ()
-
-    @functools.cached_property
-    def _operators(self) -> list[str]:
-        tree = ast.parse(self.expression, mode="eval")
-        return [_OPERATORS[type(node.op)] for node in ast.walk(tree) if isinstance(node, ast.BinOp)]
-
-    @property
-    def ops(self) -> int:
-        """Number of arithmetic operations in the expression."""
-        return len(self._operators)
-
-    @property
-    def operators(self) -> frozenset[str]:
-        """The distinct operators the expression uses."""
-        return frozenset(self._operators)
-
-    def sample(self, rng: random.Random, digits: int = 0) -> tuple[str, str]:
-        values = {v: rng.randint(*_widen(lo, hi, digits)) for v, (lo, hi) in self.variables.items()}
-        for variable, remainder in self.exact:
-            values[variable] -= eval(remainder, {}, dict(values))  # noqa: S307 - our own expressions
-        question = self.story.format(name=rng.choice(_NAMES), **values)
-        code = "".join(f"{v} = {x}\n" for v, x in values.items()) + f"print({self.expression})"
-        return question, code
-
-
-def _widen(lo: int, hi: int, digits: int) -> tuple[int, int]:
-    """The range scaled by ``10**digits`` when it is a large quantity (3+ digits at its low end)."""
-    if lo < 100:
-        return lo, hi
-    return lo * 10**digits, (hi + 1) * 10**digits - 1
-
-
-N3, N4, N5, N6 = (100, 999), (1000, 9999), (10_000, 99_999), (100_000, 999_999)
+_Template = StoryTemplate
 
 _TEMPLATES = [
     # --- two operations ---
@@ -430,18 +367,62 @@ _TEMPLATES = [
 TEMPLATES: dict[str, _Template] = {t.id: t for t in _TEMPLATES}
 
 # Held out: never drawn for training. Chosen so every (operation count, operator set) among them also
-# occurs in training, and four of them use parentheses.
+# occurs in training, and four of them use parentheses. Their programs are new to training (``heldout_shapes``),
+# except wp11, whose expression has the shape of training wp03 (``a + b * c``).
 EVAL_TEMPLATES = ("wp06", "wp07", "wp11", "wp20", "wp23", "wp26", "wp27", "wp28", "wp34", "wp35", "wp39", "wp40")
 TRAIN_TEMPLATES = tuple(t for t in TEMPLATES if t not in EVAL_TEMPLATES)
 
+# --- more stories of the training programs, split by story into three roles ---
+# Each training template of 2 or 3 operations has further stories of its program (stories_two_ops.py,
+# stories_three_ops.py): new domains, wordings and quantity orders. By position, fixed before any model saw them:
+# the template and its first two new stories are *demonstrated* (the store and the warm start), the next one is
+# *reward-only* (RL questions with answers, demonstrated nowhere), the rest are *held out* (eval only).
+STORIES: dict[str, _Template] = {t.id: t for t in (*_STORIES_TWO_OPS, *_STORIES_THREE_OPS)}
+DEMONSTRATED_PER_SHAPE = 3  # the template and its first two new stories
+REWARD_ONLY_PER_SHAPE = 1
+
+
+def _stories_of(template_id: str) -> list[str]:
+    return [template_id] + sorted(s for s, t in STORIES.items() if t.shape_of_template == template_id)
+
+
+def _story_roles() -> dict[str, tuple[str, ...]]:
+    roles: dict[str, list[str]] = {"demonstrated": [], "reward_only": [], "heldout_stories": []}
+    for template_id in TRAIN_TEMPLATES:
+        stories = _stories_of(template_id)
+        cut = DEMONSTRATED_PER_SHAPE + REWARD_ONLY_PER_SHAPE
+        roles["demonstrated"] += stories[:DEMONSTRATED_PER_SHAPE]
+        roles["reward_only"] += stories[DEMONSTRATED_PER_SHAPE:cut]
+        roles["heldout_stories"] += stories[cut:]
+    return {role: tuple(ids) for role, ids in roles.items()}
+
+
+STORY_ROLES = _story_roles()
+"""``role -> story ids``: demonstrated, reward_only and heldout_stories (disjoint; see above)."""
+ALL_STORIES: dict[str, _Template] = {**TEMPLATES, **STORIES}
+SPLITS = {
+    "train": TRAIN_TEMPLATES,  # the original training templates, one story each
+    "eval": EVAL_TEMPLATES,
+    "heldout_shapes": EVAL_TEMPLATES,  # new programs: the stretch yardstick
+    **STORY_ROLES,  # demonstrated, reward_only, heldout_stories (known programs, new wordings)
+}
+"""Split name -> the story ids it draws from. ``eval`` and ``heldout_shapes`` are the same questions."""
+TRAINING_SPLITS = ("train", "demonstrated", "reward_only")
+EVAL_SPLITS = ("eval", "heldout_shapes", "heldout_stories")
+
+
+def shape_id(story_id: str) -> str:
+    """The template whose program ``story_id`` tells (itself for a template)."""
+    return ALL_STORIES[story_id].shape_of_template or story_id
+
 
 def templates(split: str, difficulty: int = DEFAULT_DIFFICULTY) -> list[_Template]:
-    """The templates ``split`` draws from, limited to ``difficulty``'s operation count."""
-    check_split(split)
+    """The stories ``split`` draws from, limited to ``difficulty``'s operation count."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if difficulty not in DIFFICULTY_MAX_OPS:
         raise ValueError(f"difficulty must be one of {', '.join(map(str, DIFFICULTY_MAX_OPS))}, got {difficulty!r}")
-    ids = EVAL_TEMPLATES if split == "eval" else TRAIN_TEMPLATES
-    return [TEMPLATES[i] for i in ids if TEMPLATES[i].ops <= DIFFICULTY_MAX_OPS[difficulty]]
+    return [ALL_STORIES[i] for i in SPLITS[split] if ALL_STORIES[i].ops <= DIFFICULTY_MAX_OPS[difficulty]]
 
 
 def load(
@@ -451,17 +432,19 @@ def load(
     difficulty: int | None = DEFAULT_DIFFICULTY,
     digits: int = 0,
 ) -> Dataset:
-    """``n`` problems of ``split`` (columns question, answer, question_id, code, template, ops).
+    """``n`` problems of ``split`` (columns question, answer, question_id, code, template, ops, shape).
 
-    ``split="train"`` draws only from the training templates and ``"eval"`` only from
-    :data:`EVAL_TEMPLATES`. ``difficulty`` (1, 2 or 3 = all; ``None`` = 3) caps the operation count;
-    ``digits`` (0..2) widens the large quantities. Deterministic for a given argument set.
+    Splits (see :data:`SPLITS`): ``train`` draws from the original training templates, ``eval`` (alias
+    ``heldout_shapes``) only from :data:`EVAL_TEMPLATES`; ``demonstrated``, ``reward_only`` and
+    ``heldout_stories`` from the story roles of :data:`STORY_ROLES`. ``template`` is the story's id and
+    ``shape`` the template whose program it tells. ``difficulty`` (1, 2 or 3 = all; ``None`` = 3) caps the
+    operation count; ``digits`` (0..2) widens the large quantities. Deterministic for a given argument set.
     """
     difficulty = DEFAULT_DIFFICULTY if difficulty is None else difficulty
     pool = templates(split, difficulty)
     if not isinstance(digits, int) or not DIGITS_RANGE[0] <= digits <= DIGITS_RANGE[1]:
         raise ValueError(f"digits must be an integer from {DIGITS_RANGE[0]} to {DIGITS_RANGE[1]}, got {digits!r}")
-    n = DEFAULT_SIZES[split] if n is None else n
+    n = DEFAULT_SIZES["eval" if split in EVAL_SPLITS else "train"] if n is None else n
     rng = random.Random(f"word_problems:{split}:{seed}:{difficulty}:{digits}")
     rows, seen = [], set()
     while len(rows) < n:
@@ -478,6 +461,7 @@ def load(
                 "code": code,
                 "template": template.id,
                 "ops": template.ops,
+                "shape": shape_id(template.id),
             }
         )
     return Dataset.from_list(rows)

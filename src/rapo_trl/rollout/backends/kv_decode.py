@@ -39,6 +39,57 @@ class _Entry:
     values: list[torch.Tensor]
 
 
+class _PreallocatedLayer(DynamicLayer):
+    """A dynamic cache layer whose keys and values live in a buffer with room to grow.
+
+    ``DynamicLayer.update`` appends by ``torch.cat``, copying the whole cache on every decoded token: a
+    quarter of a decode step of SmolLM2-135M at batch 8 (profiled). Here a token is written in place and
+    ``keys``/``values`` are views of the filled part; the buffer doubles when full. Values are the same.
+    """
+
+    @classmethod
+    def adopt(cls, layer: DynamicLayer, room: int) -> None:
+        """Turn ``layer`` (filled by a prefill) into a preallocated layer with space for ``room`` more tokens."""
+        layer.__class__ = cls
+        length = layer.keys.shape[-2]
+        layer._length = length
+        layer._key_buffer = layer._allocate(layer.keys, length + room)
+        layer._value_buffer = layer._allocate(layer.values, length + room)
+        layer._expose()
+
+    @staticmethod
+    def _allocate(filled: torch.Tensor, capacity: int) -> torch.Tensor:
+        shape = list(filled.shape)
+        shape[-2] = capacity
+        buffer = filled.new_empty(shape)
+        buffer[..., : filled.shape[-2], :] = filled
+        return buffer
+
+    def _expose(self) -> None:
+        self.keys = self._key_buffer[..., : self._length, :]
+        self.values = self._value_buffer[..., : self._length, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        end = self._length + key_states.shape[-2]
+        if end > self._key_buffer.shape[-2]:
+            self._key_buffer = self._allocate(self.keys, 2 * end)
+            self._value_buffer = self._allocate(self.values, 2 * end)
+        self._key_buffer[..., self._length : end, :] = key_states
+        self._value_buffer[..., self._length : end, :] = value_states
+        self._length = end
+        self._expose()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._key_buffer = self._key_buffer[indices, ...]
+        self._value_buffer = self._value_buffer[indices, ...]
+        self._expose()
+
+    def crop(self, tokens_to_remove: int) -> None:  # not used by the loop; kept consistent with its buffer
+        super().crop(tokens_to_remove)
+        self._length = self.keys.shape[-2]
+
+
 def _inner_model(model):
     """The transformers model under a PEFT wrapper (the one that owns the generation utilities)."""
     get_base = getattr(model, "get_base_model", None)
@@ -90,10 +141,13 @@ class KVCacheDecoder:
 
     Args:
         min_shared_prefix: the shortest common prefix of uncached rows that is prefilled once and shared.
+        preallocate: decode into a cache buffer with room for the turn's budget (`_PreallocatedLayer`) rather
+            than growing it by concatenation; the same values, without a copy of the cache per token.
     """
 
-    def __init__(self, min_shared_prefix: int = 16):
+    def __init__(self, min_shared_prefix: int = 16, preallocate: bool = True):
         self.min_shared_prefix = min_shared_prefix
+        self.preallocate = preallocate
         self._entries: list[_Entry] = []
         self._keep = False
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_row_steps": 0}
@@ -243,6 +297,10 @@ class KVCacheDecoder:
         logits, cache, mask, positions = self._prefill(model, seqs, device)
         budgets = torch.tensor([max(0, int(n)) for n in max_new_tokens], dtype=torch.long)
         limit = int(budgets.max()) if rows else 0
+        if self.preallocate:
+            for layer in cache.layers:
+                if type(layer) is DynamicLayer and layer.is_initialized:
+                    _PreallocatedLayer.adopt(layer, room=limit)
         sampled = torch.full((rows, max(limit, 1)), pad, dtype=torch.long, device=device)
         counts = [0] * rows
         active = [r for r in range(rows) if budgets[r] > 0]

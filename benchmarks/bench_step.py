@@ -1,0 +1,273 @@
+"""Cost of one RL step of a recipe: seconds by phase, tokens per second, peak memory (issue 23).
+
+    .venv/bin/python benchmarks/bench_step.py --recipe configs/demo_cpu.yaml --steps 4
+
+Three arms, each in its own process (so each peak RSS is its own), on the same model and prompts:
+
+  rapo_before  RAPOTrainer as the demo ran before the step-cost work: the whole group of G rows in one loss
+               micro-batch (per_device_train_batch_size = G), no padding trim, a KV cache grown by torch.cat.
+  rapo         RAPOTrainer with the recipe as it is (row-by-row loss micro-batches with gradient accumulation,
+               padding columns dropped per micro-batch, a preallocated KV cache).
+  grpo         TRL's plain GRPOTrainer with the recipe's batch settings, fed the *same rollouts* the rapo arm
+               generated (replayed through ``rollout_func``: same prompts, completions and tool masks), so its
+               loss part is timed on the same rows; no tools, no retrieval, no RAPO objective.
+
+Per step: generate / tools / retrieval (the rollout engine's own clock), scoring (the rest of TRL's
+``_generate_and_score_completions``: rewards, advantages, old log-probs when needed), loss forward,
+backward, optimizer; policy tokens per second of generation; the process's peak RSS (and peak CUDA memory).
+The model is the demo's warm start (``<output_dir>/sft-warm-start``) when it exists, else the recipe's base
+model, so completion lengths are those of the demo's RL steps. Writes ``benchmarks/results/step.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+ARMS = ("rapo_before", "rapo", "grpo")
+PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class _Clock:
+    """Seconds per phase per optimizer step, from wrappers around the trainer's own methods."""
+
+    def __init__(self):
+        self.current: dict[str, float] = defaultdict(float)
+        self.steps: list[dict[str, float]] = []
+
+    def wrap(self, owner, name: str, phase: str) -> None:
+        original = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.current[phase] += time.perf_counter() - start
+
+        setattr(owner, name, timed)
+
+    def close_step(self, extra: dict[str, float]) -> None:
+        self.steps.append({**self.current, **extra})
+        self.current = defaultdict(float)
+
+
+def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str) -> None:
+    import torch
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer, get_peft_config
+
+    from rapo_trl.cli import parse_recipe
+    from rapo_trl.cli.common import (
+        build_tools,
+        open_store,
+        resolve_model_path,
+        training_rewards,
+        training_rows,
+    )
+    from rapo_trl.trainer import RAPOTrainer
+
+    script, args, model_args = parse_recipe("train", ["--config", recipe])[:3]
+    warm = Path(args.output_dir) / "sft-warm-start"
+    model_path = str(warm) if (warm / "config.json").is_file() else resolve_model_path(model_args.model_name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    rows = training_rows(script, "train")
+    reward_funcs, args.reward_weights = training_rewards(script, args.reward_weights)
+    args.max_steps, args.logging_steps, args.report_to, args.save_strategy = steps, 1, "none", "no"
+    args.output_dir = tempfile.mkdtemp(prefix=f"bench-step-{arm}-")
+    group = args.num_generations
+    if arm == "rapo_before":
+        args.per_device_train_batch_size, args.gradient_accumulation_steps = group, 1
+        args.steps_per_generation, args.trim_padding = 1, False
+    clock = _Clock()
+    optimizer_start = [0.0]
+
+    class StepClock(TrainerCallback):
+        def on_pre_optimizer_step(self, *a, **k):
+            optimizer_start[0] = time.perf_counter()
+
+        def on_optimizer_step(self, *a, **k):
+            clock.current["optimizer"] += time.perf_counter() - optimizer_start[0]
+
+        def on_step_end(self, *a, **k):
+            clock.close_step({"peak_rss_mb": _peak_rss_mb()})
+
+    peft = get_peft_config(model_args)
+    if arm == "grpo":
+        recorded = json.loads(Path(rollouts_file).read_text())
+        fields = {k: v for k, v in vars(args).items() if k in GRPOConfig.__dataclass_fields__ and not k.startswith("_")}
+        grpo_args = GRPOConfig(**{**fields, "output_dir": args.output_dir})
+        trainer = GRPOTrainer(model_path, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
+                              peft_config=peft, callbacks=[StepClock()])
+        replay = iter(recorded)
+
+        def replayed(prompts, trainer=None):
+            return {**next(replay), "logprobs": None}
+
+        trainer.rollout_func = replayed
+    else:
+        store = open_store(script, must_exist=True) if Path(script.store_path).exists() else None
+        trainer = RAPOTrainer(model_path, reward_funcs, args=args, train_dataset=rows, processing_class=tokenizer,
+                              peft_config=peft, trace_store=store, tools=build_tools(script), callbacks=[StepClock()])
+        decoder = getattr(trainer.rollout_engine.backend, "decoder", None)
+        if arm == "rapo_before" and decoder is not None:
+            decoder.preallocate = False
+        recorded = []
+        rollout = trainer.rollout_func
+
+        def recording(prompts, trainer=None):
+            out = rollout(prompts, trainer)
+            recorded.append({k: out[k] for k in ("prompt_ids", "completion_ids", "env_mask")})
+            return out
+
+        trainer.rollout_func = recording
+    engine_stats = []
+    clock.wrap(trainer, "_generate_and_score_completions", "generate_and_score")
+    clock.wrap(trainer, "_compute_loss", "loss_forward")
+    clock.wrap(trainer.accelerator, "backward", "backward")
+    if arm != "grpo":
+        run = trainer.rollout_engine.run
+
+        def counted(*a, **k):
+            result = run(*a, **k)
+            s = trainer.rollout_engine.last_stats
+            engine_stats.append((s.generate_seconds, s.tool_seconds, s.retrieval_seconds,
+                                 sum(sum(r.env_mask) for r in result)))
+            return result
+
+        trainer.rollout_engine.run = counted
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - started
+    per_step = []
+    for i, phases in enumerate(clock.steps):
+        gen, tools, retrieval, tokens = engine_stats[i] if i < len(engine_stats) else (0.0, 0.0, 0.0, 0)
+        rollout_total = gen + tools + retrieval
+        split = {"generate": gen, "tools": tools, "retrieval": retrieval,
+                 "scoring": phases.get("generate_and_score", 0.0) - rollout_total,
+                 "loss_forward": phases.get("loss_forward", 0.0), "backward": phases.get("backward", 0.0),
+                 "optimizer": phases.get("optimizer", 0.0)}
+        per_step.append({"split_s": split, "policy_tokens": tokens, "peak_rss_mb": phases["peak_rss_mb"]})
+    history = [e for e in trainer.state.log_history if "step_time" in e]
+    result = {"arm": arm, "model": model_path, "wall_s": wall, "steps": per_step,
+              "step_s": [e["step_time"] for e in history], "peak_rss_mb": _peak_rss_mb(),
+              "batch": {"per_device_train_batch_size": args.per_device_train_batch_size,
+                        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                        "trim_padding": getattr(args, "trim_padding", None)}}
+    if torch.cuda.is_available():
+        result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    if arm == "rapo":
+        Path(rollouts_file).write_text(json.dumps(recorded))
+    Path(out_file).write_text(json.dumps(result))
+
+
+def summarise(raw: dict, skip_first: bool) -> dict:
+    """Mean seconds per phase over the steps (the first dropped as warm-up when there are several)."""
+    steps = raw["steps"][1:] if skip_first and len(raw["steps"]) > 1 else raw["steps"]
+    split = {p: sum(s["split_s"][p] for s in steps) / len(steps) for p in PHASES}
+    step_s = sum(split.values())
+    generate = split["generate"]
+    tokens = sum(s["policy_tokens"] for s in steps) / len(steps)
+    summary = {"step_s": round(step_s, 2), "split_s": {p: round(v, 2) for p, v in split.items()},
+               "loss_s": round(split["loss_forward"] + split["backward"], 2),
+               "policy_tokens_per_step": round(tokens, 1),
+               "generate_tokens_per_s": round(tokens / generate, 1) if generate else None,
+               "peak_rss_mb": round(raw["peak_rss_mb"]), "batch": raw["batch"], "steps_timed": len(steps)}
+    if "peak_cuda_mb" in raw:
+        summary["peak_cuda_mb"] = round(raw["peak_cuda_mb"])
+    return summary
+
+
+def machine() -> dict:
+    import torch
+    import transformers
+    import trl
+
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "trl": trl.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def table(report: dict) -> str:
+    runs = report["runs"]
+    head = ["arm", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s", "peak RSS MB", "batch"]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for arm, r in runs.items():
+        b = r["batch"]
+        batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
+            ", trim" if b.get("trim_padding") else "")
+        cells = [arm, f"{r['step_s']:.1f}", *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
+                 str(r["generate_tokens_per_s"] or "-"), str(r["peak_rss_mb"]), batch]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipe", default="configs/demo_cpu.yaml")
+    parser.add_argument("--steps", type=int, default=4, help="RL steps per arm (the first is dropped as warm-up)")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--arm", help=argparse.SUPPRESS)  # internal: run one arm in this process
+    parser.add_argument("--rollouts", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--results", default=str(RESULTS / "step"), help="path stem of the .json/.md results")
+    args = parser.parse_args()
+    if args.arm:
+        run_arm(args.arm, args.recipe, args.steps, args.rollouts, args.out)
+        return
+    if "grpo" in args.arms and "rapo" not in args.arms:
+        parser.error("the grpo arm replays the rapo arm's rollouts: run them together")
+    order = [a for a in ("rapo", "rapo_before", "grpo") if a in args.arms]  # grpo replays what rapo generated
+    work = Path(tempfile.mkdtemp(prefix="bench-step-"))
+    rollouts = work / "rollouts.json"
+    raw = {}
+    for arm in order:
+        out = work / f"{arm}.json"
+        print(f"[bench_step] {arm}: {args.steps} steps of {args.recipe}", flush=True)
+        subprocess.run([sys.executable, __file__, "--arm", arm, "--recipe", args.recipe, "--steps", str(args.steps),
+                        "--rollouts", str(rollouts), "--out", str(out)], check=True)
+        raw[arm] = json.loads(out.read_text())
+    runs = {arm: summarise(raw[arm], skip_first=True) for arm in args.arms if arm in raw}
+    report = {"recipe": args.recipe, "machine": machine(), "model": raw[order[0]]["model"], "steps": args.steps,
+              "runs": runs, "raw": raw}
+    if "rapo" in runs:
+        report["steps_per_hour"] = {arm: round(3600 / r["step_s"], 1) for arm, r in runs.items() if arm != "grpo"}
+    if {"rapo", "rapo_before"} <= set(runs):
+        report["speedup"] = round(runs["rapo_before"]["step_s"] / runs["rapo"]["step_s"], 2)
+        report["memory_ratio"] = round(runs["rapo"]["peak_rss_mb"] / runs["rapo_before"]["peak_rss_mb"], 3)
+    if {"rapo", "grpo"} <= set(runs):
+        report["loss_ratio_rapo_vs_grpo"] = round(runs["rapo"]["loss_s"] / runs["grpo"]["loss_s"], 2)
+    stem = Path(args.results)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
+    text = (f"# Step cost: {args.recipe}\n\n{table(report)}\n\n"
+            f"Mean over steps 2..{args.steps} of each arm (step 1 is warm-up). Model: `{report['model']}`. "
+            f"Machine: {report['machine']['platform']}, {report['machine']['cpus']} CPUs, torch "
+            f"{report['machine']['torch']}, transformers {report['machine']['transformers']}, trl "
+            f"{report['machine']['trl']}.\n\n"
+            + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "speedup", "memory_ratio",
+                                                        "loss_ratio_rapo_vs_grpo") if k in report)
+            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {args.recipe} --steps {args.steps}`\n")
+    stem.with_suffix(".md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
