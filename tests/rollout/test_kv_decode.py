@@ -244,3 +244,37 @@ def test_lora_model_takes_the_cached_path(tiny_model):
     with lora.disable_adapter():  # the adapter is live in the cached path (the random LoRA changes the output)
         base = run_turns(TransformersBackend(lora, tok, GREEDY), tok, prompts, [8, 8], turns=1)
     assert [o.entropy_full for o in base[0]] != [o.entropy_full for o in history[0]]
+
+
+def test_preallocated_cache_gives_the_same_turns_as_a_growing_one(tiny_model):
+    model, tok = tiny_model
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "What is 2 + 3?"), chat(tok, "Name a prime number above 20.")]
+    histories = []
+    for preallocate in (True, False):
+        backend = TransformersBackend(model, tok, SamplingSettings(temperature=1.0))
+        backend.decoder.preallocate = preallocate
+        torch.manual_seed(0)
+        histories.append(run_turns(backend, tok, prompts, [12, 9, 7]))
+    assert_same(*histories)
+
+
+def test_preallocated_layer_writes_in_place_and_grows_when_full():
+    from transformers.cache_utils import DynamicLayer
+
+    from rapo_trl.rollout.backends.kv_decode import _PreallocatedLayer
+
+    layer = DynamicLayer()
+    first = torch.randn(2, 3, 5, 4)
+    layer.update(first, -first)
+    _PreallocatedLayer.adopt(layer, room=2)
+    buffer = layer._key_buffer
+    steps = [torch.randn(2, 3, 1, 4) for _ in range(4)]
+    for i, step in enumerate(steps):
+        keys, values = layer.update(step, -step)
+        if i < 2:
+            assert layer._key_buffer is buffer  # written in place while there is room
+    expected = torch.cat([first, *steps], dim=-2)
+    assert torch.equal(keys, expected) and torch.equal(values, -expected)
+    assert layer.get_seq_length() == 9 and layer._key_buffer.shape[-2] >= 9
+    layer.batch_select_indices(torch.tensor([1]))
+    assert torch.equal(layer.keys, expected[1:]) and layer.get_seq_length() == 9

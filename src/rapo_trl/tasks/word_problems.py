@@ -373,27 +373,29 @@ EVAL_TEMPLATES = ("wp06", "wp07", "wp11", "wp20", "wp23", "wp26", "wp27", "wp28"
 TRAIN_TEMPLATES = tuple(t for t in TEMPLATES if t not in EVAL_TEMPLATES)
 
 # --- more stories of the training programs, split by story into three roles ---
-# Each training template of 2 or 3 operations has further stories of its program (stories_two_ops.py,
-# stories_three_ops.py): new domains, wordings and quantity orders. By position, fixed before any model saw them:
-# the template and its first two new stories are *demonstrated* (the store and the warm start), the next one is
-# *reward-only* (RL questions with answers, demonstrated nowhere), the rest are *held out* (eval only).
+# Each training template of 2 or 3 operations has further stories of its program (stories_two_ops.py: eleven per
+# program, stories_three_ops.py: four): new domains, wordings and quantity orders. By story number, fixed before
+# any model saw them: new stories 4 and 5 are *held out* (eval only), 3, 10 and 11 are *reward-only* (RL questions
+# with answers, demonstrated nowhere), the template and every other story are *demonstrated* (the store and the
+# warm start).
 STORIES: dict[str, _Template] = {t.id: t for t in (*_STORIES_TWO_OPS, *_STORIES_THREE_OPS)}
-DEMONSTRATED_PER_SHAPE = 3  # the template and its first two new stories
-REWARD_ONLY_PER_SHAPE = 1
+HELD_OUT_STORY_NUMBERS = (4, 5)
+REWARD_ONLY_STORY_NUMBERS = (3, 10, 11)
 
 
-def _stories_of(template_id: str) -> list[str]:
-    return [template_id] + sorted(s for s, t in STORIES.items() if t.shape_of_template == template_id)
+def _story_number(story_id: str) -> int:
+    """0 for a template, n for its story ``wpNN_sn``."""
+    return int(story_id.split("_s")[1]) if "_s" in story_id else 0
 
 
 def _story_roles() -> dict[str, tuple[str, ...]]:
     roles: dict[str, list[str]] = {"demonstrated": [], "reward_only": [], "heldout_stories": []}
-    for template_id in TRAIN_TEMPLATES:
-        stories = _stories_of(template_id)
-        cut = DEMONSTRATED_PER_SHAPE + REWARD_ONLY_PER_SHAPE
-        roles["demonstrated"] += stories[:DEMONSTRATED_PER_SHAPE]
-        roles["reward_only"] += stories[DEMONSTRATED_PER_SHAPE:cut]
-        roles["heldout_stories"] += stories[cut:]
+    by_number = sorted(STORIES, key=lambda s: (STORIES[s].shape_of_template, _story_number(s)))
+    for story_id in [*TRAIN_TEMPLATES, *by_number]:
+        number = _story_number(story_id)
+        role = ("heldout_stories" if number in HELD_OUT_STORY_NUMBERS
+                else "reward_only" if number in REWARD_ONLY_STORY_NUMBERS else "demonstrated")
+        roles[role].append(story_id)
     return {role: tuple(ids) for role, ids in roles.items()}
 
 
