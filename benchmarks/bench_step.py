@@ -33,6 +33,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+for _key, _value in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
+                     ("TOKENIZERS_PARALLELISM", "false"), ("ANONYMIZED_TELEMETRY", "False")):
+    os.environ.setdefault(_key, _value)  # nothing loads from a hub here; inherited by the arms' processes
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 ARMS = ("rapo_before", "rapo", "grpo")
@@ -69,6 +73,7 @@ class _Clock:
 
 def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str) -> None:
     import torch
+    import yaml
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer, get_peft_config
 
@@ -88,7 +93,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     rows = training_rows(script, "train")
     reward_funcs, args.reward_weights = training_rewards(script, args.reward_weights)
-    args.max_steps, args.logging_steps, args.report_to, args.save_strategy = steps, 1, "none", "no"
+    args.max_steps, args.logging_steps = steps, 1
     args.output_dir = tempfile.mkdtemp(prefix=f"bench-step-{arm}-")
     group = args.num_generations
     if arm == "rapo_before":
@@ -110,8 +115,12 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     peft = get_peft_config(model_args)
     if arm == "grpo":
         recorded = json.loads(Path(rollouts_file).read_text())
-        fields = {k: v for k, v in vars(args).items() if k in GRPOConfig.__dataclass_fields__ and not k.startswith("_")}
-        grpo_args = GRPOConfig(**{**fields, "output_dir": args.output_dir})
+        # The recipe's GRPOConfig fields as written (not RAPOConfig's derived values), with RAPO's loss settings.
+        written = yaml.safe_load(Path(recipe).read_text())
+        fields = {k: v for k, v in written.items() if k in GRPOConfig.__dataclass_fields__}
+        loss = {k: getattr(args, k) for k in ("loss_type", "epsilon", "epsilon_high", "delta", "beta")}
+        grpo_args = GRPOConfig(**{**fields, **loss, "output_dir": args.output_dir, "max_steps": steps,
+                                  "logging_steps": 1})
         trainer = GRPOTrainer(model_path, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
                               peft_config=peft, callbacks=[StepClock()])
         replay = iter(recorded)
@@ -265,6 +274,9 @@ def main() -> None:
             + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "speedup", "memory_ratio",
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
             + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {args.recipe} --steps {args.steps}`\n")
+    notes = stem.parent / f"{stem.name}_notes.md"  # hand-written profile and reading, kept across re-runs
+    if notes.is_file():
+        text += "\n" + notes.read_text()
     stem.with_suffix(".md").write_text(text)
     print(text)
 

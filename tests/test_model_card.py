@@ -86,6 +86,19 @@ def test_eval_table_reads_rapo_evals_rows_with_intervals(tmp_path):
     assert "| warm_start | 0.125 | 0.065-0.228 | 1.000 |" in text and "(heldout_templates), 64 questions" in text
 
 
+def test_eval_table_has_one_table_per_eval_set_with_mean_at_k(tmp_path):
+    stories = {"warm_start": {"pass@1": 0.1, "mean@k": 0.05, "format_ok": 1.0},
+               "trained": {"pass@1": 0.2, "mean@k": 0.25, "format_ok": 1.0}}
+    shapes = {"warm_start": {"pass@1": 0.0, "format_ok": 1.0}, "trained": {"pass@1": 0.0, "format_ok": 1.0}}
+    payload = {"task": "word_problems", "split": "heldout_stories", "n": 32, "k": 4, "rows": stories,
+               "sets": {"heldout_stories": {"n": 32, "rows": stories}, "heldout_shapes": {"n": 16, "rows": shapes}}}
+    text = add_evaluation(tmp_path, payload).read_text()
+    assert "(heldout_stories), 32 questions" in text and "(heldout_shapes), 16 questions" in text
+    assert "4 samples per question" in text
+    assert "| model | pass@1 | mean@k | format_ok |" in text and "| trained | 0.200 | 0.250 | 1.000 |" in text
+    assert "| model | pass@1 | format_ok |" in text  # the greedy-only set has no mean@k column
+
+
 def test_eval_table_is_appended_to_a_card_without_one(tmp_path):
     (tmp_path / "README.md").write_text("---\nlibrary_name: peft\n---\n# Some adapter\n")
     add_evaluation(tmp_path, EVALUATION)

@@ -15,7 +15,7 @@ from pathlib import Path
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MODEL_ALIAS_HUB_IDS = {"smollm2": SMOLLM2_HUB_ID, "tiny": None}
 EVAL_START, EVAL_END = "<!-- rapo-eval -->", "<!-- /rapo-eval -->"
-EVAL_COLUMNS = ("pass@1", "f1", "em", "format_ok", "tool_calls")
+EVAL_COLUMNS = ("pass@1", "mean@k", "f1", "em", "format_ok", "tool_calls")
 
 # RAPOConfig fields shown in the card's recipe table, with what they mean.
 RECIPE_FIELDS = (
@@ -95,14 +95,24 @@ def recipe_table(trainer) -> str:
 
 
 def evaluation_table(evaluation: dict) -> str:
-    """Markdown of a ``rapo eval`` result (``eval_results.json``): one row per model."""
+    """Markdown of a ``rapo eval`` result (``eval_results.json``): one row per model, one table per eval set."""
+    sets = evaluation.get("sets")
+    if isinstance(sets, dict) and sets:
+        return "\n\n".join(_set_table({**evaluation, "split": name, "n": values.get("n"), "rows": values.get("rows", {})})
+                           for name, values in sets.items())
+    return _set_table(evaluation)
+
+
+def _set_table(evaluation: dict) -> str:
     from rapo_trl.plots import evaluation_rows
 
     results = evaluation_rows(evaluation)
     columns = [c for c in EVAL_COLUMNS if any(c in metrics for metrics in results.values())]
     split = f" ({evaluation['split']})" if evaluation.get("split") else ""
     head = f"Held-out evaluation with tools and without retrieval: task `{evaluation.get('task', '?')}`{split}, " \
-           f"{evaluation.get('n', '?')} questions, greedy decoding.\n\n"
+           f"{evaluation.get('n', '?')} questions, greedy decoding" \
+           + (f" (mean@k: {evaluation['k']} samples per question at the training temperature)" if evaluation.get("k")
+              else "") + ".\n\n"
     with_ci = any(isinstance(m.get("pass@1_ci95"), (list, tuple)) for m in results.values())
     header = [*columns[:1], *(["95% CI"] if with_ci and columns[:1] == ["pass@1"] else []), *columns[1:]]
     lines = ["| model | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]

@@ -89,3 +89,10 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     saved = json.loads((out / "eval_results.json").read_text())
     assert list(saved["rows"]) == ["warm_start", "sft_same_time", "trained"]
     assert saved["sft_same_time_sft"]["steps"] >= 1
+    # mean@k for the model named in eval_sampled_models only, greedy pass@1 for all
+    assert saved["k"] == 2 and list(saved["sets"]) == ["eval"]
+    rows = saved["sets"]["eval"]["rows"]
+    assert rows["trained"]["k"] == 2 and rows["trained"]["questions"] == 2 and rows["trained"]["samples"] == 4
+    assert 0.0 <= rows["trained"]["mean@k"] <= 1.0
+    assert "mean@k" not in rows["warm_start"] and "pass@1" in rows["warm_start"]
+    assert "mean@2" in run.stdout

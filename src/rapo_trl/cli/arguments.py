@@ -52,6 +52,14 @@ class RAPOScriptArguments:
     eval_sample_size: int | None = field(
         default=None, metadata={"help": "eval: questions per set scored by mean@k (default: eval_size)."}
     )
+    eval_sampled_splits: list[str] | None = field(
+        default=None, metadata={"help": "eval: the sets scored by mean@k too (default: every eval set)."}
+    )
+    eval_sampled_models: list[str] | None = field(
+        default=None,
+        metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_same_time, trained "
+                  "(default: all)."},
+    )
     tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
     reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})

@@ -75,15 +75,19 @@ def run(script, rapo_args, model_args) -> dict:
                     seed=rapo_args.seed)
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
+    sampled_sets = _names(script.eval_sampled_splits, sets)
     for model_name, path in models_to_evaluate(script, model_args, target).items():
+        sampled_model = script.eval_sampled_models is None or model_name in _names(script.eval_sampled_models, ())
         for set_name, rows in sets.items():
+            sampled = sampling if sampled_model and set_name in sampled_sets else {**sampling, "samples": 0}
             metrics = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device,
-                                     numeric=numeric, desc=f"eval {model_name} on {set_name}", **sampling)
+                                     numeric=numeric, desc=f"eval {model_name} on {set_name}", **sampled)
             samples[set_name][model_name] = metrics.pop("texts")[:3]
             results[set_name][model_name] = metrics
     tables = []
     for set_name, rows in sets.items():
-        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={rapo_args.temperature}" if k else "")
+        sampled = k and any("mean@k" in m for m in results[set_name].values())
+        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={rapo_args.temperature}" if sampled else "")
         tables.append(format_table(results[set_name], title))
     print("\n\n".join(tables))
     primary = next(iter(sets))
@@ -108,6 +112,13 @@ def run(script, rapo_args, model_args) -> dict:
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results
+
+
+def _names(value, default) -> list[str]:
+    """A recipe's list field (a YAML list or one name); ``default`` when unset."""
+    if value is None:
+        return list(default)
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:
