@@ -179,7 +179,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
               "step_s": [e["step_time"] for e in history], "peak_rss_mb": _peak_rss_mb(),
               "batch": {"per_device_train_batch_size": args.per_device_train_batch_size,
                         "gradient_accumulation_steps": args.gradient_accumulation_steps,
-                        "trim_padding": getattr(args, "trim_padding", None)}}
+                        "trim_padding": None if arm == "grpo" else args.trim_padding}}
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if arm == "rapo":
@@ -221,7 +221,7 @@ def table(report: dict) -> str:
     for arm, r in runs.items():
         b = r["batch"]
         batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
-            ", trim" if b.get("trim_padding") else "")
+            ", trim" if b.get("trim_padding") else ", no trim")
         cells = [arm, f"{r['step_s']:.1f}", *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
                  str(r["generate_tokens_per_s"] or "-"), str(r["peak_rss_mb"]), batch]
         lines.append("| " + " | ".join(cells) + " |")
@@ -237,7 +237,11 @@ def main() -> None:
     parser.add_argument("--rollouts", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--results", default=str(RESULTS / "step"), help="path stem of the .json/.md results")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args()
+    if args.report_only:
+        write_markdown(json.loads(Path(args.results).with_suffix(".json").read_text()), Path(args.results))
+        return
     if args.arm:
         run_arm(args.arm, args.recipe, args.steps, args.rollouts, args.out)
         return
@@ -266,14 +270,21 @@ def main() -> None:
     stem = Path(args.results)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
-    text = (f"# Step cost: {args.recipe}\n\n{table(report)}\n\n"
-            f"Mean over steps 2..{args.steps} of each arm (step 1 is warm-up). Model: `{report['model']}`. "
+    write_markdown(report, stem)
+
+
+def write_markdown(report: dict, stem: Path) -> None:
+    steps, recipe = report["steps"], report["recipe"]
+    if "grpo" in report["runs"]:  # plain GRPOTrainer never trims (records written before this label was fixed)
+        report["runs"]["grpo"]["batch"]["trim_padding"] = None
+    text = (f"# Step cost: {recipe}\n\n{table(report)}\n\n"
+            f"Mean over steps 2..{steps} of each arm (step 1 is warm-up). Model: `{report['model']}`. "
             f"Machine: {report['machine']['platform']}, {report['machine']['cpus']} CPUs, torch "
             f"{report['machine']['torch']}, transformers {report['machine']['transformers']}, trl "
             f"{report['machine']['trl']}.\n\n"
             + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "speedup", "memory_ratio",
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
-            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {args.recipe} --steps {args.steps}`\n")
+            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}`\n")
     notes = stem.parent / f"{stem.name}_notes.md"  # hand-written profile and reading, kept across re-runs
     if notes.is_file():
         text += "\n" + notes.read_text()
