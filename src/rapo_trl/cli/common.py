@@ -72,11 +72,16 @@ def is_eval_split(script: RAPOScriptArguments, split: str) -> bool:
     return split not in TRAINING_ROLES
 
 
+def name_list(value, default) -> list[str]:
+    """A recipe's list field (a YAML list or one name); ``default`` when unset."""
+    if value is None:
+        return list(default)
+    return [value] if isinstance(value, str) else list(value)
+
+
 def eval_splits(script: RAPOScriptArguments) -> list[str]:
     """The eval sets of ``rapo eval``, each scored in its own table."""
-    if script.eval_splits:
-        return [script.eval_splits] if isinstance(script.eval_splits, str) else list(script.eval_splits)
-    return ["heldout_shapes" if script.task == "word_problems" else GENERIC_EVAL_SPLIT]
+    return name_list(script.eval_splits or None, ["heldout_shapes" if script.task == "word_problems" else GENERIC_EVAL_SPLIT])
 
 
 def load_questions(script: RAPOScriptArguments, split: str):

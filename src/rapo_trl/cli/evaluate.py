@@ -14,6 +14,7 @@ from rapo_trl.cli.common import (
     UsageError,
     build_tools,
     eval_splits,
+    name_list,
     resolve_model_path,
     training_rows,
     write_json,
@@ -22,6 +23,7 @@ from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUME
 
 WARM_START_DIR = "sft-warm-start"
 SFT_SAME_TIME_DIR = "sft-same-time"
+MODEL_NAMES = ("base", "warm_start", "sft_same_time", "trained")
 
 
 def _base_of(path: str) -> str | None:
@@ -34,10 +36,15 @@ def _base_of(path: str) -> str | None:
 def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None,
                    numeric: bool = False, desc: str = "eval", **sampling) -> dict:
     """Scores of the model (or adapter) folder ``path``; see `rapo_trl.evaluation.evaluate_policy`."""
-    from rapo_trl.evaluation import evaluate_policy
     from rapo_trl.rollout.agent import load_policy
 
     model, tokenizer = load_policy(path, device=device)
+    return _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling)
+
+
+def _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling) -> dict:
+    from rapo_trl.evaluation import evaluate_policy
+
     return evaluate_policy(
         model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
         max_turn_tokens=rapo_args.max_turn_tokens, numeric=numeric, batch_size=batch_size, desc=desc, **sampling,
@@ -75,13 +82,16 @@ def run(script, rapo_args, model_args) -> dict:
                     seed=rapo_args.seed)
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
-    sampled_sets = _names(script.eval_sampled_splits, sets)
+    from rapo_trl.rollout.agent import load_policy
+
+    sampled_sets = name_list(script.eval_sampled_splits, sets)
+    sampled_models = name_list(script.eval_sampled_models, MODEL_NAMES)
     for model_name, path in models_to_evaluate(script, model_args, target).items():
-        sampled_model = script.eval_sampled_models is None or model_name in _names(script.eval_sampled_models, ())
+        model, tokenizer = load_policy(path, device=script.device)  # once per model, for every set
         for set_name, rows in sets.items():
-            sampled = sampling if sampled_model and set_name in sampled_sets else {**sampling, "samples": 0}
-            metrics = evaluate_model(path, rows, tools, rapo_args, script.eval_batch_size, script.device,
-                                     numeric=numeric, desc=f"eval {model_name} on {set_name}", **sampled)
+            sampled = sampling if model_name in sampled_models and set_name in sampled_sets else {**sampling, "samples": 0}
+            metrics = _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, script.eval_batch_size, numeric,
+                                       f"eval {model_name} on {set_name}", **sampled)
             samples[set_name][model_name] = metrics.pop("texts")[:3]
             results[set_name][model_name] = metrics
     tables = []
@@ -112,13 +122,6 @@ def run(script, rapo_args, model_args) -> dict:
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results
-
-
-def _names(value, default) -> list[str]:
-    """A recipe's list field (a YAML list or one name); ``default`` when unset."""
-    if value is None:
-        return list(default)
-    return [value] if isinstance(value, str) else list(value)
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:
