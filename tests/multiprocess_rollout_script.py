@@ -14,8 +14,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.objective import trajectory_retrieval_reward  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
+from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
 from tests.helpers.scripted import ScriptedGenerate  # noqa: E402
-from tests.test_trainer import SCRIPTS, EchoTool, FixedStore, dataset, sevens  # noqa: E402
+from tests.helpers.trainers import SCRIPTS, dataset, sevens  # noqa: E402
 
 
 def main(model_dir: str, out_dir: str) -> None:

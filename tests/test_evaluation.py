@@ -6,8 +6,8 @@ import pytest
 from datasets import Dataset
 
 from rapo_trl.evaluation import evaluate_policy, format_table, mean_at_k, score_texts, wilson_interval
+from tests.helpers.fakes import EchoTool
 from tests.helpers.scripted import ScriptedGenerate, Turn
-from tests.rollout.test_engine import EchoTool
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.model_card import SMOLLM2_HUB_ID, add_evaluation, base_model_hub_id
 from rapo_trl.store import TraceStore
 from rapo_trl.trainer import RAPOTrainer
-from tests.rollout.test_engine import EchoTool
-from tests.test_trainer import common_args, dataset, rapo_trainer, script, sevens
+from tests.helpers.fakes import EchoTool
+from tests.helpers.trainers import common_args, dataset, rapo_trainer, script, sevens
 
 EVALUATION = {"task": "arithmetic", "n": 16, "results": {"base": {"pass@1": 0.125, "format_ok": 0.5},
                                                           "trained": {"pass@1": 0.25, "format_ok": 0.75}}}

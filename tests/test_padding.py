@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from rapo_trl.padding import trim_padding_columns
-from tests.rollout.test_engine import FixedStore
-from tests.test_trainer import batch_inputs, loss_and_grads, rapo_trainer, script
+from tests.helpers.fakes import FixedStore
+from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
 
 
 def rows_of(batch: dict, index: list[int]) -> dict:

@@ -8,7 +8,8 @@ from transformers import AutoTokenizer
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.trainer import RAPOTrainer
-from tests.test_trainer import EchoTool, FixedStore, common_args
+from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.trainers import common_args
 
 pytest.importorskip("tensorboard")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from rapo_trl.signal_monitor import SignalMonitor
-from tests.test_trainer import batch_inputs, rapo_trainer, script
+from tests.helpers.trainers import batch_inputs, rapo_trainer, script
 
 ALIVE = [0.0, 1.0, 0.0, 0.0]  # one group that still has variance
 FLAT = [0.0, 0.0, 0.0, 0.0]

@@ -13,8 +13,8 @@ from trl import GRPOConfig, GRPOTrainer
 from rapo_trl.config import RAPOConfig
 from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
 from rapo_trl.trainer import RAPOTrainer
-from tests.rollout.test_engine import EchoTool, FixedStore
-from tests.test_trainer import (
+from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.trainers import (
     batch_inputs,
     common_args,
     dataset,

@@ -13,8 +13,8 @@ from transformers import AutoTokenizer
 from rapo_trl.cli import parse_recipe
 from rapo_trl.config import RAPOConfig
 from rapo_trl.trainer import RAPOTrainer
-from tests.rollout.test_engine import EchoTool, FixedStore
-from tests.test_trainer import (
+from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.trainers import (
     SCRIPTS,
     batch_inputs,
     common_args,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tests.helpers.fakes import FixedStore, encode, make_engine
 from tests.helpers.scripted import Turn
-from tests.rollout.test_engine import FixedStore, encode, make_engine
 
 STEP = "<python>2*3</python>"
 ANSWER = "<answer>\\boxed{6}</answer>"

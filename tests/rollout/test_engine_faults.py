@@ -6,8 +6,8 @@ import pytest
 
 from rapo_trl.rollout import RolloutConfig
 from rapo_trl.store import retry
+from tests.helpers.fakes import EchoTool, FixedStore, make_engine
 from tests.helpers.scripted import Turn
-from tests.rollout.test_engine import EchoTool, FixedStore, make_engine
 
 
 class FlakyStore(FixedStore):

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers.fakes import FixedStore, encode, make_engine
 from tests.helpers.scripted import Turn
-from tests.rollout.test_engine import FixedStore, encode, make_engine
 
 texts = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=40

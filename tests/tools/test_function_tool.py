@@ -19,8 +19,8 @@ from rapo_trl.tools import (
     run_tool_calls,
     tools_by_tag,
 )
+from tests.helpers.fakes import EchoTool, encode, make_engine
 from tests.helpers.scripted import Turn
-from tests.rollout.test_engine import EchoTool, encode, make_engine
 
 
 def add(a: int, b: int) -> int:
@@ -288,7 +288,7 @@ def test_engine_refuses_a_reserved_function_name(tiny_model):
 def test_trainer_takes_plain_functions_as_tools(tiny_model_dir, tmp_path):
     from rapo_trl.config import RAPOConfig
     from rapo_trl.trainer import RAPOTrainer
-    from tests.test_trainer import common_args, dataset, sevens
+    from tests.helpers.trainers import common_args, dataset, sevens
 
     args = RAPOConfig(**common_args(tmp_path), max_turn_tokens=32)
     trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), tools=[EchoTool(), add])
