@@ -34,7 +34,7 @@ def main(model_dir: str, out_dir: str) -> None:
     model.generate = ScriptedGenerate(tok, [([], [t for t in turns]) for turns in mine], model.config.vocab_size)
     trainer.model.train()
     batch = trainer._generate_and_score_completions([dict(row) for row in dataset()] * 2)
-    rows = trainer._last_rows
+    rows = trainer.last_rollout.rows
     dump = {
         "hybrid": [r.is_hybrid for r in rows],
         "z": [trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in r.retrievals) for r in rows],

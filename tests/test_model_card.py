@@ -15,6 +15,7 @@ from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.model_card import SMOLLM2_HUB_ID, add_evaluation, base_model_hub_id
 from rapo_trl.store import TraceStore
 from rapo_trl.trainer import RAPOTrainer
+from rapo_trl.trainer.checks import warn_if_nothing_to_retrieve
 from tests.helpers.fakes import EchoTool
 from tests.helpers.trainers import common_args, dataset, rapo_trainer, script, sevens
 
@@ -117,11 +118,15 @@ def test_training_with_an_empty_store_warns_once(tiny_model_dir, tmp_path, caplo
     assert len(warnings) == 1 and "fallback text" in warnings[0]
 
 
+def warn_if_nothing_to_retrieve_of(trainer):
+    warn_if_nothing_to_retrieve(trainer.args, trainer.trace_store)
+
+
 def test_hybrid_rollouts_without_a_store_warn_and_p_zero_does_not(tiny_model_dir, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
-        rapo_trainer(tiny_model_dir, tmp_path / "a", num_hybrid_generations=2,
-                     retrieve_prob=0.5)._warn_if_nothing_to_retrieve()
-        rapo_trainer(tiny_model_dir, tmp_path / "b", num_hybrid_generations=2,
-                     retrieve_prob=0.0)._warn_if_nothing_to_retrieve()
+        warn_if_nothing_to_retrieve_of(rapo_trainer(tiny_model_dir, tmp_path / "a", num_hybrid_generations=2,
+                     retrieve_prob=0.5))
+        warn_if_nothing_to_retrieve_of(rapo_trainer(tiny_model_dir, tmp_path / "b", num_hybrid_generations=2,
+                     retrieve_prob=0.0))
     messages = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer"]
     assert len(messages) == 1 and "no trace_store" in messages[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -212,3 +213,14 @@ class RAPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.retrieval_top_k is not None and self.retrieval_top_k < 1:
             raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")
+
+    def retrieve_prob_at(self, step: int, max_steps: int) -> float:
+        """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""
+        if self.retrieve_prob_schedule == "constant" or not max_steps:
+            return self.retrieve_prob
+        progress = min(1.0, step / max_steps)
+        if self.retrieve_prob_schedule == "linear":
+            weight = 1.0 - progress
+        else:
+            weight = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.retrieve_prob_final + (self.retrieve_prob - self.retrieve_prob_final) * weight

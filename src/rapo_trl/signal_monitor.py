@@ -2,7 +2,8 @@
 
 GRPO-style advantages are zero in a group whose rewards are all equal, so steps where every group is flat
 (all wrong, all right, or all malformed) train nothing; rollouts cut by the budget score as failures
-whatever they did. Both are silent in the loss curve, so the trainer warns once, with the fix.
+whatever they did; a step whose every tool call failed (a broken sandbox, a missing binary) teaches the
+policy that tools do not work. All are silent in the loss curve, so the trainer warns once, with the fix.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ TRUNCATION_ADVICE = (
     "{share:.0%} of rollouts were truncated in each of the last {steps} steps; a truncated rollout scores as "
     "a failure whatever it did. Raise max_turn_tokens (tokens per step) or max_completion_length, or lower "
     "max_tool_calls."
+)
+
+TOOLS_FAILING_ADVICE = (
+    "every tool call of the last step failed ({calls} calls), so the policy is learning that its tools do not "
+    "work. First errors: {errors}. Check the tool outside training (e.g. PythonTool().run('print(1)'))."
 )
 
 
@@ -52,3 +58,11 @@ class SignalMonitor:
             self.warned.add("truncated")
             due.append(TRUNCATION_ADVICE.format(share=share, steps=self.truncated_steps))
         return due
+
+    def update_tools(self, calls: int, errors: list[tuple[str, str]]) -> list[str]:
+        """The warning due when a step made tool calls and every one failed (``errors``: (tag, message))."""
+        if self.patience <= 0 or calls == 0 or len(errors) < calls or "tools" in self.warned:
+            return []
+        self.warned.add("tools")
+        first = dict.fromkeys(f"<{tag}>: {message}" for tag, message in errors)
+        return [TOOLS_FAILING_ADVICE.format(calls=calls, errors="; ".join(list(first)[:3]))]

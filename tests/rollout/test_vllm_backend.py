@@ -366,6 +366,7 @@ def test_trainer_with_a_user_llm_syncs_the_trained_adapter(llm, tokenizer, model
     from rapo_trl.config import RAPOConfig
     from rapo_trl.rollout.backends.vllm import VLLMBackend
     from rapo_trl.trainer import RAPOTrainer
+    from rapo_trl.trainer.backend import peft_model_of
 
     def reward(completion_ids, **kwargs):
         return [float(sum(ids) % 7) for ids in completion_ids]
@@ -392,7 +393,7 @@ def test_trainer_with_a_user_llm_syncs_the_trained_adapter(llm, tokenizer, model
 
     policy = trainer.accelerator.unwrap_model(trainer.model).eval()
     assert any(p.abs().sum() > 0 for n, p in policy.named_parameters() if "lora_B" in n)
-    synced = VLLMBackend(llm, tokenizer, GREEDY, adapter_source=trainer._adapter_source,
+    synced = VLLMBackend(llm, tokenizer, GREEDY, adapter_source=lambda: peft_model_of(trainer),
                          version=lambda: trainer.state.global_step)
     [out] = synced.generate([plain_prompt], [12], [])
     assert out.token_ids == hf_greedy(policy, tokenizer, plain_prompt, 12)

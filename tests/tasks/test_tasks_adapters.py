@@ -121,3 +121,24 @@ def test_jsonl_loader(tmp_path):
     empty.write_text("\n")
     with pytest.raises(ValueError, match="no rows"):
         load_jsonl_qa(empty)
+
+
+class _TagTool:
+    timeout = 5.0
+
+    def __init__(self, tag):
+        self.tag = tag
+
+    def run(self, text):
+        return text
+
+
+@pytest.mark.parametrize("tags", [(), ("python",), ("search",), ("python", "search")])
+def test_the_prompt_teaches_exactly_the_tools_given(tags):
+    from datasets import Dataset
+
+    rows = to_rapo_rows(Dataset.from_list([{"question": "q?", "answer": "1"}]), tools=[_TagTool(t) for t in tags])
+    system = rows[0]["prompt"][0]["content"]
+    for tag in ("python", "search"):
+        assert (f"<{tag}>" in system) == (tag in tags), (tag, system)
+    assert "<answer>" in system and (("search engine" in system) == ("search" in tags))

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
 
 import pytest
 from datasets import Dataset
 from transformers.utils import get_json_schema
 
 from rapo_trl.rollout import HybridRolloutEngine
-from rapo_trl.tasks import SYSTEM_PROMPT, TOOLS_SYSTEM_PROMPT, system_prompt_for, to_rapo_rows
+from rapo_trl.tasks import (
+    PYTHON_SYSTEM_PROMPT,
+    TOOLS_SYSTEM_PROMPT,
+    system_prompt_for,
+    to_rapo_rows,
+)
 from rapo_trl.tools import (
     FunctionTool,
     PythonTool,
@@ -236,8 +246,8 @@ def test_system_prompt_includes_the_function_tools():
     assert section.index("<add>{") < section.index("<square>{")
     assert "Add two integers." in section and "Square an integer." in section and "<python>" not in section
     assert system_prompt_for([add, square]) == TOOLS_SYSTEM_PROMPT + "\n\n" + section
-    assert system_prompt_for([PythonTool(), add, square]) == SYSTEM_PROMPT + "\n\n" + section
-    assert system_prompt_for([PythonTool()]) == SYSTEM_PROMPT  # nothing to add
+    assert system_prompt_for([PythonTool(), add, square]) == PYTHON_SYSTEM_PROMPT + "\n\n" + section
+    assert system_prompt_for([PythonTool()]) == PYTHON_SYSTEM_PROMPT  # promises no search engine
     assert system_prompt_for([add], base="Be brief.") == "Be brief.\n\n" + function_tools_prompt([add])
 
 
@@ -249,7 +259,8 @@ def test_to_rapo_rows_puts_the_tools_in_the_system_prompt():
     assert own == "Be brief.\n\n" + function_tools_prompt([add])
     alone = to_rapo_rows(data, system_prompt=None, tools=[add])[0]["prompt"][0]["content"]
     assert alone == function_tools_prompt([add])
-    assert to_rapo_rows(data, tools=[PythonTool()])["prompt"] == to_rapo_rows(data)["prompt"]
+    python_only = to_rapo_rows(data, tools=[PythonTool()])[0]["prompt"][0]["content"]
+    assert python_only == PYTHON_SYSTEM_PROMPT != to_rapo_rows(data)[0]["prompt"][0]["content"]
 
 
 def test_engine_runs_a_function_call_and_forces_its_result(tiny_model):
@@ -329,3 +340,109 @@ def test_outcome_reward_scores_a_function_call_by_its_answer():
     unclosed = '<think>add</think>\n<add>{"a": 1, "b": 2}\n<result>\n3\n</result>\n<answer>\\boxed{3}</answer>'
     assert format_check(unclosed) == (False, "<result> at char 41 without a preceding tool call")
     assert rapo_outcome_reward(completions=[unclosed], answer=["3"]) == [-1.0]
+
+
+@pytest.fixture
+def runaway():
+    """``twice(n)``: 2 * n, except that ``twice(-1)`` loops until the test ends (as a function that never
+    returns would, forever); and the event that ends those loops."""
+    release = threading.Event()
+
+    def twice(n: int) -> int:
+        """Double a number; -1 loops until released.
+
+        Args:
+            n: the number
+        """
+        while n == -1 and not release.is_set():
+            pass
+        return 2 * n
+
+    yield twice, release
+    release.set()
+
+
+def _join_calls(tag: str) -> None:
+    for thread in threading.enumerate():
+        if thread.name == f"rapo-tool-{tag}":
+            thread.join(10)
+
+
+@pytest.mark.timeout(60)
+def test_a_function_that_never_returns_holds_at_most_max_overdue_threads(runaway):
+    twice, _ = runaway
+    tool = FunctionTool(twice, timeout=0.2, max_overdue=2)
+    before = threading.active_count()
+    errors = []
+    for _ in range(6):
+        with pytest.raises(ToolError) as caught:
+            tool.run("-1")
+        errors.append(str(caught.value))
+        assert threading.active_count() - before <= 2
+    assert threading.active_count() - before == 2  # the two overdue calls, still looping
+    assert errors[:2] == ["twice timed out after 0.2 s"] * 2
+    assert errors[2:] == ["2 calls of twice still running after their 0.2 s timeout; "
+                          "twice takes no new call until one of them ends"] * 4
+
+
+@pytest.mark.timeout(60)
+def test_calls_work_after_a_timeout_and_again_once_the_overdue_ones_end(runaway):
+    twice, release = runaway
+    tool = FunctionTool(twice, timeout=0.2, max_overdue=2)
+    with pytest.raises(ToolError, match=r"^twice timed out after 0\.2 s$"):
+        tool.run("-1")
+    assert tool.run("3") == "6"  # one call overdue: the tool still takes calls
+    (call,) = run_tool_calls([(tool, "-1")])
+    assert call.output == "Error: twice timed out after 0.2 s"
+    (call,) = run_tool_calls([(tool, "4")])
+    assert call.output.startswith("Error: 2 calls of twice still running")
+    release.set()
+    _join_calls("twice")
+    assert tool.run("4") == "8"
+
+
+def test_a_function_calling_sys_exit_is_a_failed_call():
+    def leave(code: int) -> int:
+        """Exit.
+
+        Args:
+            code: the exit status
+        """
+        sys.exit(f"leaving with {code}")
+
+    (call,) = run_tool_calls([(FunctionTool(leave), "3")])
+    assert not call.ok and call.output == "Error: SystemExit: leaving with 3"
+
+
+def test_timeout_and_max_overdue_are_checked():
+    with pytest.raises(ValueError, match=r"^FunctionTool 'add': timeout must be > 0 and max_overdue >= 1"):
+        FunctionTool(add, max_overdue=0)
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        FunctionTool(add, timeout=0)
+
+
+_RUNAWAY_SCRIPT = textwrap.dedent(
+    """
+    from rapo_trl.tools import FunctionTool, run_tool_calls
+
+    def spin(n: int) -> int:
+        \"\"\"Loop forever.
+
+        Args:
+            n: ignored
+        \"\"\"
+        while True:
+            pass
+
+    print(run_tool_calls([(FunctionTool(spin, timeout=0.2), "1")])[0].output, flush=True)
+    """
+)
+
+
+def test_a_process_with_a_call_that_never_returns_still_exits():
+    """The runner's pool threads are joined at exit: a call stuck in one would keep a finished training
+    run's process alive forever."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", _RUNAWAY_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=60, check=True)
+    assert done.stdout == "Error: spin timed out after 0.2 s\n"

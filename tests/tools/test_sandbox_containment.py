@@ -305,3 +305,47 @@ def test_an_interpreter_below_tmp_still_runs_in_the_minimal_view(tmp_path):
         import shutil
 
         shutil.rmtree(checkout, ignore_errors=True)
+
+
+@minimal_view
+def test_a_virtualenv_reached_through_a_symlink_into_a_hidden_folder_still_runs(tmp_path):
+    """A project's .venv may be a symlink to a virtualenv elsewhere (here below /tmp, which the view
+    replaces): the interpreter knows its prefix, site-packages and executable by the link's path, so
+    the view must show them there, not only at the real path."""
+    real = Path(tempfile.mkdtemp(prefix="rapo-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(real / "venv")], check=True)
+        (site,) = (real / "venv" / "lib").glob("python*/site-packages")
+        (site / "rapo_probe.py").write_text("VALUE = 42\n")
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / ".venv").symlink_to(real / "venv")
+        tool = PythonTool(python=str(project / ".venv" / "bin" / "python"))
+        out = tool.run("import os, sys, rapo_probe\nprint(sys.prefix, rapo_probe.VALUE, os.path.exists(sys.executable))")
+        assert out.split() == [str(project / ".venv"), "42", "True"]
+    finally:
+        import shutil
+
+        shutil.rmtree(real, ignore_errors=True)
+
+
+@minimal_view
+def test_an_interpreter_named_by_a_symlink_in_a_hidden_folder_still_runs(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    tool = PythonTool(python=str(tmp_path / "bin" / "python"))
+    out = tool.run("import os, sys\nprint(sys.executable, os.path.exists(sys.executable))")
+    assert out.split() == [str(tmp_path / "bin" / "python"), "True"]
+
+
+def test_a_path_below_a_symlink_in_the_view_gets_no_mount_point_of_its_own(tmp_path):
+    """``/bin -> usr/bin`` is recreated as a link in the view, so an interpreter named ``/bin/python3`` is
+    visible through it; a mount point made for it would go through the link into the host's ``/usr/bin``
+    (and truncate the host's python3). Checked on a copy of that layout, never on the host's own."""
+    from rapo_trl.tools import _sandbox_child
+
+    (tmp_path / "usr" / "bin").mkdir(parents=True)
+    (tmp_path / "usr" / "bin" / "python3").touch()
+    (tmp_path / "bin").symlink_to("usr/bin")
+    paths = [str(tmp_path / p) for p in ("bin", "usr", "bin/python3", "usr/bin/python3", "missing")]
+    assert _sandbox_child._view_paths(paths) == paths[:2]

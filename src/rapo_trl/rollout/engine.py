@@ -310,6 +310,8 @@ class HybridRolloutEngine:
             result = outputs[i]
             if isinstance(result, ToolCall):
                 rows[i].tool_failures += int(not result.ok)
+                if not result.ok:
+                    rows[i].tool_errors.append((result.tag, (result.output.strip().splitlines() or [""])[0][:200]))
                 rows[i].tool_seconds += result.seconds
                 text = result.output
             else:

@@ -36,10 +36,11 @@ def to_rapo_rows(
     ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
 
-    ``tools`` (what ``RAPOTrainer(tools=...)`` takes) puts the description of its function tools in
-    the system prompt: the default prompt becomes ``system_prompt_for(tools)``, a ``system_prompt``
-    of your own gets the function-tool section appended, and with ``system_prompt=None`` the section
-    alone is the system prompt. Without function tools among ``tools`` the prompt is unchanged.
+    ``tools`` (what ``RAPOTrainer(tools=...)`` takes) makes the prompt describe exactly those tools:
+    the default prompt becomes ``system_prompt_for(tools)`` (e.g. ``[PythonTool()]`` gives the
+    Python-only prompt, which promises no search engine), a ``system_prompt`` of your own gets the
+    function-tool section appended, and with ``system_prompt=None`` the section alone is the system
+    prompt. Without ``tools`` the default prompt teaches ``<python>`` and ``<search>``.
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")

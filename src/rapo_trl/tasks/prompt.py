@@ -44,14 +44,37 @@ Work in steps, writing everything in one reply:
 function tool (the section describing them follows it)."""
 
 
-def system_prompt_for(tools, base: str | None = None) -> str:
-    """A system prompt that teaches the tag protocol and describes the function tools among ``tools``.
+SEARCH_SYSTEM_PROMPT = """You are a careful problem solver with one tool: a search engine.
 
-    ``tools`` is what ``RAPOTrainer(tools=...)`` takes: tag tools and plain typed functions. The
-    function-tool section (each function's call format ``<name>{"arg": ...}</name>``, its docstring
-    description and its arguments with their types, see ``rapo_trl.tools.function_tools_prompt``)
-    follows ``base``. ``base`` defaults to ``SYSTEM_PROMPT`` when ``tools`` has no function tool or
-    also has a ``<python>``/``<search>`` tool, else to ``TOOLS_SYSTEM_PROMPT``.
+Work in steps, writing everything in one reply:
+- Reason inside <think> ... </think> before acting and again after each tool result.
+- To look something up, write a short query between <search> and </search>.
+- After each search, stop writing: the results are returned to you between <result> and </result>.
+- Search whenever a fact is not certain. Do not invent search results.
+- Finish with exactly one <answer> ... </answer> that contains the final answer in \\boxed{...}."""
+"""The protocol for a search-only agent."""
+
+NO_TOOLS_SYSTEM_PROMPT = """You are a careful problem solver.
+Reason inside <think> ... </think>, then finish with exactly one <answer> ... </answer> that contains the final
+answer in \\boxed{...}."""
+"""The protocol when the trainer runs no tool at all."""
+
+_PROMPT_FOR_BUILTIN_TOOLS = {
+    frozenset({"python", "search"}): SYSTEM_PROMPT,
+    frozenset({"python"}): PYTHON_SYSTEM_PROMPT,
+    frozenset({"search"}): SEARCH_SYSTEM_PROMPT,
+}
+
+
+def system_prompt_for(tools, base: str | None = None) -> str:
+    """A system prompt that teaches the tag protocol for exactly the tools in ``tools``.
+
+    ``tools`` is what ``RAPOTrainer(tools=...)`` takes: tag tools and plain typed functions. ``base`` defaults
+    to the prompt for the built-in tools among them: ``SYSTEM_PROMPT`` for ``<python>`` and ``<search>``,
+    ``PYTHON_SYSTEM_PROMPT`` or ``SEARCH_SYSTEM_PROMPT`` for one of them, ``TOOLS_SYSTEM_PROMPT`` for function
+    tools only, ``NO_TOOLS_SYSTEM_PROMPT`` for none. The function-tool section (each function's call format
+    ``<name>{"arg": ...}</name>``, its docstring description and its arguments with their types, see
+    ``rapo_trl.tools.function_tools_prompt``) follows ``base``.
     """
     from rapo_trl.protocol import TOOL_TAGS
     from rapo_trl.tools.function_tool import function_tools_prompt
@@ -59,6 +82,6 @@ def system_prompt_for(tools, base: str | None = None) -> str:
     tools = list(tools or ())
     section = function_tools_prompt(tools)
     if base is None:
-        builtin = any(getattr(tool, "tag", None) in TOOL_TAGS for tool in tools)
-        base = SYSTEM_PROMPT if builtin or not section else TOOLS_SYSTEM_PROMPT
+        builtin = frozenset(getattr(tool, "tag", None) for tool in tools) & frozenset(TOOL_TAGS)
+        base = _PROMPT_FOR_BUILTIN_TOOLS.get(builtin) or (TOOLS_SYSTEM_PROMPT if section else NO_TOOLS_SYSTEM_PROMPT)
     return "\n\n".join(part for part in (base, section) if part)

@@ -189,14 +189,28 @@ def _read_code(code_fd: int) -> str:
 
 
 def _prefixes() -> list[str]:
-    """The interpreter's installation prefixes (stdlib, site-packages, a virtualenv's)."""
+    """The interpreter's installation prefixes (stdlib, site-packages, a virtualenv's) and its executable,
+    each by its real path and by the path the interpreter names it by. The two differ when a symlink
+    leads there (a project's ``.venv`` linking to a virtualenv under ``/tmp``); ``sys.prefix``,
+    ``sys.path`` and ``sys.executable`` keep the link's path, so the view must show both."""
     found = set()
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
-        real = os.path.realpath(prefix)
-        if real != "/" and os.path.isdir(real):
-            found.add(real)
-    found.add(os.path.dirname(os.path.realpath(sys.executable)))
-    return sorted(found)
+        if os.path.isdir(prefix):
+            found.update((os.path.realpath(prefix), os.path.abspath(prefix)))
+    if sys.executable:
+        found.update((os.path.dirname(os.path.realpath(sys.executable)), os.path.abspath(sys.executable)))
+    return sorted(found - {"/"})  # "/" would show the host's whole tree
+
+
+def _view_paths(paths) -> list[str]:
+    """The existing ``paths`` minus those below one kept before (visible through it). A path below a
+    symlink kept as a link (``/bin -> usr/bin``) is skipped too: making its mount point would follow
+    the link and write into the host's folder."""
+    kept: list[str] = []
+    for path in paths:
+        if os.path.lexists(path) and not _under(path, kept):
+            kept.append(path)
+    return kept
 
 
 def _under(path: str, roots) -> bool:
@@ -213,10 +227,9 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
     namespace); sources are opened before that, so a source below ``/tmp`` still works.
     """
     os.umask(0o022)
-    sources = []
-    for path in (*_SYSTEM_DIRS, *_prefixes(), *(f"/etc/{name}" for name in _ETC), *(f"/dev/{n}" for n in _DEV)):
-        if os.path.lexists(path) and not _under(path, [s for s, _ in sources if not os.path.islink(s)]):
-            sources.append((path, None if os.path.islink(path) and path in _SYSTEM_DIRS else os.open(path, os.O_PATH)))
+    paths = _view_paths((*_SYSTEM_DIRS, *_prefixes(), *(f"/etc/{n}" for n in _ETC), *(f"/dev/{n}" for n in _DEV)))
+    # A system link is recreated as is; any other path is bound to what it resolves to (O_PATH follows links).
+    sources = [(p, None if os.path.islink(p) and p in _SYSTEM_DIRS else os.open(p, os.O_PATH)) for p in paths]
     staging = "/tmp"
     _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     # The private /tmp goes in first: an interpreter that lives below the host's /tmp (a virtualenv in a

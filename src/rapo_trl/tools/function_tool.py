@@ -21,6 +21,10 @@ plain text (``<square>7</square>``, ``<lookup>Paris</lookup>``). Arguments are c
 signature and coerced to the annotated basic types where that is unambiguous (``"3"`` to 3 for an
 ``int``, 3 to 3.0 for a ``float``, ``"true"`` to ``True`` for a ``bool``); a call that cannot be made
 raises ``ToolError`` with a one-line message the policy sees. Async functions are awaited.
+
+Each call runs in a daemon thread of its own and fails with ``ToolError`` past ``timeout``. A thread
+cannot be stopped, so a call past its timeout keeps running; ``max_overdue`` bounds how many may (a
+function that never returns must not pile up threads and CPU over a training run).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +52,7 @@ _ARTICLE = {
     "null": "null",
 }
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+logger = logging.getLogger(__name__)
 
 
 class _NotCoercible(Exception):
@@ -176,8 +183,12 @@ class FunctionTool:
     Args:
         function: a function (sync or async) with a type hint on every argument and a Google-style
             docstring, as for TRL's ``GRPOTrainer(tools=[...])``. Its ``__name__`` is the tag.
-        timeout: seconds ``run_tool_calls`` waits for a call (plus a grace) before reporting a timeout
-            to the policy. The function runs in a worker thread and is not interrupted.
+        timeout: seconds a call may take; past it the call fails with a ``ToolError`` the policy sees.
+            The function runs in a daemon thread of its own and is not interrupted: it runs on, but
+            does not hold up the process's exit.
+        max_overdue: calls that may still be running past their timeout; while this many are, new
+            calls fail at once with a ``ToolError``, until one of them ends. A function that never
+            returns thus holds at most this many threads (plus the calls made at the same moment).
 
     ``schema`` is the function's JSON schema from ``transformers.utils.get_json_schema``; ``run``
     returns the function's value with ``str()``, dicts and lists as JSON.
@@ -185,6 +196,7 @@ class FunctionTool:
 
     function: Callable[..., Any]
     timeout: float = 30.0
+    max_overdue: int = 4
     tag: str = field(init=False)
     schema: dict = field(init=False, repr=False)
 
@@ -192,6 +204,9 @@ class FunctionTool:
         name = getattr(self.function, "__name__", None)
         if not callable(self.function) or not isinstance(name, str):
             raise TypeError(f"FunctionTool needs a named function, got {self.function!r}.")
+        if not self.timeout > 0 or self.max_overdue < 1:
+            raise ValueError(f"FunctionTool {name!r}: timeout must be > 0 and max_overdue >= 1, got "
+                             f"{self.timeout!r} and {self.max_overdue!r}.")
         if name in RESERVED_TAGS:
             raise ValueError(
                 f"Function {name!r} cannot be a tool: <{name}> is reserved by the prompt format "
@@ -213,6 +228,8 @@ class FunctionTool:
         self._takes_any_keyword = any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in self._signature.parameters.values()
         )
+        self._lock = threading.Lock()
+        self._overdue = 0  # calls past their timeout whose thread still runs
 
     # ------------------------------------------------------------------ description
 
@@ -300,17 +317,72 @@ class FunctionTool:
         arguments = self.parse_arguments(text)
         positional = [arguments.pop(p.name) for p in self._params
                       if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.name in arguments]
-        try:
-            result = self.function(*positional, **arguments)
-            if inspect.iscoroutine(result):
-                result = asyncio.run(result)
-        except ToolError:
-            raise
-        except Exception as error:  # noqa: BLE001 - the policy sees what went wrong
-            raise ToolError(f"{self.tag} raised {type(error).__name__}: {error}") from error
+        result = self._call(positional, arguments)
         if isinstance(result, (dict, list, tuple)):
             return json.dumps(result, ensure_ascii=False, default=str)
         return str(result)
+
+    # Why a thread and not a child process that could be killed on timeout: a FunctionTool runs what
+    # TRL's tools= runs, in this process. Closures and lambdas over live objects (a retriever, an
+    # environment, a model on the GPU) do not pickle for 'spawn' or 'forkserver', and 'spawn' re-imports
+    # the user's script. 'fork' would run each call on a snapshot (its side effects lost), cannot use
+    # CUDA initialised here, may deadlock on a lock a torch/OpenMP thread held at the fork, and copies
+    # the page tables of a process holding the model on every call. So threads, bounded in number.
+
+    def _call(self, positional: list, arguments: dict) -> Any:
+        """The function's value; raises ``ToolError`` for its exceptions and past ``timeout``."""
+        with self._lock:
+            if self._overdue >= self.max_overdue:
+                raise ToolError(self._overdue_message(self._overdue))
+        call = _Call(self, positional, arguments)
+        call.start()
+        call.join(self.timeout)
+        with self._lock:  # the call's own end takes the lock too: it ended before this, or counts as overdue
+            call.overdue = not call.ended
+            self._overdue += call.overdue
+            overdue = self._overdue
+        if call.overdue:
+            logger.warning("%s: a call ran past its %g s timeout and keeps running in its thread (%d such "
+                           "calls, new calls refused at %d).", self.tag, self.timeout, overdue, self.max_overdue)
+            raise ToolError(f"{self.tag} timed out after {self.timeout:g} s")
+        if isinstance(call.error, ToolError):
+            raise call.error
+        if isinstance(call.error, Exception):  # the policy sees what went wrong
+            raise ToolError(f"{self.tag} raised {type(call.error).__name__}: {call.error}") from call.error
+        if call.error is not None:  # SystemExit, KeyboardInterrupt: as if raised here
+            raise call.error
+        return call.value
+
+    def _call_ended(self, call: _Call) -> None:
+        with self._lock:
+            call.ended = True
+            self._overdue -= call.overdue
+
+    def _overdue_message(self, count: int) -> str:
+        calls, their, them = ("calls", "their", "one of them") if count > 1 else ("call", "its", "it")
+        return (f"{count} {calls} of {self.tag} still running after {their} {self.timeout:g} s timeout; "
+                f"{self.tag} takes no new call until {them} ends")
+
+
+class _Call(threading.Thread):
+    """One call of a tool's function in a daemon thread of its own (the runner's pool threads are joined
+    at exit: a call that never returns would keep the process from ending)."""
+
+    def __init__(self, tool: FunctionTool, positional: list, arguments: dict):
+        super().__init__(name=f"rapo-tool-{tool.tag}", daemon=True)
+        self.tool, self.positional, self.arguments = tool, positional, arguments
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.ended = self.overdue = False  # guarded by the tool's lock
+
+    def run(self) -> None:
+        try:
+            value = self.tool.function(*self.positional, **self.arguments)
+            self.value = asyncio.run(value) if inspect.iscoroutine(value) else value
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+            self.error = error
+        finally:
+            self.tool._call_ended(self)
 
 
 def as_tool(obj: Any) -> Any:

@@ -10,7 +10,8 @@ and reports which (``isolation()``):
   best-effort block that code could bypass.
 - **Filesystem** (``"minimal"``): in a new mount namespace the code is chrooted into a view holding
   only ``/usr`` (and the ``/bin``, ``/lib*`` links or folders), the interpreter's prefixes (its stdlib
-  and site-packages, e.g. the virtualenv), a few files of ``/etc`` (``passwd``, ``group``, ``hosts``,
+  and site-packages, e.g. the virtualenv; at their real paths and, where a symlink leads there such as
+  a ``.venv`` linking elsewhere, at the paths the interpreter names them by), a few files of ``/etc`` (``passwd``, ``group``, ``hosts``,
   ``ld.so.*``, ``ssl``, ``localtime``...), ``/dev/{null,zero,full,random,urandom}``, its own
   ``/proc``, and a private size-limited tmpfs ``/tmp`` that is its working dir and ``HOME``; all but
   ``/tmp`` read-only. The project's sources, datasets, home folders, caches, other calls' files and

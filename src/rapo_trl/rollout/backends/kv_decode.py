@@ -26,8 +26,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteria
+from transformers import (
+    DynamicCache,
+    GenerationConfig,
+    GenerationMixin,
+    LogitsProcessorList,
+    StoppingCriteria,
+)
 from transformers.cache_utils import DynamicLayer
+
+
+def _is_transformers_generate(fn) -> bool:
+    """Whether ``fn`` is transformers' own ``GenerationMixin.generate`` function (not a mock or a replacement)."""
+    return (
+        inspect.isfunction(fn)
+        and getattr(fn, "__module__", None) == "transformers.generation.utils"
+        and getattr(fn, "__qualname__", None) == "GenerationMixin.generate"
+    )
+
+
+_STOCK_GENERATE = GenerationMixin.__dict__.get("generate")
+"""transformers' ``generate`` as it was when this module was imported, before any test or library could patch it
+on the class (``patch("transformers.generation.utils.GenerationMixin.generate")``, as TRL's tests do)."""
+if not _is_transformers_generate(_STOCK_GENERATE):  # already replaced at import: never treat it as stock
+    _STOCK_GENERATE = None
 
 
 @dataclass
@@ -96,15 +118,33 @@ def _inner_model(model):
     return get_base() if callable(get_base) else model
 
 
-def supports_kv_decode(model) -> bool:
-    """Whether the loop can stand in for ``model.generate``: a stock ``generate`` (not patched or wrapped),
-    a decoder-only model with full-attention dynamic cache layers, and the generation helpers it reuses."""
-    from transformers import GenerationMixin
+def stock_generate(model) -> bool:
+    """Whether ``model.generate`` is transformers' own, so the loop may stand in for it.
 
+    A ``generate`` replaced anywhere must be the one that runs: on the instance (``model.generate = ...``), on
+    the model's class or a base class between it and ``GenerationMixin``, or on ``GenerationMixin`` itself
+    (``unittest.mock.patch("transformers.generation.utils.GenerationMixin.generate")``, as in TRL's
+    ``test_train_with_mask_truncated_completions``). The last one leaves ``type(model).generate is
+    GenerationMixin.generate`` true (both are the mock), so the class attribute is also compared with the function
+    transformers defined, captured when this module was imported.
+    """
     inner = _inner_model(model)
-    if "generate" in vars(model) or "generate" in vars(inner):  # a patched generate must be the one used
+    if "generate" in vars(model) or "generate" in vars(inner):
         return False
-    if not isinstance(inner, GenerationMixin) or getattr(type(inner), "generate", None) is not GenerationMixin.generate:
+    if not isinstance(inner, GenerationMixin):
+        return False
+    current = GenerationMixin.__dict__.get("generate")
+    if _STOCK_GENERATE is None or current is not _STOCK_GENERATE or not _is_transformers_generate(current):
+        return False
+    return getattr(type(inner), "generate", None) is _STOCK_GENERATE
+
+
+def supports_kv_decode(model) -> bool:
+    """Whether the loop can stand in for ``model.generate``: a stock ``generate`` (not patched or wrapped on the
+    instance, the model's class or ``GenerationMixin``; see ``stock_generate``), a decoder-only model with
+    full-attention dynamic cache layers, and the generation helpers it reuses."""
+    inner = _inner_model(model)
+    if not stock_generate(model):  # a patched generate must be the one used
         return False
     config = inner.config
     if getattr(config, "is_encoder_decoder", False):

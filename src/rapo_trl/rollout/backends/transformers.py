@@ -73,8 +73,12 @@ class TransformersBackend:
     pass with ``generate``'s logits processors, which keeps each row's KV cache from one turn to the next
     (between ``begin_rollout`` and ``end_rollout``, which the engine calls around each rollout), prefills a
     shared prompt prefix and identical rows once, and drops rows from the batch as they stop. Models it
-    cannot serve (a patched or wrapped ``generate``, sliding-window or other non-dynamic cache layers,
-    encoder-decoders), or ``reuse_kv=False``, get one left-padded ``model.generate`` call per turn.
+    cannot serve (sliding-window or other non-dynamic cache layers, encoder-decoders), or ``reuse_kv=False``,
+    get one left-padded ``model.generate`` call per turn. So does a patched or wrapped ``generate``, wherever it
+    was replaced: on the model, its class, or ``GenerationMixin`` itself (``kv_decode.stock_generate``), so a
+    mocked ``generate`` (TRL's tests) is the one that runs and its rows are read like any other turn's: the ids
+    after the left-padded input, cut at each row's budget, EOS or stop string (``find_stop``). ``last_path``
+    says which path the last turn took.
 
     Args:
         model: a causal LM, or a zero-argument callable returning a context manager that yields one

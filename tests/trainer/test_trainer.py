@@ -72,7 +72,7 @@ def test_shaped_ratio_is_clipped_and_forced_tokens_carry_no_gradient(tiny_model_
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    rows = trainer._last_rows
+    rows = trainer.last_rollout.rows
     f_ret = torch.tensor([r.retrieved_fraction for r in rows])
     assert (f_ret[:2] > 0).all() and (f_ret[2:] == 0).all()
     assert torch.allclose(batch["rapo_log_ratio_shift"], torch.log1p(m * f_ret))
@@ -115,7 +115,7 @@ def test_retrieval_reward_reweights_advantages(tiny_model_dir, tmp_path):
     batch = trainer._generate_and_score_completions(batch_inputs())
     from rapo_trl.objective import group_normalize, trajectory_retrieval_reward
 
-    rows = trainer._last_rows
+    rows = trainer.last_rollout.rows
     z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in r.retrievals) for r in rows])
     assert z[0] != 0 and z[1] != 0 and z[2] == 0 and z[3] == 0
     rewards = torch.tensor([1.0, 2.0, 3.0, 0.0])
@@ -285,7 +285,7 @@ def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
     script(trainer)
     trainer.model.eval()
     trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
-    rows = trainer._last_rows
+    rows = trainer.pending_rollout.rows
     assert store.queries == [] and [len(r.retrievals) for r in rows] == [0] * G
     assert not any(r.is_hybrid for r in rows)
 

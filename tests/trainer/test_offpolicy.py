@@ -23,9 +23,9 @@ from tests.helpers.trainers import (
     script,
     sevens,
 )
-from tests.test_trainer_dropin import _perturb
+from tests.trainer.test_dropin import _perturb
 
-PAPER = Path(__file__).parent.parent / "configs" / "paper_gpu.yaml"
+PAPER = Path(__file__).parents[2] / "configs" / "paper_gpu.yaml"
 LONG_STEP = "<think>" + "hint " * 30 + "</think>"  # retrieved: F_ret ~ 0.7 on the hybrid rows
 
 
@@ -71,7 +71,7 @@ def off_policy_batch(tiny_model_dir, tmp_path, m):
     script(trainer, SCRIPTS * 2)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs(2 * len(SCRIPTS)))
-    f_ret = torch.tensor([r.retrieved_fraction for r in trainer._last_rows])
+    f_ret = torch.tensor([r.retrieved_fraction for r in trainer.last_rollout.rows])
     assert "old_per_token_logps" in batch and (f_ret[[0, 1, 4, 5]] > 0.3).all()
     _perturb(trainer.model, scale=0.02)
     return trainer, batch, torch.log1p(m * f_ret)

@@ -77,7 +77,7 @@ def test_rapo_bookkeeping_stays_out_of_rows_and_reward_kwargs(tiny_model_dir, tm
     trainer.model.train()
     inputs = batch_inputs()
     trainer._generate_and_score_completions(inputs)
-    assert any(r.retrievals for r in trainer._last_rows)  # there was bookkeeping to leak
+    assert any(r.retrievals for r in trainer.last_rollout.rows)  # there was bookkeeping to leak
     assert keys and not any(k.startswith("rapo") for k in keys), keys
     assert all(set(row) == {"prompt"} for row in inputs)  # TRL writes extra rollout keys into the rows
 

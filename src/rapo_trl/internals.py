@@ -1,0 +1,125 @@
+"""Every private TRL and transformers piece rapo_trl relies on, in one place, checked against what is installed.
+
+RAPOTrainer plugs into GRPOTrainer's hooks and reads some of its attributes; the KV-cache decode loop reuses two of
+transformers' generation helpers. None of these is public API, so an upgrade can move them. ``check_internals``
+names each one that is gone or changed (tests/test_internals.py runs it), instead of RAPO failing deep inside a run
+or, worse, quietly training as plain GRPO.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Internal:
+    """One private piece: where it lives, what rapo_trl needs of it, and who uses it."""
+
+    owner: str
+    """``module:Class`` that holds it."""
+    name: str
+    """The method or attribute."""
+    used_by: str
+    """Where in rapo_trl, and why."""
+    parameters: tuple[str, ...] = ()
+    """For a method: parameter names rapo_trl passes or receives (checked present)."""
+    attribute: bool = False
+    """An instance attribute: checked by ``self.<name> =`` appearing in the owner's class body."""
+    calls_in_order: tuple[str, ...] = ()
+    """Source fragments that must appear in the method's body in this order (the order a hook relies on)."""
+
+
+GRPO = "trl.trainer.grpo_trainer:GRPOTrainer"
+TRAINER = "transformers.trainer:Trainer"
+VLLM_GENERATION = "trl.generation.vllm_generation:VLLMGeneration"
+GENERATION = "transformers.generation.utils:GenerationMixin"
+DYNAMIC_LAYER = "transformers.cache_utils:DynamicLayer"
+
+INTERNALS: tuple[Internal, ...] = (
+    # Hooks RAPOTrainer overrides (rapo_trl/trainer/trainer.py).
+    Internal(GRPO, "_generate", "calls rollout_func (the hybrid rollout) and turns its env_mask into the tool mask",
+             ("prompts",), calls_in_order=("self.rollout_func(prompts, self)", '"env_mask"')),
+    Internal(GRPO, "_generate_and_score_completions", "override: the retrieval reward reweights the advantages",
+             ("inputs",), calls_in_order=("self._generate(", "self._calculate_rewards(")),
+    Internal(GRPO, "_calculate_rewards", "override: rewards see the policy's text without retrieved spans",
+             ("inputs", "prompts", "completions", "completion_ids_list")),
+    Internal(GRPO, "_compute_loss", "override: old log-probs lowered by the ratio shift (aligned generation reads "
+             "them from the forward's output, right after the forward)", ("model", "inputs"),
+             calls_in_order=("self._get_per_token_logps_and_entropies(", 'inputs.get("old_per_token_logps")')),
+    Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the pending "
+             "ratio shift", ("model", "input_ids", "attention_mask", "logits_to_keep")),
+    Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
+    Internal(TRAINER, "_save_rng_state", "override: RAPO's rollout state is saved beside TRL's RNG state",
+             ("output_dir",)),
+    Internal(TRAINER, "_load_optimizer_and_scheduler", "override: RAPO's rollout state is restored on resume",
+             ("checkpoint",)),
+    Internal(TRAINER, "_save", "override: RAPO's model card replaces PEFT's empty one", ("output_dir", "state_dict")),
+    # Attributes GRPOTrainer sets and RAPOTrainer reads.
+    Internal(GRPO, "_metrics", "RAPO's rapo/* and tools/* metrics are logged through it", attribute=True),
+    Internal(GRPO, "_tokenizer", "the rollout engine's tokenizer", attribute=True),
+    Internal(GRPO, "_dist", "parameters gathered for generation under FSDP (trainer/backend.py)", attribute=True),
+    Internal(GRPO, "reward_weights", "weighted rewards for the signal monitor and store growth", attribute=True),
+    Internal(GRPO, "generation_config", "sampling config of the transformers backend", attribute=True),
+    Internal(GRPO, "generation_kwargs", "unwrap_model_for_generation's kwargs", attribute=True),
+    Internal(GRPO, "vllm_generation", "the colocated vLLM engine the backend generates with", attribute=True),
+    Internal(VLLM_GENERATION, "_llm_weights_sleeping", "set after a rollout puts vLLM back to sleep, so TRL wakes "
+             "the weights before its next sync", attribute=True),
+    # transformers' generation helpers reused by the KV-cache decode loop (rollout/backends/kv_decode.py).
+    Internal(GENERATION, "_get_logits_processor", "the decode loop samples with generate's own processors",
+             ("generation_config", "input_ids_seq_length", "encoder_input_ids", "prefix_allowed_tokens_fn",
+              "logits_processor", "device", "model_kwargs")),
+    Internal(GENERATION, "_prepare_special_tokens", "special tokens as generate prepares them",
+             ("generation_config", "kwargs_has_attention_mask", "device", "batch_size")),
+    Internal(DYNAMIC_LAYER, "update", "the preallocated cache layer replaces the growing one",
+             ("key_states", "value_states")),
+    Internal(DYNAMIC_LAYER, "batch_select_indices", "finished rows leave the preallocated cache", ("indices",)),
+    Internal(DYNAMIC_LAYER, "crop", "kept consistent with the preallocated buffer", ("tokens_to_remove",)),
+)
+
+
+def _resolve(owner: str):
+    module, _, name = owner.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def problem_with(internal: Internal) -> str | None:
+    """What is wrong with ``internal`` in the installed libraries, or None."""
+    where = f"{internal.owner.replace(':', '.')}.{internal.name} (used by rapo_trl for: {internal.used_by})"
+    try:
+        owner = _resolve(internal.owner)
+    except (ImportError, AttributeError) as error:
+        return f"{where}: cannot import its owner ({type(error).__name__}: {error})"
+    if internal.attribute:
+        if f"self.{internal.name} =" not in _source(owner):
+            return f"{where}: no longer assigned in {owner.__name__}"
+        return None
+    member = inspect.getattr_static(owner, internal.name, None)
+    if member is None:
+        return f"{where}: missing"
+    if internal.parameters:
+        parameters = inspect.signature(member).parameters
+        missing = [p for p in internal.parameters if p not in parameters]
+        if missing:
+            return f"{where}: its signature lost {missing} (now {list(parameters)})"
+    body = _source(member)
+    position = 0
+    for fragment in internal.calls_in_order:
+        found = body.find(fragment, position)
+        if found < 0:
+            return f"{where}: its body no longer has {fragment!r} after the fragments before it {internal.calls_in_order}"
+        position = found + len(fragment)
+    return None
+
+
+def check_internals(internals=INTERNALS) -> list[str]:
+    """One line per private piece that is missing or changed in the installed TRL / transformers."""
+    return [problem for problem in map(problem_with, internals) if problem is not None]

@@ -1,0 +1,65 @@
+"""RAPO's logged metrics (``rapo/*``, ``tools/*``), averaged over every process's rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from rapo_trl.rollout import RolloutRow, RolloutStats
+
+Mean = Callable[..., float]
+"""``mean(values, weights=None)``: the weighted mean over all processes (0.0 when there are no values)."""
+
+
+def gathered_mean(accelerator, values: Sequence[float], weights: Sequence[float] | None = None) -> float:
+    """Weighted mean of ``values`` across processes; every process must call it (it gathers)."""
+    device = accelerator.device
+    values_t = torch.tensor(list(values) or [0.0], dtype=torch.float32, device=device)
+    if not values:
+        weights_t = torch.zeros(1, device=device)
+    else:
+        weights_t = torch.tensor(list(weights) if weights is not None else [1.0] * len(values), device=device)
+    stats = torch.stack([(values_t * weights_t).sum(), weights_t.sum()])
+    total, count = accelerator.gather(stats.unsqueeze(0)).sum(dim=0).tolist()
+    return total / count if count else 0.0
+
+
+def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: int, retrieve_prob: float,
+                    mean: Mean) -> dict[str, float]:
+    """What the rollout did: retrieval, tools, truncation and time per phase."""
+    events = [e for row in rows for e in row.retrievals]
+    hybrid = [row for row in rows if row.is_hybrid]
+    called = [row for row in rows if row.tool_calls]
+    return {
+        "rapo/hybrid_share": mean([float(r.is_hybrid) for r in rows]),
+        "rapo/retrieval_rate": mean([float(bool(r.retrievals)) for r in hybrid]),
+        "rapo/retrievals_per_hybrid_rollout": mean([float(len(r.retrievals)) for r in hybrid]),
+        "rapo/store_errors": float(store_errors),
+        "rapo/skipped_retrievals": mean([float(r.skipped_retrievals) for r in hybrid]),
+        "rapo/fallback_rate": mean([float(e.is_fallback) for e in events]),
+        "rapo/retrieved_fraction": mean([r.retrieved_fraction for r in hybrid]),
+        "rapo/entropy_before_retrieval": mean([e.entropy_pre for e in events if e.entropy_pre is not None]),
+        "rapo/entropy_after_retrieval": mean([e.entropy_post for e in events if e.entropy_post is not None]),
+        "rapo/retrieve_prob": retrieve_prob,
+        "rapo/truncated_rate": mean([float(r.truncated) for r in rows]),
+        "tools/call_frequency": mean([float(r.tool_calls) for r in rows]),
+        "tools/failure_frequency": mean([r.tool_failures / r.tool_calls for r in called],
+                                        [float(r.tool_calls) for r in called]),
+        "rapo/time_generate": stats.generate_seconds,
+        "rapo/time_tools": stats.tool_seconds,
+        "rapo/time_retrieval": stats.retrieval_seconds,
+    }
+
+
+def retrieval_reward_metrics(all_z: torch.Tensor, all_retrieved: torch.Tensor, all_a_ret: torch.Tensor,
+                             all_f_ret: torch.Tensor) -> dict[str, float]:
+    """The retrieval reward z over rows that retrieved, its advantage and F_ret (all processes' rows)."""
+    z = all_z[all_retrieved]
+    return {
+        "rapo/z_mean": z.mean().item() if z.numel() else 0.0,
+        "rapo/z_std": z.std().item() if z.numel() > 1 else 0.0,
+        "rapo/a_ret_abs_mean": all_a_ret.abs().mean().item(),
+        "rapo/f_ret_mean": all_f_ret.mean().item(),
+        "rapo/z_positive_share": (z > 0).float().mean().item() if z.numel() else 0.0,
+    }

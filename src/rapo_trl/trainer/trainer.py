@@ -1,0 +1,352 @@
+"""RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (docs/design.md).
+
+Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
+against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integration.md):
+1. ``rollout_func`` (``_hybrid_rollout``): the hybrid engine produces ids, env_mask and RAPO's per-row state,
+   handed to the next two hooks as one ``PendingRollout``;
+2. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
+3. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row ratio
+   shift log(1 + m F_ret) stored beside them;
+4. ``_compute_loss`` / ``_get_per_token_logps_and_entropies``: old log-probs lowered by that shift, so TRL's
+   clip acts on (1 + m F_ret) r.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import textwrap
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import get_config_model_id
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.objective import (
+    group_normalize,
+    ratio_log_shift,
+    reweight_advantages,
+    trajectory_retrieval_reward,
+)
+from rapo_trl.padding import trim_padding_columns
+from rapo_trl.rollout import HybridRolloutEngine
+from rapo_trl.rollout.engine import is_hybrid_row
+from rapo_trl.signal_monitor import SignalMonitor
+from rapo_trl.store.steps import prompt_text
+from rapo_trl.tools.registry import tools_by_tag
+from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
+from rapo_trl.trainer.checkpoint import load_rapo_state, save_rapo_state
+from rapo_trl.trainer.checks import (
+    warn_if_learning_rate_too_low_for_peft,
+    warn_if_nothing_to_retrieve,
+    warn_if_prompt_and_tools_differ,
+)
+from rapo_trl.trainer.metrics import gathered_mean, retrieval_reward_metrics, rollout_metrics
+from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
+from rapo_trl.trainer.rewards import bind_tool_tags
+from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store, policy_view
+
+logger = logging.getLogger("rapo_trl.trainer")
+
+
+class RAPOTrainer(GRPOTrainer):
+    """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
+
+    A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
+    `<search>` calls, their results are appended as forced tokens, and in hybrid rollouts a step trace
+    retrieved from `trace_store` may follow each tool step. The loss adds RAPO's retrieval reward
+    (advantage reweighting) and retrieval-aware importance shaping.
+
+    Args:
+        model: model id, local path, or model object (as for GRPOTrainer).
+        reward_funcs: reward function(s), e.g. ``rapo_trl.rewards.rapo_outcome_reward``. A reward that takes
+            ``tool_tags`` and was not given them gets the tags of ``tools``, so a made-up tool call with a
+            forged ``<result>`` fails its format check.
+        args: a [`RAPOConfig`].
+        tools: tag tools (``PythonTool``, ``SearchTool``, or your own ``Tool``) and plain typed functions
+            with docstrings, as GRPOTrainer takes them (wrapped as ``FunctionTool``: the policy writes
+            ``<name>{"arg": value}</name>``), run by RAPO's hybrid rollouts (not by GRPOTrainer's
+            chat-template tool loop).
+        rollout_func, environment_factory: accepted for signature parity with GRPOTrainer and refused
+            with a clear error: RAPO's hybrid rollout is the rollout function.
+        trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
+            retrieval, i.e. agentic GRPO.
+        vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
+            ``args.use_vllm`` the trainer's own colocated engine is used instead.
+        The other arguments are GRPOTrainer's, with the same names, order and meaning
+        (``quantization_config`` included, e.g. for QLoRA); RAPO's own come after them.
+    """
+
+    _tag_names = ["trl", "rapo", "rapo_trl"]
+    _name = "RAPO"
+    _paper = {
+        "title": "RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization",
+        "id": "2603.03078",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @misc{zhang2026rapo,
+                title         = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
+                author        = {Siwei Zhang and Yun Xiong and Xi Chen and Zi'an Jia and Renhong Huang and Jiarong Xu and Jiawei Zhang},
+                year          = 2026,
+                eprint        = {2603.03078},
+                archivePrefix = {arXiv},
+                primaryClass  = {cs.AI},
+            }"""),
+    }
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: RAPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        quantization_config=None,
+        peft_config=None,
+        tools=None,
+        rollout_func=None,
+        environment_factory=None,
+        trace_store=None,
+        vllm_llm=None,
+    ):
+        for name, value in (("rollout_func", rollout_func), ("environment_factory", environment_factory)):
+            if value is not None:
+                raise ValueError(
+                    f"RAPOTrainer does not take {name}=: its step-wise hybrid rollout (tools, retrieval, per-step "
+                    "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
+                    f"GRPOTrainer for a custom {name}."
+                )
+        # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
+        self.rapo_tools = list(tools_by_tag(tools).values())
+        tool_tags = [tool.tag for tool in self.rapo_tools]
+        if args is None:
+            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
+        if not isinstance(args, RAPOConfig):
+            raise TypeError(
+                f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
+                "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
+            )
+        super().__init__(
+            model,
+            bind_tool_tags(reward_funcs, tool_tags),
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            quantization_config=quantization_config,
+            peft_config=peft_config,
+        )
+        self.trace_store = trace_store
+        configure_store(trace_store, args, self.accelerator.num_processes)
+        self.rollout_engine = HybridRolloutEngine(
+            self._tokenizer, make_backend(self, vllm_llm), self.rapo_tools, trace_store, rollout_config(args),
+            seed=args.seed + self.accelerator.process_index,
+        )
+        # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
+        self.rollout_func = self._hybrid_rollout
+        self.pending_rollout: PendingRollout | None = None
+        """The rollout between ``rollout_func`` and the end of ``_generate_and_score_completions``."""
+        self.last_rollout: PendingRollout | None = None
+        """The last scored rollout (rows, mode, weighted rewards), for inspection."""
+        self._pending_ratio_shift: PendingRatioShift | None = None
+        self.base_model_id: str | None = None
+        """Hub id of the base model for the model card, when the model was loaded from a local folder."""
+        self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
+        if self.accelerator.is_main_process:
+            warn_if_learning_rate_too_low_for_peft(self.accelerator.unwrap_model(self.model), args.learning_rate)
+            warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
+
+    def train(self, *args, **kwargs):
+        if self.accelerator.is_main_process:
+            warn_if_nothing_to_retrieve(self.args, self.trace_store)
+        return super().train(*args, **kwargs)
+
+    # ------------------------------------------------------------------ a step: generate and score
+
+    def _generate_and_score_completions(self, inputs):
+        self.pending_rollout = None  # a step that failed after its rollout (e.g. in a reward) leaves nothing behind
+        out = super()._generate_and_score_completions(inputs)
+        pending, self.pending_rollout = self.pending_rollout, None
+        if pending is None:
+            raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
+                                       "RAPO's rollout never ran (see rapo_trl.internals).")
+        pending.check_scored(len(out["advantages"]))
+        self.last_rollout = pending
+        if pending.mode != "train":
+            return out
+        out["advantages"], out["rapo_log_ratio_shift"] = self._retrieval_terms(pending.rows, out["advantages"])
+        self._warn_on_lost_signal(pending)
+        if self.args.grow_store and self.trace_store is not None:
+            start = self.accelerator.process_index * len(pending.rows)
+            chosen = best_of_each_group(pending.rewards, self.num_generations, start, len(pending.rows),
+                                        self.args.grow_store_min_reward)
+            grow_store(self.trace_store, inputs, pending.rows, chosen, self._tokenizer)
+        return out
+
+    def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
+        if self.pending_rollout is not None:
+            raise RolloutHandOverError("RAPO: rollout_func ran twice before its completions were scored.")
+        training = self.model.training
+        group = self.num_generations if training else self.num_generations_eval
+        offset = self.accelerator.process_index * len(prompts)
+        hybrid = [training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
+                  for i in range(len(prompts))]
+        prompt_ids, _, _ = self._tokenize_prompts(prompts)
+        self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
+        with vllm_kv_cache_awake(self):
+            rows = self.rollout_engine.run(
+                prompt_ids, [prompt_text(p) + "\n" for p in prompts], hybrid, retrieval_enabled=training
+            )
+        mode = "train" if training else "eval"
+        self.pending_rollout = PendingRollout(rows, mode)
+        engine = self.rollout_engine
+        metrics = rollout_metrics(rows, engine.last_stats, engine.store_errors, engine.config.retrieve_prob,
+                                  lambda values, weights=None: gathered_mean(self.accelerator, values, weights))
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+        use_logprobs = all(row.logprobs is not None for row in rows)
+        # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is pending_rollout.
+        return {
+            "prompt_ids": [row.prompt_ids for row in rows],
+            "completion_ids": [row.completion_ids for row in rows],
+            "logprobs": [row.logprobs for row in rows] if use_logprobs else None,
+            "env_mask": [row.env_mask for row in rows],
+        }
+
+    def current_retrieve_prob(self) -> float:
+        """p at the current step, following ``retrieve_prob_schedule``."""
+        return self.args.retrieve_prob_at(self.state.global_step, self.state.max_steps)
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        pending = self.pending_rollout
+        if pending is None:
+            raise RolloutHandOverError("RAPO: _calculate_rewards ran without a pending rollout from rollout_func.")
+        # Reward functions see the policy's own text: retrieved spans removed by token span.
+        keep_retrieved = self.args.score_retrieved_blocks
+        policy_ids = [policy_view(row, keep_retrieved) for row in pending.rows]
+        texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
+        if completions and isinstance(completions[0], list):
+            completions = [[{"role": "assistant", "content": text}] for text in texts]
+        else:
+            completions = texts
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, policy_ids)
+        pending.score(completion_ids_list, rewards_per_func, self.reward_weights)
+        return rewards_per_func
+
+    def _retrieval_terms(self, rows, advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advantages reweighted by the group-normalised retrieval reward, and the ratio shift per row."""
+        device = self.accelerator.device
+        z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in row.retrievals)
+                          for row in rows], dtype=torch.float32, device=device)
+        all_z = self.accelerator.gather(z)
+        all_a_ret = group_normalize(all_z, self.num_generations, eps=self.args.retrieval_advantage_epsilon)
+        start = self.accelerator.process_index * len(rows)
+        a_ret = all_a_ret[start : start + len(rows)].to(advantages.dtype)
+        f_ret = torch.tensor([row.retrieved_fraction for row in rows], dtype=torch.float32, device=device)
+        retrieved = z.new_tensor([float(bool(row.retrievals)) for row in rows])
+        metrics = retrieval_reward_metrics(all_z, self.accelerator.gather(retrieved).bool(), all_a_ret,
+                                           self.accelerator.gather(f_ret))
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
+        return (reweight_advantages(advantages, a_ret, self.args.retrieval_advantage_weight),
+                ratio_log_shift(f_ret, self.args.importance_shaping_weight))
+
+    def _warn_on_lost_signal(self, pending: PendingRollout) -> None:
+        """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed."""
+        truncated = self.accelerator.gather(
+            torch.tensor([float(r.truncated) for r in pending.rows], device=self.accelerator.device)
+        )
+        messages = self._signal_monitor.update(pending.rewards.tolist(), self.num_generations,
+                                               truncated.bool().tolist())
+        messages += self._signal_monitor.update_tools(sum(r.tool_calls for r in pending.rows),
+                                                      [e for r in pending.rows for e in r.tool_errors])
+        for message in messages:
+            logger.warning("RAPO: %s", message)
+
+    # ------------------------------------------------------------------ a step: the loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # Explicitly through _compute_loss whatever the config (use_liger_kernel only swaps layer kernels in
+        # TRL 1.16): a loss path that skipped it would drop the shaped ratio without a word.
+        if return_outputs:
+            raise ValueError("RAPOTrainer, like GRPOTrainer, does not return outputs from compute_loss.")
+        return self._compute_loss(model, inputs)
+
+    def _compute_loss(self, model, inputs):
+        if self.args.trim_padding:
+            inputs = trim_padding_columns(inputs)
+        shift = inputs.get("rapo_log_ratio_shift")
+        if shift is None or not bool((shift != 0).any()):
+            return super()._compute_loss(model, inputs)
+        inputs = dict(inputs)  # the buffered batch stays unshifted
+        shift = shift.unsqueeze(1)
+        old = inputs.get("old_per_token_logps")
+        if old is not None:
+            # Off-policy mask and vLLM correction compare with the sampler's log-probs, which the shaping must not
+            # move: keep the unshifted ones there (TRL falls back to the old log-probs when none were sampled).
+            inputs.setdefault("sampling_per_token_logps", old)
+            inputs["old_per_token_logps"] = old - shift
+            return super()._compute_loss(model, inputs)
+        # Aligned generation: TRL takes the forward's own log-probs as the old ones; the override of
+        # _get_per_token_logps_and_entropies lowers them by the shift as that forward returns.
+        self._pending_ratio_shift = PendingRatioShift(inputs, shift)
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            pending, self._pending_ratio_shift = self._pending_ratio_shift, None
+        pending.check_used()
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._pending_ratio_shift is not None:
+            self._pending_ratio_shift.apply(logps)
+        return logps, entropies, aux
+
+    # ------------------------------------------------------------------ checkpoints and the model card
+
+    def _save_rng_state(self, output_dir):
+        # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
+        # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
+        super()._save_rng_state(output_dir)
+        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        problem = load_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
+        if problem is not None:  # as TRL does for a missing RNG state: go on, and say what that costs
+            logger.warning(
+                "RAPO: checkpoint %s %s; resuming with the retrieval RNG at its initial seed, so which rollouts "
+                "retrieve and what they draw will differ from the interrupted run.", checkpoint, problem,
+            )
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
+        """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
+        written to ``output_dir/README.md``; see `rapo_trl.model_card`."""
+        if not self.is_world_process_zero():
+            return
+        from rapo_trl.model_card import build_model_card
+
+        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags,
+                                base_model=kwargs.get("base_model"), evaluation=kwargs.get("evaluation"))
+        output_dir = kwargs.get("output_dir") or self.args.output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        card.save(os.path.join(output_dir, "README.md"))
+
+    def _save(self, output_dir=None, state_dict=None):
+        super()._save(output_dir, state_dict)
+        # PEFT's save_pretrained leaves its empty card template (with a local base path): put RAPO's card in
+        # its place. Checkpoints are left as they are (TRL writes the card to output_dir when it saves one).
+        folder = output_dir or self.args.output_dir
+        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith("checkpoint-"):
+            self.create_model_card(output_dir=folder)

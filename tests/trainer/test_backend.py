@@ -1,0 +1,38 @@
+"""The engine's sampling settings and config come from the RAPOConfig, as TRL's generation does."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.rollout import RolloutConfig
+from rapo_trl.trainer.backend import rollout_config, sampling_settings
+
+
+def config(tmp_path, **kwargs):
+    return RAPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=4, **kwargs)
+
+
+def test_generation_kwargs_override_the_config_sampling_fields(tmp_path):
+    sampling = sampling_settings(config(tmp_path, temperature=0.7, top_p=0.9, generation_kwargs={
+        "temperature": 0.3, "top_k": None, "typical_p": 0.8}))
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.3, 0.9, 0)
+    assert sampling.extra == {"typical_p": 0.8}  # unknown to the engine: passed on to the backend
+
+
+def test_options_the_engine_owns_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"generation_kwargs\['max_new_tokens'\] is set by RAPO's multi-turn engine"):
+        sampling_settings(config(tmp_path, generation_kwargs={"max_new_tokens": 5}))
+
+
+def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
+    values = dict(max_completion_length=77, max_turn_tokens=11, max_tool_calls=3, num_hybrid_generations=1,
+                  retrieve_prob=0.25, step_entropy="full", entropy_first_tokens=5, tool_workers=2,
+                  answer_stop="</answer>", max_retrieved_tokens=40)
+    engine = rollout_config(config(tmp_path, **values))
+    shared = {f.name for f in dataclasses.fields(RolloutConfig)} & set(RAPOConfig.__dataclass_fields__)
+    assert shared == set(values) | {"num_generations"}
+    assert {name: getattr(engine, name) for name in values} == values and engine.num_generations == 4

@@ -1,0 +1,52 @@
+"""RAPO's rollout metrics from hand-made rows, and the cross-process mean they use."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from rapo_trl.rollout import RolloutRow, RolloutStats
+from rapo_trl.rollout.types import RetrievalEvent
+from rapo_trl.trainer.metrics import gathered_mean, retrieval_reward_metrics, rollout_metrics
+
+
+def mean(values, weights=None):
+    return gathered_mean(Accelerator(cpu=True), values, weights)
+
+
+def test_gathered_mean_weights_and_empty():
+    assert mean([1.0, 3.0]) == 2.0
+    assert mean([1.0, 3.0], [3.0, 1.0]) == 1.5
+    assert mean([]) == 0.0
+
+
+def event(pre, post, fallback=False):
+    return RetrievalEvent(after_step=0, start=2, end=4, is_fallback=fallback, record_id=None, reward=None,
+                          similarity=None, entropy_pre=pre, entropy_post=post)
+
+
+def test_rollout_metrics_from_rows():
+    hybrid = RolloutRow([1], completion_ids=[5] * 8, is_hybrid=True, tool_calls=2, tool_failures=1,
+                        retrievals=[event(1.0, 0.5), event(2.0, None, fallback=True)])
+    hybrid.segments = []
+    plain = RolloutRow([1], completion_ids=[5] * 4, truncated=True, tool_calls=1)
+    stats = RolloutStats(generate_seconds=3.0, tool_seconds=1.0, retrieval_seconds=0.5)
+    metrics = rollout_metrics([hybrid, plain], stats, store_errors=2, retrieve_prob=0.4, mean=mean)
+    assert metrics["rapo/hybrid_share"] == 0.5
+    assert metrics["rapo/retrieval_rate"] == 1.0 and metrics["rapo/retrievals_per_hybrid_rollout"] == 2.0
+    assert metrics["rapo/fallback_rate"] == 0.5
+    assert metrics["rapo/entropy_before_retrieval"] == 1.5 and metrics["rapo/entropy_after_retrieval"] == 0.5
+    assert metrics["rapo/truncated_rate"] == 0.5 and metrics["tools/call_frequency"] == 1.5
+    assert metrics["tools/failure_frequency"] == pytest.approx(1 / 3)  # failures over calls, not a mean of rows
+    assert (metrics["rapo/store_errors"], metrics["rapo/retrieve_prob"], metrics["rapo/time_generate"]) == (2.0, 0.4, 3.0)
+
+
+def test_retrieval_reward_metrics_count_rows_that_retrieved_only():
+    z = torch.tensor([1.0, -1.0, 0.0, 3.0])
+    retrieved = torch.tensor([True, True, False, False])
+    metrics = retrieval_reward_metrics(z, retrieved, torch.tensor([0.5, -0.5, 0.0, 0.0]), torch.tensor([0.2, 0.0]))
+    assert metrics["rapo/z_mean"] == 0.0 and metrics["rapo/z_positive_share"] == 0.5
+    assert metrics["rapo/a_ret_abs_mean"] == 0.25 and metrics["rapo/f_ret_mean"] == pytest.approx(0.1)
+    none = retrieval_reward_metrics(z, torch.zeros(4, dtype=torch.bool), torch.zeros(4), torch.zeros(1))
+    assert none["rapo/z_mean"] == none["rapo/z_std"] == none["rapo/z_positive_share"] == 0.0

@@ -1,0 +1,60 @@
+"""Rewards learn the trainer's tool tags, so a made-up tool call with a forged <result> never scores."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.rewards import rapo_outcome_reward
+from rapo_trl.rewards.outcome import make_rapo_outcome_reward
+from rapo_trl.trainer import RAPOTrainer
+from rapo_trl.trainer.rewards import bind_tool_tags
+from tests.helpers.fakes import EchoTool
+from tests.helpers.trainers import common_args, dataset
+
+FORGED = "<think>x</think><calc>2+2</calc>\n<result>\n4\n</result>\n<think>so</think><answer>\\boxed{4}</answer>"
+HONEST = "<think>x</think><python>print(4)</python>\n<result>\n4\n</result>\n<think>so</think><answer>\\boxed{4}</answer>"
+
+
+def score(reward, text):
+    return reward(prompts=["q"], completions=[text], answer=["4"])[0]
+
+
+def test_rapo_reward_gets_the_tools_tags_and_the_callers_object_is_untouched():
+    assert score(rapo_outcome_reward, FORGED) > 0  # without tags a forged call passes the format check
+    (bound,) = bind_tool_tags([rapo_outcome_reward], ["python"])
+    assert bound.tool_tags == ("python",) and rapo_outcome_reward.tool_tags is None
+    assert score(bound, FORGED) == -1.0 and score(bound, HONEST) > 0
+    assert bound.__name__ == rapo_outcome_reward.__name__
+
+
+def test_tags_the_user_gave_are_kept():
+    own = make_rapo_outcome_reward(tool_tags=["python", "calc"])
+    assert bind_tool_tags(own, ["python"]) is own
+
+
+def test_functions_taking_tool_tags_get_them_others_are_left_alone():
+    def tagged(completions, tool_tags=None, **kwargs):
+        return [float(len(tool_tags))] * len(completions)
+
+    def plain(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    async def tagged_async(completions, tool_tags=None, **kwargs):
+        return [float(len(tool_tags))] * len(completions)
+
+    given = functools.partial(tagged, tool_tags=("a", "b", "c"))
+    bound, same, kept, bound_async = bind_tool_tags([tagged, plain, given, tagged_async], ["python", "search"])
+    assert bound(completions=["x"]) == [2.0] and bound.__name__ == "tagged"
+    assert same is plain and kept is given
+    assert asyncio.iscoroutinefunction(bound_async) and asyncio.run(bound_async(completions=["x"])) == [2.0]
+    assert bind_tool_tags("a/reward-model", ["python"]) == "a/reward-model"
+
+
+def test_the_trainer_hands_its_tools_tags_to_the_rewards(tiny_model_dir, tmp_path):
+    trainer = RAPOTrainer(str(tiny_model_dir), [rapo_outcome_reward], args=RAPOConfig(**common_args(tmp_path)),
+                          train_dataset=dataset(), tools=[EchoTool()])
+    (reward,) = trainer.reward_funcs
+    assert reward.tool_tags == ("python",) and rapo_outcome_reward.tool_tags is None
+    assert trainer.reward_func_names == ["rapo_outcome_reward"]
