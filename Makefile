@@ -1,5 +1,5 @@
 # The README's two commands are `make demo` and `make test`; both set up .venv first.
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test lint
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1

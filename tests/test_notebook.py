@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_public_api import notebook_code, rapo_trl_imports
+
 NOTEBOOK = Path(__file__).parent.parent / "notebooks" / "quickstart.ipynb"
 
 
@@ -33,6 +35,10 @@ def test_notebook_is_committed_without_outputs_and_uses_public_api_only():
     source = "".join("".join(cell["source"]) for cell in nb["cells"])
     assert "rapo_trl.cli" not in source  # what a notebook needs is public API
     assert "HF_HUB_OFFLINE\"] =" not in source and "setdefault(\"HF_HUB_OFFLINE\"" not in source
+    # ... imported from the top level, where rapo_trl exports it (tests/test_public_api.py checks it resolves)
+    imports = rapo_trl_imports(notebook_code())
+    assert ("rapo_trl", "RAPOTrainer") in imports
+    assert {module for module, _ in imports} == {"rapo_trl"}, imports
 
 
 

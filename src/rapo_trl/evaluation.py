@@ -11,6 +11,7 @@ NUMERIC_TASKS = ("arithmetic", "word_problems", "gsm8k")
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a pass rate (sound at 0/n and n/n, unlike the normal approximation)."""
+    # Hand-written: statsmodels' proportion_confint has it, but neither statsmodels nor scipy is a dependency.
     if n <= 0:
         return 0.0, 0.0
     p = successes / n

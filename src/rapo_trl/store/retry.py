@@ -13,6 +13,14 @@ import logging
 import time
 from collections.abc import Sequence
 
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
+
 logger = logging.getLogger(__name__)
 
 
@@ -30,18 +38,26 @@ def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff
     """``store.select(contexts)``, retried ``attempts`` times in all (waiting ``backoff_s``, then twice
     that, ...) on errors that may pass; ``None`` when it still fails."""
     contexts = [clean_text(context) for context in contexts]
-    for attempt in range(attempts):
-        try:
-            return store.select(contexts)
-        except (ValueError, TypeError) as error:  # bad input: the same call fails again
-            logger.warning("Trace store select failed (%s: %s); going on without retrieval.", type(error).__name__, error)
-            return None
-        except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
-            if attempt + 1 == attempts:
-                logger.warning(
-                    "Trace store select failed %d times (last: %s: %s); going on without retrieval.",
-                    attempts, type(error).__name__, error,
-                )  # fmt: skip
-                return None
-            time.sleep(backoff_s * 2**attempt)
+    if attempts < 1:  # no attempt allowed: no retrieval
+        return None
+    retrying = Retrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=backoff_s, exp_base=2),
+        # Exception only: KeyboardInterrupt and SystemExit get through at once. Bad input (ValueError,
+        # TypeError) fails the same way again, so it is not retried either.
+        retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((ValueError, TypeError)),
+        sleep=time.sleep,
+        reraise=True,  # the store's own error, not tenacity's RetryError, for the messages below
+    )
+    try:
+        return retrying(store.select, contexts)
+    except (ValueError, TypeError) as error:
+        logger.warning(
+            "Trace store select failed (%s: %s); going on without retrieval.", type(error).__name__, error
+        )
+    except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
+        logger.warning(
+            "Trace store select failed %d times (last: %s: %s); going on without retrieval.",
+            attempts, type(error).__name__, error,
+        )  # fmt: skip
     return None
