@@ -69,6 +69,9 @@ def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch, caplo
     # The text under the example: an empty store makes the trainer warn once.
     empty = [r for r in caplog.records if "trace store" in r.getMessage() and "is empty" in r.getMessage()]
     assert len(empty) == 1, caplog.text
+    # The prompt teaches exactly the tools the trainer runs, and the reward knows their tags.
+    assert not [r for r in caplog.records if "training prompts" in r.getMessage()], caplog.text
+    assert namespace["trainer"].reward_funcs[0].tool_tags == ("python",)
 
 
 def test_readme_result_tables_are_the_committed_demo_results():

@@ -290,8 +290,9 @@ class RAPOTrainer(GRPOTrainer):
         shift = shift.unsqueeze(1)
         old = inputs.get("old_per_token_logps")
         if old is not None:
-            # Off-policy mask and vLLM correction compare with the sampler's log-probs, which the shaping must not
-            # move: keep the unshifted ones there (TRL falls back to the old log-probs when none were sampled).
+            # Only the clipped ratio is shaped. The off-policy mask compares with the sampler's log-probs (TRL falls
+            # back to the old ones when none were sampled): keep them unshifted. TRL's vLLM importance-sampling
+            # correction (importance_sampling_ratio) was computed before the loss from unshifted old log-probs.
             inputs.setdefault("sampling_per_token_logps", old)
             inputs["old_per_token_logps"] = old - shift
             return super()._compute_loss(model, inputs)
