@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -39,6 +40,22 @@ RECIPE_FIELDS = (
 )
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+RAPO_PAPER = {
+    "title": "RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization",
+    "id": "2603.03078",
+    # docstyle-ignore
+    "citation": textwrap.dedent("""\
+        @misc{zhang2026rapo,
+            title         = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
+            author        = {Siwei Zhang and Yun Xiong and Xi Chen and Zi'an Jia and Renhong Huang and Jiarong Xu and Jiawei Zhang},
+            year          = 2026,
+            eprint        = {2603.03078},
+            archivePrefix = {arXiv},
+            primaryClass  = {cs.AI},
+        }"""),
+}
+"""The paper, as TRL's model card cites it (``RAPOTrainer._paper``)."""
 
 
 def base_model_hub_id(name_or_path) -> str | None:

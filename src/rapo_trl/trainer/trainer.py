@@ -15,25 +15,20 @@ from __future__ import annotations
 
 import logging
 import os
-import textwrap
 
 import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import get_config_model_id
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.objective import (
-    group_normalize,
-    ratio_log_shift,
-    reweight_advantages,
-    trajectory_retrieval_reward,
-)
+from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rollout import HybridRolloutEngine
 from rapo_trl.rollout.engine import is_hybrid_row
 from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
+from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpoint import load_rapo_state, save_rapo_state
 from rapo_trl.trainer.checks import (
@@ -41,7 +36,7 @@ from rapo_trl.trainer.checks import (
     warn_if_nothing_to_retrieve,
     warn_if_prompt_and_tools_differ,
 )
-from rapo_trl.trainer.metrics import gathered_mean, retrieval_reward_metrics, rollout_metrics
+from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store, policy_view
@@ -79,20 +74,7 @@ class RAPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "rapo", "rapo_trl"]
     _name = "RAPO"
-    _paper = {
-        "title": "RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization",
-        "id": "2603.03078",
-        # docstyle-ignore
-        "citation": textwrap.dedent("""\
-            @misc{zhang2026rapo,
-                title         = {{RAPO: Expanding Exploration for LLM Agents via Retrieval-Augmented Policy Optimization}},
-                author        = {Siwei Zhang and Yun Xiong and Xi Chen and Zi'an Jia and Renhong Huang and Jiarong Xu and Jiawei Zhang},
-                year          = 2026,
-                eprint        = {2603.03078},
-                archivePrefix = {arXiv},
-                primaryClass  = {cs.AI},
-            }"""),
-    }
+    _paper = RAPO_PAPER  # TRL's model card reads the paper's title, id and citation here
 
     def __init__(
         self,
@@ -182,7 +164,10 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout = pending
         if pending.mode != "train":
             return out
-        out["advantages"], out["rapo_log_ratio_shift"] = self._retrieval_terms(pending.rows, out["advantages"])
+        out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
+            pending.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
+        for name, value in metrics.items():
+            self._metrics["train"][name].append(value)
         self._warn_on_lost_signal(pending)
         if self.args.grow_store and self.trace_store is not None:
             start = self.accelerator.process_index * len(pending.rows)
@@ -240,24 +225,6 @@ class RAPOTrainer(GRPOTrainer):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, policy_ids)
         pending.score(completion_ids_list, rewards_per_func, self.reward_weights)
         return rewards_per_func
-
-    def _retrieval_terms(self, rows, advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advantages reweighted by the group-normalised retrieval reward, and the ratio shift per row."""
-        device = self.accelerator.device
-        z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in row.retrievals)
-                          for row in rows], dtype=torch.float32, device=device)
-        all_z = self.accelerator.gather(z)
-        all_a_ret = group_normalize(all_z, self.num_generations, eps=self.args.retrieval_advantage_epsilon)
-        start = self.accelerator.process_index * len(rows)
-        a_ret = all_a_ret[start : start + len(rows)].to(advantages.dtype)
-        f_ret = torch.tensor([row.retrieved_fraction for row in rows], dtype=torch.float32, device=device)
-        retrieved = z.new_tensor([float(bool(row.retrievals)) for row in rows])
-        metrics = retrieval_reward_metrics(all_z, self.accelerator.gather(retrieved).bool(), all_a_ret,
-                                           self.accelerator.gather(f_ret))
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
-        return (reweight_advantages(advantages, a_ret, self.args.retrieval_advantage_weight),
-                ratio_log_shift(f_ret, self.args.importance_shaping_weight))
 
     def _warn_on_lost_signal(self, pending: PendingRollout) -> None:
         """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed."""

@@ -1,0 +1,32 @@
+"""RAPO's terms added to TRL's advantages: the retrieval-reward reweighting and the per-row ratio shift."""
+
+from __future__ import annotations
+
+import torch
+
+from rapo_trl.objective import (
+    group_normalize,
+    ratio_log_shift,
+    reweight_advantages,
+    trajectory_retrieval_reward,
+)
+from rapo_trl.trainer.metrics import retrieval_reward_metrics
+
+
+def retrieval_terms(rows, advantages: torch.Tensor, accelerator, group_size: int, args):
+    """(advantages reweighted by the group-normalised retrieval reward, log(1 + m F_ret) per row, metrics).
+
+    Groups may straddle processes, so Z is gathered before it is normalised per group.
+    """
+    device = accelerator.device
+    z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in row.retrievals)
+                      for row in rows], dtype=torch.float32, device=device)
+    all_z = accelerator.gather(z)
+    all_a_ret = group_normalize(all_z, group_size, eps=args.retrieval_advantage_epsilon)
+    start = accelerator.process_index * len(rows)
+    a_ret = all_a_ret[start : start + len(rows)].to(advantages.dtype)
+    f_ret = torch.tensor([row.retrieved_fraction for row in rows], dtype=torch.float32, device=device)
+    retrieved = z.new_tensor([float(bool(row.retrievals)) for row in rows])
+    metrics = retrieval_reward_metrics(all_z, accelerator.gather(retrieved).bool(), all_a_ret, accelerator.gather(f_ret))
+    return (reweight_advantages(advantages, a_ret, args.retrieval_advantage_weight),
+            ratio_log_shift(f_ret, args.importance_shaping_weight), metrics)
