@@ -7,9 +7,10 @@ import copy
 
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig
+from trl import GRPOConfig, GRPOTrainer
 
 from rapo_trl.config import RAPOConfig
+from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
 from rapo_trl.trainer import RAPOTrainer
 from tests.helpers.fakes import EchoTool
 from tests.helpers.scripted import ScriptedGenerate, Turn
@@ -70,3 +71,23 @@ def loss_and_grads(trainer, batch):
     loss.backward()
     grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
     return loss.detach(), grads
+
+
+def agentic_grpo_trainer(tiny_model_dir, output_dir, **settings):
+    """TRL's own GRPOTrainer whose rollout_func is RAPO's engine without retrieval: the baseline RAPOTrainer must
+    equal when retrieval is off."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    grpo = GRPOTrainer(model, sevens, args=GRPOConfig(**common_args(output_dir, **settings)),
+                       train_dataset=dataset(), processing_class=tok)
+    engine = HybridRolloutEngine(tok, TransformersBackend(model, tok), [EchoTool()], None,
+                                 RolloutConfig(max_completion_length=96, max_turn_tokens=32))
+
+    def agentic_rollout(prompts, trainer):
+        ids, _, _ = trainer._tokenize_prompts(prompts)
+        rows = engine.run(ids)
+        return {"prompt_ids": [r.prompt_ids for r in rows], "completion_ids": [r.completion_ids for r in rows],
+                "logprobs": None, "env_mask": [r.env_mask for r in rows]}
+
+    grpo.rollout_func = agentic_rollout
+    return grpo

@@ -7,14 +7,14 @@ import inspect
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
 from rapo_trl.trainer import RAPOTrainer
-from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.fakes import FixedStore
 from tests.helpers.trainers import (
+    agentic_grpo_trainer,
     batch_inputs,
     common_args,
     dataset,
@@ -171,20 +171,7 @@ def test_retrieval_off_matches_grpo_trainer(tiny_model_dir, tmp_path, loss_type,
     rapo = rapo_trainer(tiny_model_dir, tmp_path / "rapo", store=None, **settings)
     rapo_batch, rapo_loss, rapo_grads = _batch_loss_grads(rapo, perturb=num_iterations > 1)
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    grpo = GRPOTrainer(model, sevens, args=GRPOConfig(**common_args(tmp_path / "grpo", **settings)),
-                       train_dataset=dataset(), processing_class=tok)
-    engine = HybridRolloutEngine(tok, TransformersBackend(model, tok), [EchoTool()], None,
-                                 RolloutConfig(max_completion_length=96, max_turn_tokens=32))
-
-    def agentic_rollout(prompts, trainer):
-        ids, _, _ = trainer._tokenize_prompts(prompts)
-        rows = engine.run(ids)
-        return {"prompt_ids": [r.prompt_ids for r in rows], "completion_ids": [r.completion_ids for r in rows],
-                "logprobs": None, "env_mask": [r.env_mask for r in rows]}
-
-    grpo.rollout_func = agentic_rollout
+    grpo = agentic_grpo_trainer(tiny_model_dir, tmp_path / "grpo", **settings)
     grpo_batch, grpo_loss, grpo_grads = _batch_loss_grads(grpo, perturb=num_iterations > 1)
 
     assert rapo_batch.keys() == grpo_batch.keys() | {"rapo_log_ratio_shift"}

@@ -7,22 +7,19 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-from trl import GRPOConfig, GRPOTrainer
+from transformers import AutoTokenizer, TrainerCallback
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.rollout import HybridRolloutEngine, RolloutConfig, TransformersBackend
 from rapo_trl.trainer import RAPOTrainer
 from tests.helpers.fakes import EchoTool, FixedStore
 from tests.helpers.trainers import (
     G,
+    agentic_grpo_trainer,
     batch_inputs,
     common_args,
-    dataset,
     loss_and_grads,
     rapo_trainer,
     script,
-    sevens,
 )
 
 
@@ -34,20 +31,7 @@ def test_no_retrieval_equals_agentic_grpo(tiny_model_dir, tmp_path):
     rapo_batch = rapo._generate_and_score_completions(batch_inputs())
     rapo_loss, rapo_grads = loss_and_grads(rapo, rapo_batch)
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    grpo = GRPOTrainer(model, sevens, args=GRPOConfig(**common_args(tmp_path / "grpo")), train_dataset=dataset(),
-                       processing_class=tok)
-    engine = HybridRolloutEngine(tok, TransformersBackend(model, tok), [EchoTool()], None,
-                                 RolloutConfig(max_completion_length=96, max_turn_tokens=32))
-
-    def agentic_rollout(prompts, trainer):
-        ids, _, _ = trainer._tokenize_prompts(prompts)
-        rows = engine.run(ids)
-        return {"prompt_ids": [r.prompt_ids for r in rows], "completion_ids": [r.completion_ids for r in rows],
-                "logprobs": None, "env_mask": [r.env_mask for r in rows]}
-
-    grpo.rollout_func = agentic_rollout
+    grpo = agentic_grpo_trainer(tiny_model_dir, tmp_path / "grpo")
     script(grpo)
     grpo.model.train()
     grpo_batch = grpo._generate_and_score_completions(batch_inputs())
