@@ -85,6 +85,7 @@ def test_bad_input_fails_before_anything_heavy_loads(name, tmp_path, monkeypatch
     monkeypatch.setattr(TraceStore, "__init__", loaded("the store"))
     model = tmp_path / "model"
     model.mkdir()
+    (tmp_path / "store").mkdir()  # the recipe's store: only the case that names another may fail on it
     (tmp_path / "store-file").write_text("not a store\n")
     places = {"FILE": str(tmp_path / "store-file"), "MISSING": str(tmp_path / "no-store"), "MODEL": str(model)}
     command, changes, words = EARLY_CASES[name]

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from transformers import PreTrainedModel
+from trl import ModelConfig
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
 from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
@@ -71,11 +72,14 @@ def test_build_store_model_agent_asks_for_the_gpu(monkeypatch, tiny_model_dir, t
         raise Stop
 
     monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(recording))
+    # the command line leaves dtype unset (None) unless the recipe sets it: then the hardware decides
+    model_args = ModelConfig(dtype=None)
+    rapo_args = SimpleNamespace(**vars(ROLLOUT_ARGS), trust_remote_code=False, model_init_kwargs=None)
     for device, expected in ((None, ("cuda", torch.bfloat16)), ("cpu", ("cpu", torch.float32))):
         script = RAPOScriptArguments(agent=str(tiny_model_dir), train_size=2, store_path=str(tmp_path / "store"),
                                      device=device)
         with pytest.raises(Stop):
-            build_store.run(script, ROLLOUT_ARGS, None)
+            build_store.run(script, rapo_args, model_args)
         assert asked.pop() == expected
 
 
@@ -134,16 +138,15 @@ def test_train_device_must_match_where_the_trainer_runs(monkeypatch):
 def test_eval_runs_on_cuda(tiny_model_dir, monkeypatch):
     """On a real GPU the evaluation's model lives there, in the rule's precision, and finishes."""
     from rapo_trl.cli import evaluate
-    from rapo_trl.rollout import agent
 
     loaded = []
-    real = agent.load_policy
+    real = evaluate.load_policy
 
     def keep(*args, **kwargs):
         loaded.append(real(*args, **kwargs))
         return loaded[-1]
 
-    monkeypatch.setattr(agent, "load_policy", keep)
+    monkeypatch.setattr(evaluate, "load_policy", keep)
     evaluate.evaluate_model(str(tiny_model_dir), eval_rows(4), [], ROLLOUT_ARGS, 4)
     (model, _), = loaded
     expected = torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16

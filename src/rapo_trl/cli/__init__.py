@@ -9,19 +9,16 @@ import sys
 import warnings
 
 from rapo_trl import __version__
-
-RECIPE_COMMANDS = {
-    "build-store": "Fill a trace store with an off-policy agent's step traces.",
-    "train": "Train with RAPOTrainer from a YAML recipe.",
-    "eval": "Evaluate with tools and without retrieval (trained and base model side by side).",
-}
+from rapo_trl.cli.parsing import ArgumentParser
+from rapo_trl.cli.recipe import RECIPE_COMMANDS, parse_recipe, read_recipe
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="rapo",
         description="RAPO (Retrieval-Augmented Policy Optimization) on Hugging Face TRL.",
-        epilog="Recipe commands take --config FILE.yaml plus --field value overrides; `rapo COMMAND --help`.",
+        epilog="Recipe commands take --config FILE.yaml plus --field value overrides; `rapo COMMAND --help`. "
+               "Errors are one line; set RAPO_TRACEBACK=1 in the environment for the full traceback.",
     )
     parser.add_argument("--version", action="version", version=f"rapo_trl {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -34,70 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_config(argv: list[str]) -> tuple[str, dict] | None:
-    """``(path, mapping)`` of the ``--config`` YAML, read before TRL is imported so a bad file fails fast."""
-    import yaml
-
-    if "--config" not in argv:
-        return None
-    if argv.count("--config") > 1:
-        raise ValueError("--config given more than once; give one YAML recipe (override its fields with flags)")
-    index = argv.index("--config")
-    if index + 1 >= len(argv):
-        raise ValueError("--config needs the path of a YAML file")
-    path = argv[index + 1]
-    try:
-        with open(path) as handle:
-            config = yaml.safe_load(handle)
-    except OSError as error:
-        raise ValueError(f"cannot read config {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise ValueError(f"config {path} is not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"config {path} must be a YAML mapping of field: value")
-    return path, config
-
-
-def parse_recipe(command: str, argv: list[str]):
-    """``(script, rapo_config, model_config)`` from ``--config`` YAML and CLI overrides."""
-    # TrlParser only knows `--config PATH`; accept `--config=PATH` too.
-    argv = [part for arg in argv for part in (arg.split("=", 1) if arg.startswith("--config=") else [arg])]
-    found = _read_config(argv)
-
-    from trl import ModelConfig, TrlParser
-
-    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_types
-    from rapo_trl.config import RAPOConfig
-
-    class RecipeParser(TrlParser):
-        def error(self, message):  # one line, not argparse's usage of every TrainingArguments field
-            self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-    types = (RAPOScriptArguments, RAPOConfig, ModelConfig)
-    if found is not None:
-        check_config_types(found[1], types)
-    # TrlParser takes `--config PATH` out of argv itself and never declares it; declare it (first, via a
-    # parent parser) so `--help` shows it. SUPPRESS: it never reaches the namespace the dataclasses are built from.
-    config_option = argparse.ArgumentParser(add_help=False)
-    config_option.add_argument(
-        "--config", metavar="FILE.yaml", default=argparse.SUPPRESS,
-        help="YAML recipe: any field below as `field: value` (e.g. configs/*.yaml); flags given here override it.",
-    )
-    parser = RecipeParser(types, prog=f"rapo {command}", description=RECIPE_COMMANDS[command],
-                          parents=[config_option])
-    script, rapo_config, model_config = parser.parse_args_and_config(argv)
-    from rapo_trl.cli.common import check_script_arguments
-
-    check_script_arguments(command, script)
-    return script, rapo_config, model_config
-
-
 def _run_recipe(command: str, argv: list[str]):
     from rapo_trl.cli import build_store, evaluate, train
 
-    script, rapo_args, model_args = parse_recipe(command, argv)
-    runner = {"build-store": build_store.run, "train": train.run, "eval": evaluate.run}[command]
-    return runner(script, rapo_args, model_args)
+    module = {"build-store": build_store, "train": train, "eval": evaluate}[command]
+    # Everything that can be checked without TRL, torch or a model (the recipe, the store, the model's
+    # whereabouts) is, first: a mistake answers in a second, not after the imports and a model load.
+    module.check(*read_recipe(command, argv))
+    return module.run(*parse_recipe(command, argv))
 
 
 def _one_line(error: Exception) -> str:

@@ -133,19 +133,29 @@ def _type_name(hint) -> str:
     return hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
 
 
-def check_config_types(config: dict, dataclass_types) -> None:
+def check_config_types(config: dict, dataclass_types, command: str = "train") -> None:
     """Refuse unknown keys and values of the wrong type in a YAML config, naming the key."""
-    known = {}
+    hints = {}
     for cls in dataclass_types:
-        hints = typing.get_type_hints(cls)
+        class_hints = typing.get_type_hints(cls)
         for f in fields(cls):
-            known.setdefault(f.name, hints.get(f.name, typing.Any))
+            hints.setdefault(f.name, class_hints.get(f.name, typing.Any))
+    check_config_hints(config, hints, command)
+
+
+def check_config_hints(config: dict, hints: dict, command: str = "train") -> None:
+    """`check_config_types` against ``name -> type hint`` (the recipe's fields, read without importing them)."""
+    from rapo_trl.cli.parsing import closest
+
     for key, value in config.items():
         if key == "env":
             continue
-        if key not in known:
-            raise ValueError(f"unknown key '{key}' in the config; check its spelling (see `rapo train --help`)")
-        if not _matches(value, known[key]):
+        if key not in hints:
+            close = closest(key, hints)
+            raise ValueError(f"unknown key '{key}' in the config; check its spelling"
+                             + (f" (did you mean '{close}'?)" if close else "")
+                             + f"; `rapo {command} --help-all` lists every field")
+        if not _matches(value, hints[key]):
             raise ValueError(
-                f"config key '{key}' = {value!r} has the wrong type; expected {_type_name(known[key])}"
+                f"config key '{key}' = {value!r} has the wrong type; expected {_type_name(hints[key])}"
             )

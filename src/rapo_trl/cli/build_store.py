@@ -8,8 +8,13 @@ import random
 
 from rapo_trl.cli.common import (
     build_tools,
+    check_model,
+    check_quantization,
+    check_script_arguments,
     check_store_location,
+    load_policy,
     make_reward,
+    model_init_kwargs,
     open_store,
     resolve_model_path,
     training_rows,
@@ -38,20 +43,41 @@ def _expert_agent(script, rows, tools):
     return agent
 
 
+def check(script, rapo_args, model_args) -> None:
+    """Every input build-store can check without loading anything (also before TRL is imported)."""
+    check_script_arguments("build-store", script)
+    make_reward(script)
+    check_store_location(script, must_exist=False)
+    if script.agent != "expert":
+        check_model(script.agent, model_args.model_revision)
+        check_quantization(model_args)
+
+
+def _model_agent(script, rapo_args, model_args, tools):
+    """The off-policy agent ``script.agent`` names, loaded with the recipe's ModelConfig flags."""
+    from trl import get_quantization_config
+
+    from rapo_trl.rollout.agent import RolloutAgent
+    from rapo_trl.rollout.backends import SamplingSettings
+    from rapo_trl.rollout.engine import RolloutConfig
+
+    model, tokenizer = load_policy(
+        resolve_model_path(script.agent, model_args.model_revision), device=script.device,
+        quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args),
+    )
+    config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
+                           max_turn_tokens=rapo_args.max_turn_tokens)
+    return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
+
+
 def run(script, rapo_args, model_args) -> dict:
-    check_store_location(script, must_exist=False)  # before a model agent loads
+    check(script, rapo_args, model_args)  # before a model agent loads
     rows = training_rows(script, "demo")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)
     else:
-        from rapo_trl.rollout.agent import RolloutAgent
-
-        agent = RolloutAgent.from_pretrained(
-            resolve_model_path(script.agent), tools,
-            max_completion_length=rapo_args.max_completion_length, max_turn_tokens=rapo_args.max_turn_tokens,
-            temperature=rapo_args.temperature, device=script.device,
-        )
+        agent = _model_agent(script, rapo_args, model_args, tools)
     store = open_store(script, must_exist=False)
     added = store.build_from_agent(
         agent, rows, make_reward(script), num_samples=script.num_samples, keep_top_k=script.keep_top_k,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
@@ -29,10 +28,41 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 
 
-def resolve_model_path(name: str | None) -> str:
-    """A local model folder for ``name``: an alias (``smollm2``, ``tiny``) or an existing path."""
+def check_model(name: str | None, revision: str = "main") -> None:
+    """Refuse a model that cannot load, without loading or converting it: an alias, a folder, or a hub id
+    (which, with the hub offline, must be in the local Hugging Face cache, where transformers loads it from)."""
     if not name:
         raise UsageError("no model given: set model_name_or_path in the config or pass --model_name_or_path")
+    if name in MODEL_ALIASES or Path(name).is_dir():
+        return
+    if name.startswith((".", "/", "~")):
+        raise UsageError(f"model path '{name}' does not exist; give a local model folder, a hub id or one of "
+                         f"{', '.join(MODEL_ALIASES)}")
+    import huggingface_hub
+
+    if huggingface_hub.is_offline_mode() and not _in_hub_cache(name, revision):
+        raise UsageError(
+            f"model '{name}' is neither a local folder nor in the Hugging Face cache ({huggingface_hub.constants.HF_HUB_CACHE}"
+            f", revision {revision}), and the hub is offline (HF_HUB_OFFLINE); download it where the hub is reachable, "
+            f"or give a local model folder or one of {', '.join(MODEL_ALIASES)}"
+        )
+
+
+def _in_hub_cache(repo_id: str, revision: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:  # a model's config.json, or an adapter's
+        found = [try_to_load_from_cache(repo_id, name, revision=revision)
+                 for name in ("config.json", "adapter_config.json")]
+    except ValueError:  # not a valid hub id either
+        return False
+    return any(isinstance(path, str) for path in found)
+
+
+def resolve_model_path(name: str | None, revision: str = "main") -> str:
+    """What ``from_pretrained`` loads for ``name``: an alias (``smollm2``, ``tiny``) made into a local folder
+    (SmolLM2 is converted once, which takes a minute: call this after every other check), a folder, or a hub id."""
+    check_model(name, revision)
     if name == "smollm2":
         from rapo_trl.models import smollm2_path
 
@@ -44,14 +74,42 @@ def resolve_model_path(name: str | None) -> str:
         if not (folder / "config.json").exists():
             build_tiny_model(folder)
         return str(folder)
-    if Path(name).is_dir():
-        return name
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or name.startswith((".", "/", "~")) or os.sep in name[:1]:
-        raise UsageError(
-            f"model path '{name}' does not exist (and the hub is offline); give a local model folder or one of "
-            f"{', '.join(MODEL_ALIASES)}"
-        )
     return name
+
+
+def check_quantization(model_args) -> None:
+    """load_in_4bit/8bit (QLoRA) load through bitsandbytes: say so before anything loads, if it is missing."""
+    import importlib.util
+
+    if model_args.load_in_4bit and model_args.load_in_8bit:
+        raise UsageError("set load_in_4bit or load_in_8bit, not both")
+    flag = "load_in_4bit" if model_args.load_in_4bit else "load_in_8bit" if model_args.load_in_8bit else None
+    if flag and importlib.util.find_spec("bitsandbytes") is None:
+        raise UsageError(f"{flag} quantizes the model with bitsandbytes, which is not installed: "
+                         "pip install bitsandbytes (it needs a CUDA GPU)")
+
+
+def model_init_kwargs(model_args, rapo_args) -> dict:
+    """``from_pretrained`` keyword arguments from TRL's ModelConfig flags, as ``trl/scripts/grpo.py`` builds them
+    (the recipe's own ``model_init_kwargs`` win). Flags left unset are left out: the loader's default applies."""
+    kwargs = dict(revision=model_args.model_revision, trust_remote_code=rapo_args.trust_remote_code,
+                  attn_implementation=model_args.attn_implementation, dtype=model_args.dtype)
+    kwargs.update(rapo_args.model_init_kwargs or {})
+    return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def tokenizer_kwargs(init_kwargs: dict) -> dict:
+    """The part of ``model_init_kwargs`` a tokenizer takes too (which revision, whether to run the hub's code)."""
+    return {key: init_kwargs[key] for key in ("revision", "trust_remote_code") if key in init_kwargs}
+
+
+def load_policy(path: str, device: str | None = None, quantization_config=None, **init_kwargs):
+    """`rapo_trl.rollout.agent.load_policy` with TRL's loading flags (``model_init_kwargs``), imported only when a
+    model loads: help and input errors answer without torch."""
+    from rapo_trl.rollout.agent import load_policy as load
+
+    dtype = init_kwargs.pop("dtype", None)
+    return load(path, device=device, dtype=dtype, quantization_config=quantization_config, **init_kwargs)
 
 
 TRAINING_ROLES = ("train", "demo")
@@ -137,12 +195,12 @@ def load_questions(script: RAPOScriptArguments, split: str):
 
 
 def training_rows(script: RAPOScriptArguments, split: str):
-    """Prompted rows; python-only recipes get the short python prompt (a third of the tokens to prefill)."""
+    """Prompted rows whose system prompt teaches exactly the recipe's tools (``to_rapo_rows(tools=...)`` does the
+    same from Python); python-only recipes get the short python prompt (a third of the tokens to prefill)."""
     from rapo_trl.tasks import to_rapo_rows
-    from rapo_trl.tasks.prompt import PYTHON_SYSTEM_PROMPT, SYSTEM_PROMPT
+    from rapo_trl.tasks.prompt import prompt_for_builtin_tools
 
-    system_prompt = PYTHON_SYSTEM_PROMPT if tool_names(script) == ["python"] else SYSTEM_PROMPT
-    return to_rapo_rows(load_questions(script, split), system_prompt=system_prompt)
+    return to_rapo_rows(load_questions(script, split), system_prompt=prompt_for_builtin_tools(tool_names(script)))
 
 
 def tool_names(script: RAPOScriptArguments) -> list[str]:

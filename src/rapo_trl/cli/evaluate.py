@@ -13,7 +13,12 @@ from pathlib import Path
 from rapo_trl.cli.common import (
     UsageError,
     build_tools,
+    check_model,
+    check_quantization,
+    check_script_arguments,
     eval_splits,
+    load_policy,
+    model_init_kwargs,
     name_list,
     resolve_model_path,
     training_rows,
@@ -34,11 +39,10 @@ def _base_of(path: str) -> str | None:
 
 
 def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: str | None = None,
-                   numeric: bool = False, desc: str = "eval", **sampling) -> dict:
-    """Scores of the model (or adapter) folder ``path``; see `rapo_trl.evaluation.evaluate_policy`."""
-    from rapo_trl.rollout.agent import load_policy
-
-    model, tokenizer = load_policy(path, device=device)
+                   numeric: bool = False, desc: str = "eval", load: dict | None = None, **sampling) -> dict:
+    """Scores of the model (or adapter) folder ``path``, loaded with ``load`` (`load_policy`'s keyword
+    arguments); see `rapo_trl.evaluation.evaluate_policy`."""
+    model, tokenizer = load_policy(path, device=device, **(load or {}))
     return _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling)
 
 
@@ -55,7 +59,8 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
     """``name -> folder``: base, warm start, equal-time SFT (those that exist), then the trained model."""
     models: dict[str, str] = {}
     if script.eval_base:
-        base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path)
+        base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path,
+                                                                     model_args.model_revision)
         base = base or _base_of(target)
         if base:
             models["base"] = base
@@ -67,12 +72,28 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
     return models
 
 
-def run(script, rapo_args, model_args) -> dict:
-    target = script.eval_model or rapo_args.output_dir
-    if not Path(target).is_dir():
-        raise UsageError(f"eval model '{target}' does not exist; train first or set eval_model")
+def _target(script, rapo_args) -> str:
+    return script.eval_model or rapo_args.output_dir
+
+
+def check(script, rapo_args, model_args) -> None:
+    """Every input eval can check without loading anything (also before TRL is imported)."""
+    check_script_arguments("eval", script)
+    if not Path(_target(script, rapo_args)).is_dir():
+        raise UsageError(f"eval model '{_target(script, rapo_args)}' does not exist; train first or set eval_model")
     if script.eval_samples < 0:
         raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
+    if script.eval_base and model_args.model_name_or_path:
+        check_model(model_args.model_name_or_path, model_args.model_revision)
+    check_quantization(model_args)
+
+
+def run(script, rapo_args, model_args) -> dict:
+    check(script, rapo_args, model_args)
+    from trl import get_quantization_config
+
+    target = _target(script, rapo_args)
+    load = dict(quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args))
     start = time.perf_counter()
     sets = {name: training_rows(script, name) for name in eval_splits(script)}
     tools = build_tools(script)
@@ -82,12 +103,10 @@ def run(script, rapo_args, model_args) -> dict:
                     seed=rapo_args.seed)
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
-    from rapo_trl.rollout.agent import load_policy
-
     sampled_sets = name_list(script.eval_sampled_splits, sets)
     sampled_models = name_list(script.eval_sampled_models, MODEL_NAMES)
     for model_name, path in models_to_evaluate(script, model_args, target).items():
-        model, tokenizer = load_policy(path, device=script.device)  # once per model, for every set
+        model, tokenizer = load_policy(path, device=script.device, **load)  # once per model, for every set
         for set_name, rows in sets.items():
             sampled = sampling if model_name in sampled_models and set_name in sampled_sets else {**sampling, "samples": 0}
             metrics = _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, script.eval_batch_size, numeric,

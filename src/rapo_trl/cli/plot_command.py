@@ -11,7 +11,7 @@ def add_parser(subparsers) -> None:
     )
     plot.add_argument("run", help="Training output folder (holding trainer_state.json) or a trainer_state.json.")
     plot.add_argument("--out", default=None, help="Folder for the PNGs (default: RUN/plots).")
-    plot.add_argument("--dpi", type=int, default=120)
+    plot.add_argument("--dpi", type=int, default=120, help="Resolution of the PNGs, in dots per inch (default: 120).")
 
 
 def run(args: argparse.Namespace) -> list:

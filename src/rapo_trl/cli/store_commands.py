@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rapo_trl.cli.parsing import option_names
+
 
 def add_parser(subparsers) -> None:
     store = subparsers.add_parser("store", help="Look inside a trace store.")
@@ -13,9 +15,10 @@ def add_parser(subparsers) -> None:
     query = actions.add_parser("query", help="The step a context would retrieve.")
     for sub in (stats, query):
         sub.add_argument("path", help="Store folder (embedded Chroma).")
-        sub.add_argument("--collection", default="traces")
+        sub.add_argument("--collection", default="traces", help="Collection inside the store.")
     query.add_argument("text", help="Context to retrieve for (question plus the trajectory so far).")
-    query.add_argument("--top_k", type=int, default=None)
+    query.add_argument(*option_names("top_k"), type=int, default=None,
+                       help="Neighbours considered; the best stored reward among them wins (default: the store's).")
 
 
 def run(args: argparse.Namespace) -> dict:

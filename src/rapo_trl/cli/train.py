@@ -5,44 +5,65 @@ from __future__ import annotations
 from rapo_trl.cli.common import (
     UsageError,
     build_tools,
+    check_model,
+    check_quantization,
+    check_script_arguments,
     check_store_location,
+    model_init_kwargs,
     open_store,
     resolve_model_path,
     task_split,
+    tokenizer_kwargs,
     training_rewards,
     training_rows,
 )
 
 
+def _wants_store(script, rapo_args) -> bool:
+    return bool((rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps)
+
+
+def check(script, rapo_args, model_args) -> None:
+    """Every input train can check without loading anything (also before TRL is imported)."""
+    check_script_arguments("train", script)
+    check_model(model_args.model_name_or_path, model_args.model_revision)
+    check_quantization(model_args)
+    training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
+    if script.sft_same_time and script.sft_warmup_steps <= 0:
+        raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
+    if _wants_store(script, rapo_args):
+        check_store_location(script, must_exist=True)
+
+
 def run(script, rapo_args, model_args) -> dict:
     from transformers import AutoTokenizer
-    from trl import get_peft_config
+    from trl import get_peft_config, get_quantization_config
 
     from rapo_trl.hardware import check_trainer_device
     from rapo_trl.trainer import RAPOTrainer
 
     check_trainer_device(script.device, rapo_args.use_cpu)
+    check(script, rapo_args, model_args)
     reward_funcs, rapo_args.reward_weights = training_rewards(script, rapo_args.reward_weights)
-    model_path = resolve_model_path(model_args.model_name_or_path)
-    wants_store = (rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps
-    if wants_store:  # a missing store or a file in its place: one line, before the tokenizer and model load
-        check_store_location(script, must_exist=True)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    rows = training_rows(script, "train")
+    # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
+    same = task_split(script, "demo") == task_split(script, "train")
+    demo_rows = (rows if same else training_rows(script, "demo")) if script.sft_warmup_steps > 0 else None
+    tools = build_tools(script)
+    store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
+    # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
+    model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)
+    rapo_args.model_init_kwargs = init_kwargs = model_init_kwargs(model_args, rapo_args)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, **tokenizer_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    store = open_store(script, must_exist=True) if wants_store else None
-    rows = training_rows(script, "train")
-    if script.sft_same_time and script.sft_warmup_steps <= 0:
-        raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
-        # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
-        demo_rows = rows if task_split(script, "demo") == task_split(script, "train") else training_rows(script, "demo")
         sft = dict(tokenizer=tokenizer, rows=demo_rows, store=store, output_dir=rapo_args.output_dir,
                    steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
                    use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
-                   batch_size=script.sft_batch_size)
+                   batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs)
         model_path = warm_start(model_path, **sft)
     trainer = RAPOTrainer(
         model_path,
@@ -50,9 +71,10 @@ def run(script, rapo_args, model_args) -> dict:
         args=rapo_args,
         train_dataset=rows,
         processing_class=tokenizer,
+        quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
         trace_store=store,
-        tools=build_tools(script),
+        tools=tools,
     )
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)

@@ -52,7 +52,7 @@ class _StopAfter:
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
-               merge: bool = True) -> str:
+               merge: bool = True, model_init_kwargs: dict | None = None) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
@@ -60,7 +60,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     without it only the adapter is saved, with ``model_path`` as its base (a model that is only evaluated,
     such as the equal-time baseline, then costs no second full copy). The loss per step goes to
     ``sft_history.json`` beside the model. ``bf16``/``fp16`` are the RAPO run's precision (``None``: from
-    the hardware, as `RAPOConfig` does).
+    the hardware, as `RAPOConfig` does). ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
     """
     if bf16 is None and not fp16:
         from rapo_trl.hardware import default_precision, trainer_device
@@ -86,7 +86,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         learning_rate=learning_rate, per_device_train_batch_size=batch_size,
         lr_scheduler_type="linear" if max_seconds is None else "constant",
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=bf16, fp16=fp16, seed=seed,
-        gradient_checkpointing=False,
+        gradient_checkpointing=False, model_init_kwargs=model_init_kwargs,
         disable_tqdm=max_seconds is not None,  # a clock-bounded run has no step count for a progress bar
     )
     stop = _StopAfter(max_seconds) if max_seconds is not None else None

@@ -12,26 +12,32 @@ from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
 from rapo_trl.rollout.types import RolloutRow
 
 
-def load_policy(path: str, device: str | None = None, dtype=None):
-    """``(model, tokenizer)`` from a model folder or a PEFT adapter folder (its base loads first).
+def load_policy(path: str, device: str | None = None, dtype=None, quantization_config=None, **init_kwargs):
+    """``(model, tokenizer)`` from a model folder, a PEFT adapter folder (its base loads first) or a hub id.
 
     The model is loaded straight onto ``device`` in ``dtype``; both default to the hardware rule of
-    `rapo_trl.hardware` (the GPU in bf16/fp16 when there is one, else the CPU in fp32).
+    `rapo_trl.hardware` (the GPU in bf16/fp16 when there is one, else the CPU in fp32); ``dtype="auto"`` takes
+    the checkpoint's. ``quantization_config`` (k-bit loading) and ``init_kwargs`` (``from_pretrained``'s loading
+    flags: ``revision``, ``attn_implementation``, ``trust_remote_code``, ...) are passed on; the tokenizer gets
+    the revision and ``trust_remote_code`` too.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rapo_trl.hardware import placement
 
-    place = placement(device, dtype)
+    place = placement(device, None if dtype == "auto" else dtype)
     # device_map puts the weights on the device as they load: no full copy in host memory first.
-    kwargs = {"dtype": place.dtype, "device_map": place.device}
+    kwargs = {"dtype": dtype if dtype == "auto" else place.dtype, "device_map": place.device, **init_kwargs}
+    if quantization_config is not None:
+        kwargs["quantization_config"] = quantization_config
     if (Path(path) / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, **kwargs)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer_kwargs = {key: init_kwargs[key] for key in ("revision", "trust_remote_code") if key in init_kwargs}
+    tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()

@@ -66,6 +66,13 @@ _PROMPT_FOR_BUILTIN_TOOLS = {
 }
 
 
+def prompt_for_builtin_tools(tags) -> str | None:
+    """The prompt teaching exactly the built-in tools named in ``tags`` (None when it names none of them)."""
+    from rapo_trl.protocol import TOOL_TAGS
+
+    return _PROMPT_FOR_BUILTIN_TOOLS.get(frozenset(tags) & frozenset(TOOL_TAGS))
+
+
 def system_prompt_for(tools, base: str | None = None) -> str:
     """A system prompt that teaches the tag protocol for exactly the tools in ``tools``.
 
@@ -76,12 +83,11 @@ def system_prompt_for(tools, base: str | None = None) -> str:
     ``<name>{"arg": ...}</name>``, its docstring description and its arguments with their types, see
     ``rapo_trl.tools.function_tools_prompt``) follows ``base``.
     """
-    from rapo_trl.protocol import TOOL_TAGS
     from rapo_trl.tools.function_tool import function_tools_prompt
 
     tools = list(tools or ())
     section = function_tools_prompt(tools)
     if base is None:
-        builtin = frozenset(getattr(tool, "tag", None) for tool in tools) & frozenset(TOOL_TAGS)
-        base = _PROMPT_FOR_BUILTIN_TOOLS.get(builtin) or (TOOLS_SYSTEM_PROMPT if section else NO_TOOLS_SYSTEM_PROMPT)
+        base = prompt_for_builtin_tools(getattr(tool, "tag", None) for tool in tools) or (
+            TOOLS_SYSTEM_PROMPT if section else NO_TOOLS_SYSTEM_PROMPT)
     return "\n\n".join(part for part in (base, section) if part)

@@ -1,0 +1,54 @@
+"""argparse as every ``rapo`` command uses it: exact option names, one-line errors that suggest a fix."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+
+
+def option_names(name: str) -> list[str]:
+    """``--top_k`` and ``--top-k``: both spellings, as TRL's (and transformers') HfArgumentParser takes fields."""
+    return [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+
+
+def closest(word: str, known) -> str | None:
+    """The one of ``known`` that ``word`` most likely misspells, if any is close."""
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, known) -> str:
+    """``"; did you mean --learning_rate?"`` when ``word`` is close to one of ``known``, else ``""``."""
+    close = closest(word, known)
+    return f"; did you mean {close}?" if close else ""
+
+
+def _known(parser: argparse.ArgumentParser, commands: bool = False):
+    """The option strings (or with ``commands``, the subcommand names) of ``parser`` and its subcommands."""
+    for action in parser._actions:
+        if not commands:
+            yield from action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            if commands:
+                yield from action.choices
+            for sub in action.choices.values():
+                yield from _known(sub, commands)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """No prefix matching (``--learning_rat`` is not taken as ``--learning_rate``: a typo must not pass
+    silently), and an error is one line that suggests the option meant."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        if message.startswith("unrecognized arguments: "):
+            options = [word for word in message.split(": ", 1)[1].split() if word.startswith("-")]
+            message += did_you_mean(options[0].split("=", 1)[0], _known(self)) if options else ""
+        choice = re.search(r"invalid choice: '?([^'\s]+)", message)
+        if choice and not message.startswith("argument -"):  # a mistyped subcommand (an option lists its choices)
+            message += did_you_mean(choice.group(1), _known(self, commands=True))
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")

@@ -1,0 +1,184 @@
+"""A command line that answers at once: help and recipe errors come before torch, transformers or TRL load;
+option names are exact (no prefix matching), and a typo gets a suggestion."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.cli.conftest import recipe, write_yaml
+from tests.cli.runs import describe, rapo, rapo_env
+
+BOUND_S = 5.0  # they answer in well under 2 s; the bound leaves room for a busy machine
+
+SHOWN = {  # some of each command's own fields, and fields of the others or of TRL that its help leaves out
+    "train": (["--model_name_or_path", "--dtype", "--load_in_4bit", "--use_peft", "--store_path", "--retrieve_prob",
+               "--retrieval_advantage_weight", "--sft_warmup_steps", "--num_generations", "--max_steps", "--bf16"],
+              ["--num_samples", "--eval_model", "--ddp_backend", "--adam_beta1"]),
+    "build-store": (["--agent", "--dtype", "--trust_remote_code", "--num_samples", "--keep_top_k", "--store_path",
+                     "--max_completion_length"], ["--retrieve_prob", "--learning_rate", "--eval_model", "--lora_r"]),
+    "eval": (["--eval_model", "--model_name_or_path", "--attn_implementation", "--eval_size", "--eval_samples",
+              "--max_completion_length"], ["--num_generations", "--learning_rate", "--retrieve_prob", "--num_samples"]),
+}
+
+
+def timed(*args, cwd=None):
+    start = time.perf_counter()
+    run = rapo(*args, cwd=cwd)
+    return run, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("command", list(SHOWN))
+def test_help_answers_at_once_with_the_commands_fields(command):
+    run, seconds = timed(command, "--help")
+    assert run.returncode == 0, describe(run)
+    assert seconds < BOUND_S, f"`rapo {command} --help` took {seconds:.1f}s"
+    assert run.stdout.startswith(f"usage: rapo {command} [-h] [--config FILE.yaml]"), run.stdout[:300]
+    options = set(re.findall(r"--[a-z0-9_]+", run.stdout))
+    shown, hidden = SHOWN[command]
+    assert set(shown) <= options and not set(hidden) & options, (set(shown) - options, set(hidden) & options)
+    # every other field behind one pointer, not ~1,440 lines of GRPOConfig
+    assert f"`rapo {command} --help-all` lists them all" in " ".join(run.stdout.split())
+    assert len(run.stdout.splitlines()) < 400
+
+
+def test_help_all_lists_every_field_at_once():
+    from rapo_trl.cli.fields import recipe_fields
+
+    run, seconds = timed("eval", "--help-all")
+    assert run.returncode == 0 and seconds < BOUND_S, describe(run)
+    options = set(re.findall(r"--[a-z0-9_]+", run.stdout))
+    assert {f"--{name}" for name in recipe_fields()} <= options
+
+
+@pytest.fixture
+def recipe_file(tmp_path, tiny_model_dir):
+    return write_yaml(tmp_path / "recipe.yaml", recipe(tiny_model_dir, tmp_path))
+
+
+RECIPE_ERRORS = {  # name: (YAML changes or None for the recipe as is, extra arguments, words of the one line)
+    "unknown_key": ({"retrive_prob": 0.5}, [], ["unknown key 'retrive_prob'", "did you mean 'retrieve_prob'?"]),
+    "wrong_type": ({"max_steps": "ten"}, [], ["'max_steps'", "wrong type", "expected int"]),
+    "missing_config": (None, ["--config", "no-such.yaml"], ["cannot read config no-such.yaml", "No such file"]),
+    "unknown_flag": (None, ["--learning_rat", "1e-4"], ["unrecognized arguments: --learning_rat",
+                                                          "did you mean --learning_rate?"]),
+    "flag_type": (None, ["--max_steps", "ten"], ["--max_steps", "invalid int value: 'ten'"]),
+    "missing_store": ({"store_path": "no-store", "retrieve_prob": 0.5}, [], ["store path 'no-store' does not exist"]),
+}
+
+
+@pytest.mark.parametrize("name", list(RECIPE_ERRORS))
+def test_recipe_errors_answer_at_once(name, recipe_file, tmp_path):
+    changes, extra, words = RECIPE_ERRORS[name]
+    config = recipe_file
+    if changes:
+        import yaml
+
+        config = write_yaml(tmp_path / f"{name}.yaml", {**yaml.safe_load(recipe_file.read_text()), **changes})
+    args = extra if "--config" in extra else ["--config", config, *extra]
+    run, seconds = timed("train", *args, cwd=tmp_path)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1, describe(run)
+    assert seconds < BOUND_S, f"{name}: the error took {seconds:.1f}s"
+    for word in words:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+
+
+def test_parsing_and_early_errors_import_neither_torch_nor_trl(recipe_file, tmp_path):
+    """`import rapo_trl.cli`, every command's help, a full parse and the early errors, in a fresh process."""
+    bad = write_yaml(tmp_path / "bad.yaml", {"lora_rank": 8})
+    code = textwrap.dedent(f"""
+        import contextlib, io, sys
+        from rapo_trl.cli import main, read_recipe
+        from rapo_trl.cli.recipe import recipe_parser
+
+        script, training, model = read_recipe("train", ["--config", {str(recipe_file)!r}, "--bf16", "--max_steps", "3",
+                                                        "--dtype", "bfloat16", "--lora-r", "8"])
+        assert (training.bf16, training.max_steps, model.dtype, model.lora_r) == (True, 3, "bfloat16", 8)
+        assert script.store_path.endswith("store") and training.use_cpu is True
+        for command in ("train", "eval", "build-store"):
+            recipe_parser(command, everything=True).format_help()
+        with contextlib.redirect_stderr(io.StringIO()):
+            assert main(["train", "--config", {str(bad)!r}]) == 2
+            assert main(["train", "--config", {str(recipe_file)!r}, "--retrieve_prob", "0.5"]) == 2  # no store
+        print(sorted(name for name in ("torch", "transformers", "trl") if name in sys.modules))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], env=rapo_env(), capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]", run.stdout
+
+
+def test_bare_bool_flag_is_true(recipe_file):
+    """`--bf16` (a `bool | None` field) takes no value, as with transformers; `--bf16 false` still works."""
+    from rapo_trl.cli import parse_recipe
+
+    _, args, _ = parse_recipe("train", ["--config", str(recipe_file), "--bf16", "--disable_tqdm"])
+    assert args.bf16 is True and args.disable_tqdm is True
+    _, args, _ = parse_recipe("train", ["--config", str(recipe_file), "--bf16", "false"])
+    assert args.bf16 is False
+
+
+@pytest.mark.parametrize("argv, meant", [
+    (["train", "--config", "RECIPE", "--learning_rat", "1e-4"], "--learning_rate"),  # a prefix of a field
+    (["eval", "--config", "RECIPE", "--eval_sample", "2"], "--eval_samples"),
+    (["store", "query", "STORE", "text", "--top", "3"], "--top[_-]k"),
+    (["store", "stats", "STORE", "--collect", "x"], "--collection"),
+    (["plot", "RUN", "--dp", "100"], "--dpi"),
+])
+def test_no_prefix_matching_and_a_suggestion(argv, meant, recipe_file, tmp_path, capsys):
+    from rapo_trl.cli import main
+
+    places = {"RECIPE": str(recipe_file), "STORE": str(tmp_path), "RUN": str(tmp_path)}
+    with pytest.raises(SystemExit) as exited:
+        main([places.get(arg, arg) for arg in argv])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(lines) == 1, lines
+    assert "unrecognized arguments" in lines[0] and re.search(f"did you mean {meant}\\?", lines[0]), lines[0]
+
+
+def test_mistyped_command_gets_a_suggestion(capsys):
+    from rapo_trl.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["trian", "--config", "x.yaml"])
+    assert "did you mean train?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--top_k", "--top-k"])
+def test_store_query_takes_both_spellings(flag):
+    from rapo_trl.cli import build_parser
+
+    assert build_parser().parse_args(["store", "query", "store", "text", flag, "3"]).top_k == 3
+
+
+def test_every_option_of_every_command_has_help():
+    import argparse
+
+    from rapo_trl.cli import build_parser
+
+    def options(parser, prog):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from options(sub, f"{prog} {name}")
+            elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+                yield prog, action
+
+    missing = [f"{prog} {action.dest}" for prog, action in options(build_parser(), "rapo") if not action.help]
+    assert not missing
+
+
+def test_rapo_traceback_is_documented_and_works(recipe_file, tmp_path, monkeypatch):
+    from rapo_trl.cli import build_parser, main
+
+    assert "RAPO_TRACEBACK" in build_parser().format_help()
+    bad = write_yaml(tmp_path / "bad.yaml", {"lora_rank": 8})
+    monkeypatch.setenv("RAPO_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="unknown key 'lora_rank'"):
+        main(["train", "--config", str(bad)])

@@ -1,0 +1,80 @@
+"""The recipe's fields read from source (for a help and errors without torch) are the dataclasses' own, and the
+command line built from them takes exactly the options TRL's parser takes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+from trl import ModelConfig, TrlParser
+
+from rapo_trl.cli import fields
+from rapo_trl.cli.arguments import RAPOScriptArguments
+from rapo_trl.cli.recipe import _conversion, recipe_parser
+from rapo_trl.config import RAPOConfig
+
+
+def real_fields() -> dict[str, fields.FieldSpec]:
+    return (fields._from_dataclass(RAPOScriptArguments, fields.SCRIPT)
+            | fields._from_dataclass(RAPOConfig, fields.TRAINING) | fields._from_dataclass(ModelConfig, fields.MODEL))
+
+
+def converts(hint) -> dict:
+    """`_conversion` with its converter named by what it makes of "3" and "none"."""
+    def outcome(convert, text):
+        try:
+            return convert(text)
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as error:
+            return type(error).__name__
+
+    return {key: (outcome(value, "3"), outcome(value, "none")) if callable(value) else value
+            for key, value in _conversion(hint).items()}
+
+
+def test_fields_read_from_source_are_the_dataclasses_fields():
+    static, real = fields.recipe_fields(), real_fields()
+    assert list(static) == list(real)
+    for name, spec in real.items():
+        read = static[name]
+        assert (read.dataclass, read.declared_in) == (spec.dataclass, spec.declared_in), name
+        # an enum or config class reads as str: the same conversion on the command line
+        assert converts(read.hint) == converts(spec.hint), name
+        assert read.metadata.get("help") == spec.metadata.get("help"), name
+        if name != "optim":  # TrainingArguments picks its default optimizer by torch version
+            assert read.default == spec.default, name
+
+
+def test_unreadable_sources_fall_back_to_the_dataclasses(monkeypatch):
+    """Should TRL or transformers restructure a config class, the fields still come (from the real classes)."""
+    moved = (*fields.RAPO_CONFIG_SOURCES[:-1], ("transformers", "training_args.py", "MovedTrainingArguments"))
+    monkeypatch.setattr(fields, "RAPO_CONFIG_SOURCES", moved)
+    fields.recipe_fields.cache_clear()
+    try:
+        assert fields.recipe_fields().keys() == real_fields().keys()
+        assert fields.recipe_fields()["seed"].declared_in == "TrainingArguments"
+    finally:
+        fields.recipe_fields.cache_clear()
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "build-store"])
+def test_the_early_parser_takes_exactly_trls_options(command):
+    """Every option TRL's parser takes is taken before TRL loads, and nothing else (but --config, --help-all)."""
+    def options(parser):
+        return {option for action in parser._actions for option in action.option_strings}
+
+    trl = options(TrlParser((RAPOScriptArguments, RAPOConfig, ModelConfig)))
+    assert options(recipe_parser(command)) - {"--config", "--help-all"} == trl
+
+
+def test_every_help_group_names_real_fields():
+    from rapo_trl.cli.recipe import HELP_GROUPS, help_groups
+
+    for command in HELP_GROUPS:
+        for title, names in help_groups(command):
+            assert names and set(names) <= fields.recipe_fields().keys(), (command, title)
+
+
+def test_recipe_fields_cover_every_init_field():
+    for cls in (RAPOScriptArguments, RAPOConfig, ModelConfig):
+        assert {f.name for f in dataclasses.fields(cls) if f.init} <= fields.recipe_fields().keys()
