@@ -23,8 +23,10 @@ TRUNCATION_ADVICE = (
 )
 
 TOOLS_FAILING_ADVICE = (
-    "every tool call of the last step failed ({calls} calls), so the policy is learning that its tools do not "
-    "work. First errors: {errors}. Check the tool outside training (e.g. PythonTool().run('print(1)'))."
+    "every tool call of the last step failed ({calls} calls); first errors: {errors}. If the tool itself is "
+    "broken (a sandbox that cannot start, a missing binary or corpus), the policy is learning that tools do not "
+    "work: check it outside training, e.g. PythonTool().run('print(1)'). If the calls themselves are wrong, "
+    "training goes on and the rewards decide."
 )
 
 

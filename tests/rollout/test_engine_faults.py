@@ -114,3 +114,12 @@ def test_config_rejects_impossible_budgets(field, value, match):
     with pytest.raises(ValueError, match=match):
         RolloutConfig(**{field: value})
     RolloutConfig(max_tool_calls=0)  # no tool calls at all is allowed
+
+
+def test_a_failed_calls_error_is_named_by_its_last_line():
+    from rapo_trl.rollout.engine import _error_line
+
+    traceback = "Error: Traceback (most recent call last):\n  File \"<tool>\", line 1\nNameError: name 'x' is not defined\n"
+    assert _error_line(traceback) == "NameError: name 'x' is not defined"
+    assert _error_line("Error: empty <python> call.") == "Error: empty <python> call."
+    assert _error_line("  \n") == ""

@@ -311,7 +311,7 @@ class HybridRolloutEngine:
             if isinstance(result, ToolCall):
                 rows[i].tool_failures += int(not result.ok)
                 if not result.ok:
-                    rows[i].tool_errors.append((result.tag, (result.output.strip().splitlines() or [""])[0][:200]))
+                    rows[i].tool_errors.append((result.tag, _error_line(result.output)))
                 rows[i].tool_seconds += result.seconds
                 text = result.output
             else:
@@ -382,3 +382,9 @@ def _as_tuple(value):
     if isinstance(value, list):
         return tuple(_as_tuple(v) for v in value)
     return value
+
+
+def _error_line(output: str) -> str:
+    """The line of a failed call's output that names the error: a traceback's last line, not its header."""
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""

@@ -69,7 +69,7 @@ class RolloutRow:
     tool_calls: int = 0
     tool_failures: int = 0
     tool_errors: list[tuple[str, str]] = field(default_factory=list)
-    """(tag, first line of the result) of each failed tool call, for the trainer's warning."""
+    """(tag, the line naming the error) of each failed tool call, for the trainer's warning."""
     tool_seconds: float = 0.0
     skipped_retrievals: int = 0
     """Retrievals drawn but not inserted because the block did not fit the remaining budget or the cap."""
