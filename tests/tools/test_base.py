@@ -42,3 +42,35 @@ def test_system_exit_from_a_tool_is_a_failed_call_not_the_end_of_the_run():
 def test_keyboard_interrupt_still_stops_the_run():
     with pytest.raises(KeyboardInterrupt):
         run_tool_calls([(_Interrupted(), "x")])
+
+
+def test_a_tool_that_ignores_its_timeout_is_given_up_on_and_the_process_still_exits(tmp_path):
+    import subprocess
+    import textwrap
+
+    script = tmp_path / "hang.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        import rapo_trl.tools.base as base
+        base._GRACE_SECONDS = 0.1
+
+        class Hangs:
+            tag = "hangs"
+            timeout = 0.2
+
+            def run(self, text):
+                threading.Event().wait()  # never returns, whatever its timeout says
+
+        class Works:
+            tag = "works"
+            timeout = 5.0
+
+            def run(self, text):
+                return text.upper()
+
+        calls = base.run_tool_calls([(Hangs(), "x"), (Works(), "y")])
+        print([call.ok for call in calls], calls[0].output, calls[1].output)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[False, True] Error: tool 'hangs' timed out after 0s Y"

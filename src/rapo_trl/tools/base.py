@@ -8,9 +8,8 @@ error result too. Only ``KeyboardInterrupt`` (the user stopping the run) gets th
 
 from __future__ import annotations
 
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -59,27 +58,38 @@ def _run_one(tool: Tool, content: str) -> ToolCall:
 
 
 def run_tool_calls(calls: list[tuple[Tool, str]], max_workers: int = 8) -> list[ToolCall]:
-    """Run ``(tool, content)`` pairs concurrently; results come back in input order."""
+    """Run ``(tool, content)`` pairs concurrently; results come back in input order.
+
+    Each call runs in a daemon thread: a tool that ignores its own timeout is given up on after it (plus a grace
+    period) and cannot keep the process from exiting, as a thread pool's workers would (they are joined at exit).
+    A KeyboardInterrupt raised in a tool still stops the run.
+    """
     if not calls:
         return []
-    results: list[ToolCall] = []
-    executor = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(calls))))
-    try:
-        futures = [executor.submit(_run_one, tool, content) for tool, content in calls]
-        for (tool, content), future in zip(calls, futures):
-            budget = float(getattr(tool, "timeout", 30.0)) + _GRACE_SECONDS
-            try:
-                results.append(future.result(timeout=budget))
-            except FutureTimeout:
-                results.append(
-                    ToolCall(
-                        tool.tag,
-                        content,
-                        f"Error: tool '{tool.tag}' timed out after {budget:.0f}s",
-                        False,
-                        budget,
-                    )
-                )
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+    slots = threading.BoundedSemaphore(max(1, min(max_workers, len(calls))))
+    outcomes: list[ToolCall | BaseException | None] = [None] * len(calls)
+    finished = [threading.Event() for _ in calls]
+
+    def work(index: int, tool: Tool, content: str) -> None:
+        try:
+            with slots:
+                outcomes[index] = _run_one(tool, content)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller below
+            outcomes[index] = error
+        finally:
+            finished[index].set()
+
+    for index, (tool, content) in enumerate(calls):
+        threading.Thread(target=work, args=(index, tool, content), daemon=True, name=f"rapo-tool-{tool.tag}").start()
+    results = []
+    for index, (tool, content) in enumerate(calls):
+        budget = float(getattr(tool, "timeout", 30.0)) + _GRACE_SECONDS
+        if not finished[index].wait(budget):
+            results.append(ToolCall(tool.tag, content, f"Error: tool '{tool.tag}' timed out after {budget:.0f}s",
+                                    False, budget))
+            continue
+        outcome = outcomes[index]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        results.append(outcome)
     return results
