@@ -182,3 +182,10 @@ def test_rapo_traceback_is_documented_and_works(recipe_file, tmp_path, monkeypat
     monkeypatch.setenv("RAPO_TRACEBACK", "1")
     with pytest.raises(ValueError, match="unknown key 'lora_rank'"):
         main(["train", "--config", str(bad)])
+
+
+def test_eval_without_output_dir_looks_where_train_saves_by_default(tmp_path):
+    """No output_dir: TrainingArguments' default ("trainer_output", set only in its __post_init__) is the model."""
+    run = rapo("eval", "--model_name_or_path", "tiny", cwd=tmp_path)
+    assert run.returncode == 2, describe(run)
+    assert "eval model 'trainer_output' does not exist; train first or set eval_model" in run.stderr, describe(run)

@@ -65,7 +65,9 @@ def test_model_config_flags_reach_from_pretrained(command, loads, tiny_model_dir
     with pytest.raises(Stop):
         run_command(command, command_recipe(command, tiny_model_dir, tmp_path, **FLAGS))
     asked = loads[0]
-    assert {key: asked.get(key) for key in EXPECTED} == EXPECTED
+    # model_revision pins the policy's repo; build-store's agent is another repo and loads at its default.
+    expected = {**EXPECTED, "revision": None} if command == "build-store" else EXPECTED
+    assert {key: asked.get(key) for key in EXPECTED} == expected
 
 
 @pytest.mark.parametrize("command", ["train", "eval", "build-store"])
@@ -167,6 +169,10 @@ def test_cached_hub_id_loads_offline(tiny_model_dir, tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, describe(run)
     assert "step records" in run.stdout, describe(run)
+    pinned = subprocess.run([sys.executable, "-m", "rapo_trl.cli", "build-store", "--config", str(path),
+                             "--model_revision", "v1.2", "--store_path", str(tmp_path / "pinned")], env=env,
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert pinned.returncode == 0, describe(pinned)  # the policy's revision is not asked of the agent's repo
     missing = subprocess.run([sys.executable, "-m", "rapo_trl.cli", "build-store", "--config", str(path),
                               "--agent", "rapo-test/not-cached"], env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2, describe(missing)

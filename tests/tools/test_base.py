@@ -74,3 +74,33 @@ def test_a_tool_that_ignores_its_timeout_is_given_up_on_and_the_process_still_ex
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[False, True] Error: tool 'hangs' timed out after 0s Y"
+
+
+def test_a_call_given_up_on_while_waiting_for_a_slot_never_runs(monkeypatch):
+    import threading
+    import time
+
+    import rapo_trl.tools.base as base
+
+    monkeypatch.setattr(base, "_GRACE_SECONDS", 0.1)
+    release, ran = threading.Event(), []
+
+    class Holds:
+        tag, timeout = "holds", 0.1
+
+        def run(self, text):
+            release.wait(5)
+            return "late"
+
+    class Records:
+        tag, timeout = "records", 0.1
+
+        def run(self, text):
+            ran.append(text)
+            return text
+
+    calls = base.run_tool_calls([(Holds(), "a"), (Records(), "b")], max_workers=1)
+    assert [c.ok for c in calls] == [False, False] and "timed out" in calls[1].output
+    release.set()  # the slot frees after the policy was told "b" timed out
+    time.sleep(0.5)
+    assert ran == []  # a call the policy saw time out has no effects later

@@ -349,3 +349,15 @@ def test_a_path_below_a_symlink_in_the_view_gets_no_mount_point_of_its_own(tmp_p
     (tmp_path / "bin").symlink_to("usr/bin")
     paths = [str(tmp_path / p) for p in ("bin", "usr", "bin/python3", "usr/bin/python3", "missing")]
     assert _sandbox_child._view_paths(paths) == paths[:2]
+
+
+def test_a_prefix_that_links_to_the_root_is_never_bound(tmp_path, monkeypatch):
+    """A prefix reached through a link to ``/`` would bind the host's whole tree (read-only) into the view."""
+    from rapo_trl.tools import _sandbox_child
+
+    root_link = tmp_path / "rootlink"
+    root_link.symlink_to("/")
+    monkeypatch.setattr(sys, "base_prefix", str(root_link))
+    prefixes = _sandbox_child._prefixes()
+    assert str(root_link) not in prefixes and "/" not in prefixes
+    assert os.path.realpath(sys.prefix) in prefixes  # the real prefixes are still there

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 
+from trl.trainer.utils import get_callable_name, is_async_callable
+
 from rapo_trl.config import RAPOConfig
 from rapo_trl.rewards import rapo_outcome_reward
 from rapo_trl.rewards.outcome import make_rapo_outcome_reward
@@ -46,9 +48,9 @@ def test_functions_taking_tool_tags_get_them_others_are_left_alone():
 
     given = functools.partial(tagged, tool_tags=("a", "b", "c"))
     bound, same, kept, bound_async = bind_tool_tags([tagged, plain, given, tagged_async], ["python", "search"])
-    assert bound(completions=["x"]) == [2.0] and bound.__name__ == "tagged"
+    assert bound(completions=["x"]) == [2.0] and get_callable_name(bound) == "tagged"
     assert same is plain and kept is given
-    assert asyncio.iscoroutinefunction(bound_async) and asyncio.run(bound_async(completions=["x"])) == [2.0]
+    assert is_async_callable(bound_async) and asyncio.run(bound_async(completions=["x"])) == [2.0]
     assert bind_tool_tags("a/reward-model", ["python"]) == "a/reward-model"
 
 
@@ -58,3 +60,22 @@ def test_the_trainer_hands_its_tools_tags_to_the_rewards(tiny_model_dir, tmp_pat
     (reward,) = trainer.reward_funcs
     assert reward.tool_tags == ("python",) and rapo_outcome_reward.tool_tags is None
     assert trainer.reward_func_names == ["rapo_outcome_reward"]
+
+
+def test_callable_objects_keep_their_name_and_async_callables_stay_async():
+    class Scored:
+        def __call__(self, completions, tool_tags=None, **kwargs):
+            return [float(len(tool_tags))] * len(completions)
+
+    class ScoredAsync:
+        async def __call__(self, completions, tool_tags=None, **kwargs):
+            return [float(len(tool_tags))] * len(completions)
+
+    def base(completions, tool_tags=None, scale=1.0, **kwargs):
+        return [scale * len(tool_tags)] * len(completions)
+
+    scored, scored_async, scaled = bind_tool_tags(
+        [Scored(), ScoredAsync(), functools.partial(base, scale=2.0)], ["python"])
+    assert [get_callable_name(f) for f in (scored, scored_async, scaled)] == ["Scored", "ScoredAsync", "base"]
+    assert scored(completions=["x"]) == [1.0] and scaled(completions=["x"]) == [2.0]
+    assert is_async_callable(scored_async) and asyncio.run(scored_async(completions=["x"])) == [1.0]

@@ -49,7 +49,7 @@ def check(script, rapo_args, model_args) -> None:
     make_reward(script)
     check_store_location(script, must_exist=False)
     if script.agent != "expert":
-        check_model(script.agent, model_args.model_revision)
+        check_model(script.agent)  # model_revision pins the policy's repo, not the agent's
         check_quantization(model_args)
 
 
@@ -61,10 +61,10 @@ def _model_agent(script, rapo_args, model_args, tools):
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
 
-    model, tokenizer = load_policy(
-        resolve_model_path(script.agent, model_args.model_revision), device=script.device,
-        quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args),
-    )
+    # The agent is another repo than the policy: the policy's model_revision does not apply to it.
+    init_kwargs = {k: v for k, v in model_init_kwargs(model_args, rapo_args).items() if k != "revision"}
+    model, tokenizer = load_policy(resolve_model_path(script.agent), device=script.device,
+                                   quantization_config=get_quantization_config(model_args), **init_kwargs)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
                            max_turn_tokens=rapo_args.max_turn_tokens)
     return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))

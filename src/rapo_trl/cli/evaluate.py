@@ -73,7 +73,8 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
 
 
 def _target(script, rapo_args) -> str:
-    return script.eval_model or rapo_args.output_dir
+    # TrainingArguments' own default ("trainer_output") is set in __post_init__, after this early check runs.
+    return script.eval_model or rapo_args.output_dir or "trainer_output"
 
 
 def check(script, rapo_args, model_args) -> None:

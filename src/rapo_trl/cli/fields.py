@@ -9,6 +9,7 @@ looking like a plain dataclass, the real classes are imported instead: slower, n
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import functools
@@ -30,6 +31,11 @@ MODEL_CONFIG_SOURCES = (("trl", "trainer/model_config.py", "ModelConfig"),)
 SCRIPT, TRAINING, MODEL = "RAPOScriptArguments", "RAPOConfig", "ModelConfig"
 _TYPE_NAMES = {"int": int, "float": float, "str": str, "bool": bool, "list": list, "dict": dict, "Any": typing.Any,
                "Optional": typing.Optional, "Union": typing.Union, "Literal": typing.Literal}
+
+
+RUNTIME_DEFAULT = argparse.SUPPRESS
+"""The default of a field the class decides when it is imported (e.g. ``optim`` by torch version): not shown, and
+left to TRL's parser."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +109,13 @@ def _class_fields(node: ast.ClassDef, dataclass: str):
     # Class-level constants a default may name (TrainingArguments: `optim: str = field(default=default_optim)`).
     constants = {target.id: statement.value for statement in node.body if isinstance(statement, ast.Assign)
                  for target in statement.targets if isinstance(target, ast.Name)}
+    # A constant reassigned under a condition (`default_optim` follows the installed torch) is only known at run
+    # time: its fields' defaults are left unknown here rather than shown wrong.
+    for statement in node.body:
+        if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.FunctionDef, ast.Expr)):
+            for inner in ast.walk(statement):
+                if isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
+                    constants[inner.id] = None
     for statement in node.body:
         if not isinstance(statement, ast.AnnAssign) or not isinstance(statement.target, ast.Name):
             continue
@@ -123,6 +136,8 @@ def _default(keywords: dict, constants: dict):
     node = keywords.get("default")
     if node is None:
         return dataclasses.MISSING
+    if isinstance(node, ast.Name) and node.id in constants and constants[node.id] is None:
+        return RUNTIME_DEFAULT
     return _literal(constants.get(node.id, node) if isinstance(node, ast.Name) else node)
 
 

@@ -194,12 +194,13 @@ def _prefixes() -> list[str]:
     leads there (a project's ``.venv`` linking to a virtualenv under ``/tmp``); ``sys.prefix``,
     ``sys.path`` and ``sys.executable`` keep the link's path, so the view must show both."""
     found = set()
+    # A prefix that is "/" or leads there (a link to "/") would show the host's whole tree: never bound.
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
-        if os.path.isdir(prefix):
+        if os.path.isdir(prefix) and os.path.realpath(prefix) != "/":
             found.update((os.path.realpath(prefix), os.path.abspath(prefix)))
-    if sys.executable:
+    if sys.executable and os.path.dirname(os.path.realpath(sys.executable)) != "/":
         found.update((os.path.dirname(os.path.realpath(sys.executable)), os.path.abspath(sys.executable)))
-    return sorted(found - {"/"})  # "/" would show the host's whole tree
+    return sorted(found - {"/"})
 
 
 def _view_paths(paths) -> list[str]:

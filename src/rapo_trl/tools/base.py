@@ -69,11 +69,14 @@ def run_tool_calls(calls: list[tuple[Tool, str]], max_workers: int = 8) -> list[
     slots = threading.BoundedSemaphore(max(1, min(max_workers, len(calls))))
     outcomes: list[ToolCall | BaseException | None] = [None] * len(calls)
     finished = [threading.Event() for _ in calls]
+    # Set when the caller reported a call as timed out: one still waiting for a slot must not run later.
+    abandoned = [threading.Event() for _ in calls]
 
     def work(index: int, tool: Tool, content: str) -> None:
         try:
             with slots:
-                outcomes[index] = _run_one(tool, content)
+                if not abandoned[index].is_set():
+                    outcomes[index] = _run_one(tool, content)
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller below
             outcomes[index] = error
         finally:
@@ -85,6 +88,7 @@ def run_tool_calls(calls: list[tuple[Tool, str]], max_workers: int = 8) -> list[
     for index, (tool, content) in enumerate(calls):
         budget = float(getattr(tool, "timeout", 30.0)) + _GRACE_SECONDS
         if not finished[index].wait(budget):
+            abandoned[index].set()
             results.append(ToolCall(tool.tag, content, f"Error: tool '{tool.tag}' timed out after {budget:.0f}s",
                                     False, budget))
             continue

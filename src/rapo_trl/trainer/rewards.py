@@ -33,20 +33,9 @@ def _bind(func, tags: tuple[str, ...]):
         return func  # a model id, a reward model, or a function without the parameter
     if isinstance(func, functools.partial) and "tool_tags" in func.keywords:
         return func
-    if inspect.iscoroutinefunction(func):
-        @functools.wraps(func)
-        async def bound_async(*args, **kwargs):
-            kwargs.setdefault("tool_tags", tags)
-            return await func(*args, **kwargs)
-
-        return bound_async
-
-    @functools.wraps(func)
-    def bound(*args, **kwargs):
-        kwargs.setdefault("tool_tags", tags)
-        return func(*args, **kwargs)
-
-    return bound
+    # A partial: TRL sees through it for the reward's name and whether it is async (callable objects included),
+    # and a tool_tags given at call time still wins.
+    return functools.partial(func, tool_tags=tags)
 
 
 def _takes_tool_tags(func) -> bool:

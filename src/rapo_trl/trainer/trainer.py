@@ -18,6 +18,7 @@ import os
 
 import torch
 from trl import GRPOTrainer
+from trl.extras.profiling import profiling_decorator
 from trl.trainer.utils import get_config_model_id
 
 from rapo_trl.config import RAPOConfig
@@ -240,6 +241,7 @@ class RAPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ a step: the loss
 
+    @profiling_decorator
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # Explicitly through _compute_loss whatever the config (use_liger_kernel only swaps layer kernels in
         # TRL 1.16): a loss path that skipped it would drop the shaped ratio without a word.
