@@ -78,3 +78,12 @@ def test_every_help_group_names_real_fields():
 def test_recipe_fields_cover_every_init_field():
     for cls in (RAPOScriptArguments, RAPOConfig, ModelConfig):
         assert {f.name for f in dataclasses.fields(cls) if f.init} <= fields.recipe_fields().keys()
+
+
+def test_a_field_that_takes_a_string_or_a_list_takes_several_values_early_as_in_trl():
+    argv = ["--debug", "underflow_overflow", "tpu_metrics_debug"]
+    early = recipe_parser("train").parse_known_args(argv)[0]
+    parser = TrlParser((RAPOScriptArguments, RAPOConfig, ModelConfig))
+    _, trained, _ = parser.parse_args_into_dataclasses(argv + ["--output_dir", "out", "--use_cpu", "true"])
+    assert early.debug == ["underflow_overflow", "tpu_metrics_debug"]
+    assert [str(d.value) for d in trained.debug] == early.debug

@@ -134,12 +134,13 @@ def _conversion(hint) -> dict:
         members = [hint]
     if bool in members:
         return {"type": _to_bool, "nargs": "?", "const": True}  # a bare `--bf16` is true, for `bool | None` too
+    lists = [member for member in members if typing.get_origin(member) is list]
+    if lists:  # `str | list[str]` (TrainingArguments.debug) takes several values, as in HfArgumentParser
+        (item,) = typing.get_args(lists[0]) or (str,)
+        return {"type": item if item in (int, float) and len(members) == 1 else str, "nargs": "+"}
     if str in members or len(members) != 1:
         return {}
     (member,) = members
-    if typing.get_origin(member) is list:
-        (item,) = typing.get_args(member) or (str,)
-        return {"type": item if item in (int, float) else str, "nargs": "+"}
     if member in (int, float):
         return {"type": _or_none(member) if len(members) < len(args) else member}
     return {}
