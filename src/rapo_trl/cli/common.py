@@ -98,11 +98,6 @@ def model_init_kwargs(model_args, rapo_args) -> dict:
     return {key: value for key, value in kwargs.items() if value is not None}
 
 
-def tokenizer_kwargs(init_kwargs: dict) -> dict:
-    """The part of ``model_init_kwargs`` a tokenizer takes too (which revision, whether to run the hub's code)."""
-    return {key: init_kwargs[key] for key in ("revision", "trust_remote_code") if key in init_kwargs}
-
-
 def load_policy(path: str, device: str | None = None, quantization_config=None, **init_kwargs):
     """`rapo_trl.rollout.agent.load_policy` with TRL's loading flags (``model_init_kwargs``), imported only when a
     model loads: help and input errors answer without torch."""

@@ -13,7 +13,6 @@ from rapo_trl.cli.common import (
     open_store,
     resolve_model_path,
     task_split,
-    tokenizer_kwargs,
     training_rewards,
     training_rows,
 )
@@ -40,6 +39,7 @@ def run(script, rapo_args, model_args) -> dict:
     from trl import get_peft_config, get_quantization_config
 
     from rapo_trl.hardware import check_trainer_device
+    from rapo_trl.rollout.agent import tokenizer_kwargs
     from rapo_trl.trainer import RAPOTrainer
 
     check_trainer_device(script.device, rapo_args.use_cpu)

@@ -12,6 +12,11 @@ from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
 from rapo_trl.rollout.types import RolloutRow
 
 
+def tokenizer_kwargs(init_kwargs: dict) -> dict:
+    """The part of a model's loading flags a tokenizer takes too (which revision, whether to run the hub's code)."""
+    return {key: init_kwargs[key] for key in ("revision", "trust_remote_code") if key in init_kwargs}
+
+
 def load_policy(path: str, device: str | None = None, dtype=None, quantization_config=None, **init_kwargs):
     """``(model, tokenizer)`` from a model folder, a PEFT adapter folder (its base loads first) or a hub id.
 
@@ -36,8 +41,7 @@ def load_policy(path: str, device: str | None = None, dtype=None, quantization_c
         model = AutoPeftModelForCausalLM.from_pretrained(path, **kwargs)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    tokenizer_kwargs = {key: init_kwargs[key] for key in ("revision", "trust_remote_code") if key in init_kwargs}
-    tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(path, **tokenizer_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()

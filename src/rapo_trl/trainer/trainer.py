@@ -13,6 +13,7 @@ against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integr
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
@@ -195,7 +196,7 @@ class RAPOTrainer(GRPOTrainer):
         self.pending_rollout = PendingRollout(rows, mode)
         engine = self.rollout_engine
         metrics = rollout_metrics(rows, engine.last_stats, engine.store_errors, engine.config.retrieve_prob,
-                                  lambda values, weights=None: gathered_mean(self.accelerator, values, weights))
+                                  functools.partial(gathered_mean, self.accelerator))
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         use_logprobs = all(row.logprobs is not None for row in rows)
