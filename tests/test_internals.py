@@ -78,3 +78,17 @@ def test_every_private_trl_or_transformers_name_the_code_uses_is_listed():
     unlisted = library_names - listed
     assert not unlisted, f"private TRL/transformers names used but not in rapo_trl.internals.INTERNALS: {unlisted}"
     assert {"_calculate_rewards", "_tokenize_prompts", "_metrics", "_get_logits_processor"} <= library_names
+
+
+def test_a_renamed_cache_argument_of_the_decoder_forward_is_named(monkeypatch):
+    """transformers 5.24 renamed ``past_key_values`` to ``cache``; the next rename must fail here, by name."""
+    from transformers import Qwen2ForCausalLM
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, kv_state=None, logits_to_keep=0):
+        return None
+
+    monkeypatch.setattr(Qwen2ForCausalLM, "forward", forward)
+    (problem,) = check_internals()
+    assert "Qwen2ForCausalLM.forward" in problem and "['cache', 'past_key_values']" in problem
+    assert "kv_state" in problem
+

@@ -25,6 +25,8 @@ class Internal:
     """Where in rapo_trl, and why."""
     parameters: tuple[str, ...] = ()
     """For a method: parameter names rapo_trl passes or receives (checked present)."""
+    one_of: tuple[str, ...] = ()
+    """For a method: names of one argument that has been renamed across versions; at least one must be present."""
     attribute: bool = False
     """An instance attribute: checked by ``self.<name> =`` appearing in the owner's class body."""
     calls_in_order: tuple[str, ...] = ()
@@ -36,6 +38,15 @@ TRAINER = "transformers.trainer:Trainer"
 VLLM_GENERATION = "trl.generation.vllm_generation:VLLMGeneration"
 GENERATION = "transformers.generation.utils:GenerationMixin"
 DYNAMIC_LAYER = "transformers.cache_utils:DynamicLayer"
+# The decoders the project runs (SmolLM2 is a Llama; the tests' tiny model and the GPU recipes' Qwen2.5 are Qwen2).
+DECODERS = ("transformers.models.llama.modeling_llama:LlamaForCausalLM",
+            "transformers.models.qwen2.modeling_qwen2:Qwen2ForCausalLM")
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+"""The names a decoder's ``forward`` has taken its KV cache under, newest first: ``cache`` from transformers 5.24
+(``past_key_values`` deprecated there), ``past_key_values`` before. The KV-cache decode loop passes the cache under the
+one the installed model's ``forward`` declares."""
+FORWARD_ARGUMENTS = ("attention_mask", "position_ids", "logits_to_keep")
+"""The other arguments the decode loop passes to ``forward`` by name (a PEFT wrapper hands them on)."""
 
 INTERNALS: tuple[Internal, ...] = (
     # Hooks RAPOTrainer overrides (rapo_trl/trainer/trainer.py).
@@ -76,6 +87,9 @@ INTERNALS: tuple[Internal, ...] = (
              ("key_states", "value_states")),
     Internal(DYNAMIC_LAYER, "batch_select_indices", "finished rows leave the preallocated cache", ("indices",)),
     Internal(DYNAMIC_LAYER, "crop", "kept consistent with the preallocated buffer", ("tokens_to_remove",)),
+    # The decoder forward arguments the KV-cache decode loop passes by name; the cache's name changed in 5.24.
+    *(Internal(decoder, "forward", "the KV-cache decode loop passes the cache and these arguments by name",
+               FORWARD_ARGUMENTS, one_of=CACHE_ARGUMENTS) for decoder in DECODERS),
 )
 
 
@@ -110,6 +124,11 @@ def problem_with(internal: Internal) -> str | None:
         missing = [p for p in internal.parameters if p not in parameters]
         if missing:
             return f"{where}: its signature lost {missing} (now {list(parameters)})"
+    if internal.one_of:
+        parameters = inspect.signature(member).parameters
+        if not any(name in parameters for name in internal.one_of):
+            return (f"{where}: its signature has none of {list(internal.one_of)}, a renamed argument "
+                    f"(now {list(parameters)})")
     body = _source(member)
     position = 0
     for fragment in internal.calls_in_order:

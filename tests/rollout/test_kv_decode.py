@@ -278,3 +278,92 @@ def test_preallocated_layer_writes_in_place_and_grows_when_full():
     assert layer.get_seq_length() == 9 and layer._key_buffer.shape[-2] >= 9
     layer.batch_select_indices(torch.tensor([1]))
     assert torch.equal(layer.keys, expected[1:]) and layer.get_seq_length() == 9
+
+
+def _forward_declaring(model, cache_name):
+    """Replace ``model.forward`` with one that declares the cache under ``cache_name`` (or under no known name when
+    None) and hands it on under the name the installed transformers takes; records the names it was called with."""
+    import inspect
+
+    from rapo_trl.rollout.backends.kv_decode import CACHE_ARGUMENTS
+
+    original = model.forward
+    native = next(n for n in CACHE_ARGUMENTS if n in inspect.signature(original).parameters)
+    declared = cache_name or "kv_state"
+    calls = []
+
+    def forward(input_ids=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0, **kwargs):
+        calls.append(sorted(n for n in (*CACHE_ARGUMENTS, "kv_state") if n in kwargs))
+        cache = kwargs.pop(declared, None)
+        for name in CACHE_ARGUMENTS:  # generate itself passes the installed name
+            cache = kwargs.pop(name, cache)
+        return original(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        use_cache=use_cache, logits_to_keep=logits_to_keep, **{native: cache}, **kwargs)
+
+    params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+              for n in ("input_ids", "attention_mask", "position_ids", declared, "use_cache", "logits_to_keep")]
+    forward.__signature__ = inspect.Signature(params + [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)])
+    model.forward = forward
+    return calls
+
+
+@pytest.mark.parametrize("cache_name", ["cache", "past_key_values"])
+def test_the_cache_goes_under_the_name_the_forward_takes(tiny_model, cache_name):
+    """transformers 5.24 renamed the forward's ``past_key_values`` to ``cache``: the loop reads the name from the
+    signature, passes the cache under it alone, and decodes the same tokens as generate."""
+    from rapo_trl.rollout.backends.kv_decode import cache_argument
+
+    model, tok = tiny_model
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Name a prime number above 20.")]
+    reference = run_turns(TransformersBackend(model, tok, GREEDY, reuse_kv=False), tok, prompts, [10, 6])
+    calls = _forward_declaring(model, cache_name)
+    assert cache_argument(model) == cache_name
+    cached = TransformersBackend(model, tok, GREEDY)
+    history = run_turns(cached, tok, prompts, [10, 6])
+    assert cached.last_path == "kv_cache" and cached.kv_cache_unavailable is None
+    assert calls and all(names == [cache_name] for names in calls)
+    assert cached.decoder.stats["reused_tokens"] > 0
+    assert_same(history, reference)
+
+
+def test_a_forward_without_a_known_cache_name_falls_back_and_says_so_once(tiny_model, caplog):
+    from rapo_trl.rollout.backends.kv_decode import kv_decode_unavailable
+
+    model, tok = tiny_model
+    prompts = [chat(tok, "What is 2 + 3?")]
+    reference = run_turns(TransformersBackend(model, tok, GREEDY, reuse_kv=False), tok, prompts, [8])
+    _forward_declaring(model, None)
+    reason = kv_decode_unavailable(model)
+    assert reason is not None and "kv_state" in reason and "'cache'" in reason and "'past_key_values'" in reason
+    backend = TransformersBackend(model, tok, GREEDY)
+    with caplog.at_level("WARNING", logger="rapo_trl.rollout.backends.transformers"):
+        history = run_turns(backend, tok, prompts, [8], turns=3)
+    assert backend.last_path == "generate" and backend.kv_cache_unavailable == reason
+    warnings = [r.getMessage() for r in caplog.records if "KV-cache loop" in r.getMessage()]
+    assert len(warnings) == 1 and reason in warnings[0]  # one line for three turns, naming the cause
+    assert_same(history, reference)
+
+
+def test_every_fallback_cause_is_named(tiny_model):
+    """Each condition that keeps the loop off has its own words (patched generate, encoder-decoder, a missing
+    helper, the forward's arguments, the cache layer type)."""
+    from unittest.mock import patch
+
+    from transformers import DynamicCache
+
+    from rapo_trl.rollout.backends.kv_decode import kv_decode_unavailable
+
+    model, _ = tiny_model
+    assert kv_decode_unavailable(model) is None
+    with patch.object(type(model), "generate"):
+        assert "patched" in kv_decode_unavailable(model)
+    with patch.object(model.config, "is_encoder_decoder", True, create=True):
+        assert "encoder-decoder" in kv_decode_unavailable(model)
+    with patch.object(type(model), "_prepare_special_tokens", None):
+        assert "_prepare_special_tokens" in kv_decode_unavailable(model)
+
+    class SlidingLayer:
+        pass
+
+    with patch.object(DynamicCache, "__init__", lambda self, **_: setattr(self, "layers", [SlidingLayer()])):
+        assert "SlidingLayer" in kv_decode_unavailable(model)

@@ -35,6 +35,8 @@ from transformers import (
 )
 from transformers.cache_utils import DynamicLayer
 
+from rapo_trl.internals import CACHE_ARGUMENTS, FORWARD_ARGUMENTS
+
 
 def _is_transformers_generate(fn) -> bool:
     """Whether ``fn`` is transformers' own ``GenerationMixin.generate`` function (not a mock or a replacement)."""
@@ -139,29 +141,51 @@ def stock_generate(model) -> bool:
     return getattr(type(inner), "generate", None) is _STOCK_GENERATE
 
 
-def supports_kv_decode(model) -> bool:
-    """Whether the loop can stand in for ``model.generate``: a stock ``generate`` (not patched or wrapped on the
-    instance, the model's class or ``GenerationMixin``; see ``stock_generate``), a decoder-only model with
-    full-attention dynamic cache layers, and the generation helpers it reuses."""
+def cache_argument(model) -> str | None:
+    """The name under which ``model``'s ``forward`` takes the KV cache (one of ``CACHE_ARGUMENTS``), or None."""
+    parameters = inspect.signature(_inner_model(model).forward).parameters
+    return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
+
+
+def kv_decode_unavailable(model) -> str | None:
+    """Why the loop cannot stand in for ``model.generate``, in words, or None when it can.
+
+    The loop needs a stock ``generate`` (not patched or wrapped on the instance, the model's class or
+    ``GenerationMixin``; see ``stock_generate``), a decoder-only model whose ``forward`` takes the cache under a
+    known name and the other arguments the loop passes, full-attention dynamic cache layers, and the generation
+    helpers it reuses.
+    """
     inner = _inner_model(model)
     if not stock_generate(model):  # a patched generate must be the one used
-        return False
+        return "model.generate is patched or wrapped (on the model, its class or GenerationMixin), so it runs as is"
     config = inner.config
     if getattr(config, "is_encoder_decoder", False):
-        return False
+        return "the model is an encoder-decoder"
     for name in ("_get_logits_processor", "_prepare_special_tokens"):
         if not callable(getattr(inner, name, None)):
-            return False
-    # The loop passes these to the model by name (a PEFT wrapper hands them on to the inner model).
-    if not {"past_key_values", "position_ids", "attention_mask", "logits_to_keep"} <= set(
-        inspect.signature(inner.forward).parameters
-    ):
-        return False
+            return f"transformers' generation helper {name} is missing"
+    parameters = inspect.signature(inner.forward).parameters
+    if cache_argument(model) is None:
+        return (f"{type(inner).__name__}.forward takes its KV cache under none of the names {list(CACHE_ARGUMENTS)} "
+                f"(its parameters: {list(parameters)})")
+    missing = [name for name in FORWARD_ARGUMENTS if name not in parameters]
+    if missing:
+        return f"{type(inner).__name__}.forward takes no {missing}"
     try:
         layers = DynamicCache(config=config).layers
-    except Exception:  # a config the dynamic cache cannot describe
-        return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    except Exception as error:  # a config the dynamic cache cannot describe
+        return f"DynamicCache cannot be built from the model's config ({type(error).__name__}: {error})"
+    if not layers:
+        return "DynamicCache built from the model's config has no layers"
+    other = sorted({type(layer).__name__ for layer in layers if type(layer) is not DynamicLayer})
+    if other:
+        return f"the model's cache has layers of type {other} (the loop handles full-attention DynamicLayer only)"
+    return None
+
+
+def supports_kv_decode(model) -> bool:
+    """Whether the loop can stand in for ``model.generate`` (``kv_decode_unavailable`` says why not)."""
+    return kv_decode_unavailable(model) is None
 
 
 def _common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -192,6 +216,7 @@ class KVCacheDecoder:
         self._keep = False
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_row_steps": 0}
         self.step_rows: list[torch.Tensor] = []
+        self._cache_argument = CACHE_ARGUMENTS[0]
 
     def keep(self, enabled: bool) -> None:
         self._keep = enabled
@@ -248,12 +273,18 @@ class KVCacheDecoder:
         mask = mask.to(device)
         out = model(
             input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
+            use_cache=True, logits_to_keep=1, **{self._cache_argument: cache},
         )
         self.stats["prefilled_tokens"] += sum(len(p) for _, _, p in parts)
         self.stats["reused_tokens"] += sum(c for _, c, _ in parts)
         next_positions = torch.tensor([c + len(p) for _, c, p in parts], dtype=torch.long, device=device)
-        return out.logits[:, -1].float(), out.past_key_values, mask, next_positions
+        return out.logits[:, -1].float(), self._returned_cache(out, cache), mask, next_positions
+
+    def _returned_cache(self, out, given):
+        """The cache in ``out``, whose field carries the same name as the forward's argument (``cache`` from
+        transformers 5.24, ``past_key_values`` before); a dynamic cache is updated in place, so ``given`` is it."""
+        returned = out.get(self._cache_argument) if hasattr(out, "get") else None
+        return given if returned is None else returned
 
     @staticmethod
     def _extract(cache, row: int, mask_row: torch.Tensor, tokens: torch.Tensor) -> _Entry:
@@ -317,6 +348,9 @@ class KVCacheDecoder:
         merged with the config's the way ``generate`` merges them.
         """
         inner = _inner_model(model)
+        self._cache_argument = cache_argument(model)
+        if self._cache_argument is None:
+            raise ValueError(f"KVCacheDecoder: {kv_decode_unavailable(model)}")
         device = next(model.parameters()).device
         rows = len(sequences)
         seqs = [torch.tensor(list(s), dtype=torch.long) for s in sequences]
@@ -384,9 +418,9 @@ class KVCacheDecoder:
             mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
             out = model(
                 input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
-                past_key_values=cache, use_cache=True, logits_to_keep=1,
+                use_cache=True, logits_to_keep=1, **{self._cache_argument: cache},
             )
-            cache = out.past_key_values
+            cache = self._returned_cache(out, cache)
             logits = out.logits[:, -1].float()
             positions = positions + 1
         self._entries = [entries[r] for r in sorted(entries)] if self._keep else []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,7 +18,7 @@ from transformers import (
 )
 
 from rapo_trl.rollout.backends.base import SamplingSettings, find_stop
-from rapo_trl.rollout.backends.kv_decode import KVCacheDecoder, supports_kv_decode
+from rapo_trl.rollout.backends.kv_decode import KVCacheDecoder, kv_decode_unavailable
 from rapo_trl.rollout.entropy import token_entropies
 from rapo_trl.rollout.types import TurnOutput
 
@@ -25,6 +26,8 @@ from rapo_trl.rollout.types import TurnOutput
 # between calls for Rust-backed tokenizers, so its cache never hits and every `generate` call rebuilt them
 # (~0.5-2 s for a 49k vocabulary). Built here once per tokenizer and set of stop strings, shared by backends.
 _STOP_CRITERIA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+logger = logging.getLogger(__name__)
 
 
 class _EntropyRecorder(LogitsProcessor):
@@ -110,6 +113,9 @@ class TransformersBackend:
         self.extra_processors = list(logits_processor or [])
         self.last_path: str | None = None
         """``"kv_cache"`` or ``"generate"``: which path the last turn took."""
+        self.kv_cache_unavailable: str | None = None
+        """Why the last turn could not take the KV-cache loop (``reuse_kv=True`` only), or None."""
+        self._reported: set[str] = set()
 
     def begin_rollout(self) -> None:
         """Keep KV caches from turn to turn until ``end_rollout`` (the weights must not change meanwhile)."""
@@ -172,8 +178,18 @@ class TransformersBackend:
         return LogitsProcessorList([*self.extra_processors, recorder])
 
     def _use_kv_cache(self, model, config: GenerationConfig) -> bool:
-        single_path = (config.num_beams or 1) == 1 and getattr(config, "assistant_model", None) is None
-        return self.decoder is not None and single_path and supports_kv_decode(model)
+        if self.decoder is None:
+            return False
+        if (config.num_beams or 1) != 1 or getattr(config, "assistant_model", None) is not None:
+            reason = "the generation config asks for beam search or assisted decoding"
+        else:
+            reason = kv_decode_unavailable(model)
+        self.kv_cache_unavailable = reason
+        if reason is not None and reason not in self._reported:  # once per cause, on the first turn it applies
+            self._reported.add(reason)
+            logger.warning("RAPO: rollout turns run model.generate (the whole sequence prefilled again every turn, "
+                           "stopped rows decoded to the end) instead of the KV-cache loop, because %s.", reason)
+        return reason is None
 
     @torch.no_grad()
     def generate(
