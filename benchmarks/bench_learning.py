@@ -104,11 +104,24 @@ def parse_args(argv=None):
     parser.add_argument("--cold-steps", type=int, default=4, help="SFT steps of the cold start (0: the base model)")
     parser.add_argument("--sft-learning-rate", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    parser.add_argument("--max-train-seconds", type=float, default=None,
+                        help="per grpo/rapo run: stop after this much training time (evaluations not counted), "
+                             "evaluate and record the steps done (a wall-clock cap for a machine held for minutes)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: train and evaluate on the GPU in the hardware rule's precision (bf16 on Ampere+)")
     parser.add_argument("--workdir", default="runs/bench_learning", help="store, warm/cold starts, run folders")
     parser.add_argument("--results", default=str(RESULTS), help="where learning.json/.md and the PNGs go")
     parser.add_argument("--report-only", action="store_true", help="only redraw the report from learning.json")
     return parser.parse_args(argv)
 
+
+DEVICE = "cpu"
+"""Where every model of the run trains and evaluates (``--device``); set once by ``main``."""
+
+
+def placement_args() -> dict:
+    """Trainer/warm-start precision flags: fp32 on the CPU (the recorded runs), the hardware rule elsewhere."""
+    return {"use_cpu": True, "bf16": False} if DEVICE == "cpu" else {"use_cpu": False, "bf16": None}
 
 # ------------------------------------------------------------------ shared setup (cached in --workdir)
 
@@ -199,7 +212,7 @@ def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tok
         return base
     if not (folder / "sft-warm-start" / "config.json").exists():
         warm_start(base, tokenizer, train_rows, store, str(folder), steps, args.sft_learning_rate, min_reward=1.0,
-                   use_cpu=True, seed=0, bf16=False)
+                   **placement_args(), seed=0)
     return str(folder / "sft-warm-start")
 
 
@@ -210,10 +223,12 @@ class HeldOutEval:
     """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
     the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
 
-    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0):
+    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0,
+                 max_seconds: float | None = None):
         from transformers import TrainerCallback
 
         outer = self
+        self.capped = False  # stopped early by ``max_seconds`` of training (evaluations not counted)
         self.steps, self.eval_seconds, self.step_seconds = [0], 0.0, []
         self.pass1 = {name: [_pass1(initial[name])] for name in eval_sets}
         self.detail = {name: [initial[name]] for name in eval_sets}  # with mean@k when sampled
@@ -226,6 +241,8 @@ class HeldOutEval:
             def on_step_end(self, args, state, control, model=None, **kwargs):
                 outer.step_seconds.append(time.perf_counter() - outer._step_start)
                 last = state.global_step == state.max_steps
+                if not last and max_seconds is not None and sum(outer.step_seconds) >= max_seconds:
+                    outer.capped = last = control.should_training_stop = True  # evaluate once more, then stop
                 if state.global_step % every == 0 or last:
                     started = time.perf_counter()
                     outer.steps.append(state.global_step)
@@ -267,7 +284,7 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
     if missing:
         from rapo_trl.rollout.agent import load_policy
 
-        model, tokenizer = load_policy(model_path, device="cpu")
+        model, tokenizer = load_policy(model_path, device=DEVICE)
         for name in missing:
             k = samples if name in SAMPLED_SETS else 0
             result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", k)
@@ -291,6 +308,7 @@ def settings(args) -> dict:
             "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
             "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
+            **({"device": args.device} if args.device != "cpu" else {}),
             "samples": args.samples}
 
 
@@ -310,14 +328,15 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
     samples = args.samples if start == "stories" else 0
-    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial, samples)
+    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial, samples,
+                          max_seconds=args.max_train_seconds)
     g = args.num_generations
     rewards, weights = [rapo_outcome_reward], [1.0]
     if args.reward == "closeness":
         rewards.append(numeric_closeness_reward)
         weights.append(args.closeness_weight)
     config = RAPOConfig(
-        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), use_cpu=True, bf16=False, seed=seed,
+        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), **placement_args(), seed=seed,
         max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
@@ -354,6 +373,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     split["loss_and_other"] = max(0.0, step_total - sum(split.values()))
     return {
         "arm": arm, "start": start, "seed": seed, "steps": args.steps,
+        **({"steps_done": tracker.steps[-1], "capped_at_s": args.max_train_seconds} if tracker.capped else {}),
         "train_reward": series("reward"),
         "eval_steps": tracker.steps, "eval_pass1": tracker.pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
         "extra_evals": extra_evals(tracker.steps, tracker.pass1),
@@ -397,10 +417,10 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
     folder = workdir / f"run-{start}-sft-{seed}"
     started = time.perf_counter()
     trained = warm_start(model_path, tokenizer, sft_rows, store, str(folder), args.steps, args.sft_learning_rate,
-                         min_reward=1.0, use_cpu=True, seed=seed, bf16=False, max_seconds=seconds,
+                         min_reward=1.0, **placement_args(), seed=seed, max_seconds=seconds,
                          folder="sft-same-time")
     wall = time.perf_counter() - started
-    model, tokenizer = load_policy(trained, device="cpu")
+    model, tokenizer = load_policy(trained, device=DEVICE)
     started = time.perf_counter()
     samples = args.samples if start == "stories" else 0
     detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets,
@@ -433,7 +453,8 @@ def machine() -> dict:
 
     return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-            "load_avg": [round(x, 2) for x in os.getloadavg()]}
+            "load_avg": [round(x, 2) for x in os.getloadavg()],
+            **({"device": torch.cuda.get_device_name(0)} if DEVICE == "cuda" else {})}
 
 
 def append_run(results: Path, record: dict) -> None:
@@ -620,6 +641,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = args.device
     logging.basicConfig(level=logging.WARNING)
     from transformers import AutoTokenizer
 

@@ -111,6 +111,7 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "trl": trl.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
 
 
@@ -504,10 +505,13 @@ def plain_generate(model, tokenizer, prompts: list[list[int]], counts: list[int]
     config = GenerationConfig(max_new_tokens=max(counts), do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
                               pad_token_id=pad, eos_token_id=banned[0], suppress_tokens=banned)
     model.eval()
+    input_ids, mask = input_ids.to(model.device), mask.to(model.device)
     start, cpu = time.perf_counter(), time.process_time()
     with torch.no_grad():
         out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
                              stopping_criteria=StoppingCriteriaList([RowLengths(width, counts)]))
+    if out.is_cuda:
+        torch.cuda.synchronize()
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert out.shape[1] - width == max(counts)
     return RunResult(seconds, len(prompts), sum(counts), 0, statistics.mean(len(p) for p in prompts), 0,
@@ -546,7 +550,8 @@ def engine_vs_generate(args) -> int:
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.ev_dtype]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(args.ev_device)
     banned = sorted({tokenizer.eos_token_id, *_as_list(model.generation_config.eos_token_id)} - {None})
     call_ids = tokenizer(RAPO_CALL, add_special_tokens=False)["input_ids"]
     boundaries = [tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"],
@@ -619,7 +624,7 @@ def engine_vs_generate(args) -> int:
                         (b.policy_tokens / b.cpu_s) / (a.policy_tokens / a.cpu_s) for b, a in zip(new_runs, rs))),
                     "runs": [vars(r) for r in rs],
                 })
-    settings = (f"SmolLM2-135M-Instruct (fp32), arithmetic eval prompts with the {args.system_prompt} system prompt, "
+    settings = (f"SmolLM2-135M-Instruct ({args.ev_dtype} on {args.ev_device}), arithmetic eval prompts with the {args.system_prompt} system prompt, "
                 f"G={args.generations} rows per prompt, max_completion_length {args.ev_max_len}, max_turn_tokens "
                 f"{args.ev_turn_tokens}, temperature 1.0, PythonTool (real sandbox), no retrieval; torch threads "
                 f"{torch.get_num_threads()}. Scripted variant: {args.calls} forced `<python>` call(s) per row after "
@@ -742,6 +747,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ev-turn-tokens", type=int, default=160, help="max_turn_tokens (engine vs generate)")
     parser.add_argument("--ev-repeats", type=int, default=2, help="timed rounds (engine vs generate)")
     parser.add_argument("--ev-warmup", action="store_true", help="one untimed round first (engine vs generate)")
+    parser.add_argument("--ev-device", default="cpu", help="where the model runs (engine vs generate): cpu, cuda")
+    parser.add_argument("--ev-dtype", default="fp32", choices=["fp32", "bf16"], help="weights (engine vs generate)")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats = args.smol_repeats = 1

@@ -71,7 +71,7 @@ class _Clock:
         self.current = defaultdict(float)
 
 
-def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str) -> None:
+def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str, overrides: list[str]) -> None:
     import torch
     import yaml
     from transformers import AutoTokenizer, TrainerCallback
@@ -87,7 +87,8 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     )
     from rapo_trl.trainer import RAPOTrainer
 
-    script, args, model_args = parse_recipe("train", ["--config", recipe])[:3]
+    flags = [part for item in overrides for part in ("--" + item.split("=", 1)[0], item.split("=", 1)[1])]
+    script, args, model_args = parse_recipe("train", ["--config", recipe, *flags])[:3]
     warm = Path(args.output_dir) / "sft-warm-start"
     model_path = str(warm) if (warm / "config.json").is_file() else resolve_model_path(model_args.model_name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -119,6 +120,8 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         written = yaml.safe_load(Path(recipe).read_text())
         fields = {k: v for k, v in written.items() if k in GRPOConfig.__dataclass_fields__}
         loss = {k: getattr(args, k) for k in ("loss_type", "epsilon", "epsilon_high", "delta", "beta")}
+        fields.update({k.split("=", 1)[0]: getattr(args, k.split("=", 1)[0]) for k in overrides
+                       if k.split("=", 1)[0] in GRPOConfig.__dataclass_fields__})
         grpo_args = GRPOConfig(**{**fields, **loss, "output_dir": args.output_dir, "max_steps": steps,
                                   "logging_steps": 1})
         trainer = GRPOTrainer(model_path, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
@@ -216,14 +219,17 @@ def machine() -> dict:
 
 def table(report: dict) -> str:
     runs = report["runs"]
-    head = ["arm", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s", "peak RSS MB", "batch"]
+    cuda = any("peak_cuda_mb" in r for r in runs.values())
+    head = ["arm", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s", "peak RSS MB",
+            *(["peak CUDA MB"] if cuda else []), "batch"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for arm, r in runs.items():
         b = r["batch"]
         batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
             ", trim" if b.get("trim_padding") else ", no trim")
         cells = [arm, f"{r['step_s']:.1f}", *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
-                 str(r["generate_tokens_per_s"] or "-"), str(r["peak_rss_mb"]), batch]
+                 str(r["generate_tokens_per_s"] or "-"), str(r["peak_rss_mb"]),
+                 *([str(r.get("peak_cuda_mb", "-"))] if cuda else []), batch]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -238,12 +244,14 @@ def main() -> None:
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--results", default=str(RESULTS / "step"), help="path stem of the .json/.md results")
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
+    parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                        help="recipe fields to override, as rapo train flags (e.g. use_cpu=false num_generations=16)")
     args = parser.parse_args()
     if args.report_only:
         write_markdown(json.loads(Path(args.results).with_suffix(".json").read_text()), Path(args.results))
         return
     if args.arm:
-        run_arm(args.arm, args.recipe, args.steps, args.rollouts, args.out)
+        run_arm(args.arm, args.recipe, args.steps, args.rollouts, args.out, args.set)
         return
     if "grpo" in args.arms and "rapo" not in args.arms:
         parser.error("the grpo arm replays the rapo arm's rollouts: run them together")
@@ -255,11 +263,12 @@ def main() -> None:
         out = work / f"{arm}.json"
         print(f"[bench_step] {arm}: {args.steps} steps of {args.recipe}", flush=True)
         subprocess.run([sys.executable, __file__, "--arm", arm, "--recipe", args.recipe, "--steps", str(args.steps),
-                        "--rollouts", str(rollouts), "--out", str(out)], check=True)
+                        "--rollouts", str(rollouts), "--out", str(out), *(["--set", *args.set] if args.set else [])],
+                       check=True)
         raw[arm] = json.loads(out.read_text())
     runs = {arm: summarise(raw[arm], skip_first=True) for arm in args.arms if arm in raw}
     report = {"recipe": args.recipe, "machine": machine(), "model": raw[order[0]]["model"], "steps": args.steps,
-              "runs": runs, "raw": raw}
+              "set": args.set, "runs": runs, "raw": raw}
     if "rapo" in runs:
         report["steps_per_hour"] = {arm: round(3600 / r["step_s"], 1) for arm, r in runs.items() if arm != "grpo"}
     if {"rapo", "rapo_before"} <= set(runs):
@@ -284,7 +293,8 @@ def write_markdown(report: dict, stem: Path) -> None:
             f"{report['machine']['trl']}.\n\n"
             + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "speedup", "memory_ratio",
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
-            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}`\n")
+            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
+            + (f" --set {' '.join(report['set'])}" if report.get("set") else "") + "`\n")
     notes = stem.parent / f"{stem.name}_notes.md"  # hand-written profile and reading, kept across re-runs
     if notes.is_file():
         text += "\n" + notes.read_text()

@@ -367,3 +367,31 @@ def test_every_fallback_cause_is_named(tiny_model):
 
     with patch.object(DynamicCache, "__init__", lambda self, **_: setattr(self, "layers", [SlidingLayer()])):
         assert "SlidingLayer" in kv_decode_unavailable(model)
+
+
+def test_decoding_on_cuda_leaves_cudnn_attention_out_and_restores_it():
+    """On an H100 cuDNN's SDPA cost ~1.5 ms of host time per call while decoding; the backend decodes with the other
+    kernels there (benchmarks/results/gpu.md) and leaves the global choice as it found it. The CPU is untouched."""
+    from rapo_trl.rollout.backends.transformers import decode_attention
+
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    with decode_attention(torch.device("cuda", 0), avoid_cudnn=True):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+    for device, avoid in ((torch.device("cuda"), False), (torch.device("cpu"), True)):
+        with decode_attention(device, avoid_cudnn=avoid):
+            assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_the_backend_decodes_inside_the_attention_choice(tiny_model, monkeypatch):
+    from rapo_trl.rollout.backends import transformers as backend_module
+
+    model, tok = tiny_model
+    seen = []
+    real = backend_module.decode_attention
+    monkeypatch.setattr(backend_module, "decode_attention",
+                        lambda device, avoid: seen.append((device.type, avoid)) or real(device, avoid))
+    TransformersBackend(model, tok, GREEDY, avoid_cudnn_attention=False).generate([chat(tok, "Hi")], [2], [])
+    TransformersBackend(model, tok, GREEDY).generate([chat(tok, "Hi")], [2], [])
+    assert seen == [("cpu", False), ("cpu", True)]
