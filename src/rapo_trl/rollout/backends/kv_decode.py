@@ -216,7 +216,7 @@ class KVCacheDecoder:
         self._keep = False
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_row_steps": 0}
         self.step_rows: list[torch.Tensor] = []
-        self._cache_argument = CACHE_ARGUMENTS[0]
+        self._cache_argument = CACHE_ARGUMENTS[0]  # the installed forward's name, read at each generate
 
     def keep(self, enabled: bool) -> None:
         self._keep = enabled
@@ -278,13 +278,7 @@ class KVCacheDecoder:
         self.stats["prefilled_tokens"] += sum(len(p) for _, _, p in parts)
         self.stats["reused_tokens"] += sum(c for _, c, _ in parts)
         next_positions = torch.tensor([c + len(p) for _, c, p in parts], dtype=torch.long, device=device)
-        return out.logits[:, -1].float(), self._returned_cache(out, cache), mask, next_positions
-
-    def _returned_cache(self, out, given):
-        """The cache in ``out``, whose field carries the same name as the forward's argument (``cache`` from
-        transformers 5.24, ``past_key_values`` before); a dynamic cache is updated in place, so ``given`` is it."""
-        returned = out.get(self._cache_argument) if hasattr(out, "get") else None
-        return given if returned is None else returned
+        return out.logits[:, -1].float(), cache, mask, next_positions  # a DynamicCache is filled in place
 
     @staticmethod
     def _extract(cache, row: int, mask_row: torch.Tensor, tokens: torch.Tensor) -> _Entry:
@@ -420,7 +414,6 @@ class KVCacheDecoder:
                 input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
                 use_cache=True, logits_to_keep=1, **{self._cache_argument: cache},
             )
-            cache = self._returned_cache(out, cache)
             logits = out.logits[:, -1].float()
             positions = positions + 1
         self._entries = [entries[r] for r in sorted(entries)] if self._keep else []
