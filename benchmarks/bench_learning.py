@@ -109,6 +109,8 @@ def parse_args(argv=None):
                              "evaluate and record the steps done (a wall-clock cap for a machine held for minutes)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda: train and evaluate on the GPU in the hardware rule's precision (bf16 on Ampere+)")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "rule"],
+                        help="fp32 (as the recorded runs) or the hardware rule (bf16 on a CPU with AVX512-BF16/AMX)")
     parser.add_argument("--workdir", default="runs/bench_learning", help="store, warm/cold starts, run folders")
     parser.add_argument("--results", default=str(RESULTS), help="where learning.json/.md and the PNGs go")
     parser.add_argument("--report-only", action="store_true", help="only redraw the report from learning.json")
@@ -119,9 +121,15 @@ DEVICE = "cpu"
 """Where every model of the run trains and evaluates (``--device``); set once by ``main``."""
 
 
+PRECISION = "fp32"
+"""``--precision``: ``fp32`` (the runs recorded before issue 31) or ``rule`` (``rapo_trl.hardware``: bf16 on a CPU
+with AVX512-BF16/AMX or a bf16 GPU); set once by ``main``."""
+
+
 def placement_args() -> dict:
-    """Trainer/warm-start precision flags: fp32 on the CPU (the recorded runs), the hardware rule elsewhere."""
-    return {"use_cpu": True, "bf16": False} if DEVICE == "cpu" else {"use_cpu": False, "bf16": None}
+    """Trainer/warm-start device and precision flags: fp32 or the hardware rule (``--precision``)."""
+    bf16 = False if PRECISION == "fp32" else None
+    return {"use_cpu": True, "bf16": bf16} if DEVICE == "cpu" else {"use_cpu": False, "bf16": bf16}
 
 # ------------------------------------------------------------------ shared setup (cached in --workdir)
 
@@ -309,6 +317,7 @@ def settings(args) -> dict:
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
             "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
             **({"device": args.device} if args.device != "cpu" else {}),
+            **({"precision": args.precision} if args.precision != "fp32" else {}),
             "samples": args.samples}
 
 
@@ -641,8 +650,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    global DEVICE
-    DEVICE = args.device
+    global DEVICE, PRECISION
+    DEVICE, PRECISION = args.device, args.precision
     logging.basicConfig(level=logging.WARNING)
     from transformers import AutoTokenizer
 

@@ -1,22 +1,25 @@
-"""Cost of one RL step of a recipe: seconds by phase, tokens per second, peak memory (issue 23).
+"""Cost of one RL step of a recipe: seconds by phase, rollouts and tokens per hour, peak memory (issues 23, 31).
 
     .venv/bin/python benchmarks/bench_step.py --recipe configs/demo_cpu.yaml --steps 4
 
-Three arms, each in its own process (so each peak RSS is its own), on the same model and prompts:
+Three arms, each in its own process (so each peak RSS is its own), on the same model and training rows:
 
-  rapo_before  RAPOTrainer as the demo ran before the step-cost work: the whole group of G rows in one loss
-               micro-batch (per_device_train_batch_size = G), no padding trim, a KV cache grown by torch.cat.
-  rapo         RAPOTrainer with the recipe as it is (row-by-row loss micro-batches with gradient accumulation,
-               padding columns dropped per micro-batch, a preallocated KV cache).
-  grpo         TRL's plain GRPOTrainer with the recipe's batch settings, fed the *same rollouts* the rapo arm
-               generated (replayed through ``rollout_func``: same prompts, completions and tool masks), so its
-               loss part is timed on the same rows; no tools, no retrieval, no RAPO objective.
+  old_recipe   RAPOTrainer with the demo recipe as it was before issue 31: fp32 everywhere, one prompt's G rows per
+               step, the loss row by row (per_device_train_batch_size 1, gradient accumulation G), every row
+               running its own copy of the prompt (share_prompt_forward off). The baseline.
+  rapo         RAPOTrainer with the recipe as it is (the candidate): the precision rule (bf16 on a CPU with
+               AVX512-BF16/AMX: frozen weights bf16, LoRA fp32), several prompts per step decoded together, each
+               loss micro-batch running each of its distinct prompts once.
+  grpo         TRL's plain GRPOTrainer with the recipe's batch and precision settings, fed the *same rollouts* the
+               rapo arm generated (replayed through ``rollout_func``: same prompts, completions and tool masks), so
+               its loss part is timed on the same rows; no tools, no retrieval, no RAPO objective.
 
 Per step: generate / tools / retrieval (the rollout engine's own clock), scoring (the rest of TRL's
 ``_generate_and_score_completions``: rewards, advantages, old log-probs when needed), loss forward,
-backward, optimizer; policy tokens per second of generation; the process's peak RSS (and peak CUDA memory).
-The model is the demo's warm start (``<output_dir>/sft-warm-start``) when it exists, else the recipe's base
-model, so completion lengths are those of the demo's RL steps. Writes ``benchmarks/results/step.{json,md}``.
+backward, optimizer; policy tokens per second of generation; rollouts and completion tokens per hour; the
+process's peak RSS (and peak CUDA memory). The model is the demo's warm start (``<output_dir>/sft-warm-start``)
+when it exists, else the recipe's base model, so completion lengths are those of the demo's RL steps. Writes
+``benchmarks/results/step.{json,md}``, naming the baseline and candidate arms at its top.
 """
 
 from __future__ import annotations
@@ -39,7 +42,11 @@ for _key, _value in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TR
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-ARMS = ("rapo_before", "rapo", "grpo")
+ARMS = ("old_recipe", "rapo", "grpo")
+BASELINE, CANDIDATE = "old_recipe", "rapo"
+# The demo recipe's settings before issue 31, as rapo train flags (the rest of the recipe is shared).
+OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
+              "steps_per_generation": "8", "share_prompt_forward": "false"}
 PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
 
 
@@ -85,9 +92,13 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         training_rewards,
         training_rows,
     )
+    from rapo_trl.hardware import frozen_weights_dtype
     from rapo_trl.trainer import RAPOTrainer
 
-    flags = [part for item in overrides for part in ("--" + item.split("=", 1)[0], item.split("=", 1)[1])]
+    settings = dict(item.split("=", 1) for item in overrides)
+    if arm == "old_recipe":
+        settings = {**settings, **OLD_RECIPE}
+    flags = [part for key, value in settings.items() for part in ("--" + key, value)]
     script, args, model_args = parse_recipe("train", ["--config", recipe, *flags])[:3]
     warm = Path(args.output_dir) / "sft-warm-start"
     model_path = str(warm) if (warm / "config.json").is_file() else resolve_model_path(model_args.model_name_or_path)
@@ -96,10 +107,6 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     reward_funcs, args.reward_weights = training_rewards(script, args.reward_weights)
     args.max_steps, args.logging_steps = steps, 1
     args.output_dir = tempfile.mkdtemp(prefix=f"bench-step-{arm}-")
-    group = args.num_generations
-    if arm == "rapo_before":
-        args.per_device_train_batch_size, args.gradient_accumulation_steps = group, 1
-        args.steps_per_generation, args.trim_padding = 1, False
     clock = _Clock()
     optimizer_start = [0.0]
 
@@ -123,7 +130,10 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         fields.update({k.split("=", 1)[0]: getattr(args, k.split("=", 1)[0]) for k in overrides
                        if k.split("=", 1)[0] in GRPOConfig.__dataclass_fields__})
         grpo_args = GRPOConfig(**{**fields, **loss, "output_dir": args.output_dir, "max_steps": steps,
-                                  "logging_steps": 1})
+                                  "logging_steps": 1, "bf16": args.bf16, "fp16": args.fp16})
+        half = frozen_weights_dtype(args.bf16, args.fp16)
+        if peft is not None and half is not None:  # the same frozen-weight dtype as RAPOTrainer's rule loads
+            grpo_args.model_init_kwargs = {**(grpo_args.model_init_kwargs or {}), "dtype": half}
         trainer = GRPOTrainer(model_path, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
                               peft_config=peft, callbacks=[StepClock()])
         replay = iter(recorded)
@@ -136,9 +146,6 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         store = open_store(script, must_exist=True) if Path(script.store_path).exists() else None
         trainer = RAPOTrainer(model_path, reward_funcs, args=args, train_dataset=rows, processing_class=tokenizer,
                               peft_config=peft, trace_store=store, tools=build_tools(script), callbacks=[StepClock()])
-        decoder = getattr(trainer.rollout_engine.backend, "decoder", None)
-        if arm == "rapo_before" and decoder is not None:
-            decoder.preallocate = False
         recorded = []
         rollout = trainer.rollout_func
 
@@ -159,7 +166,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
             result = run(*a, **k)
             s = trainer.rollout_engine.last_stats
             engine_stats.append((s.generate_seconds, s.tool_seconds, s.retrieval_seconds,
-                                 sum(sum(r.env_mask) for r in result)))
+                                 sum(sum(r.env_mask) for r in result), sum(len(r.completion_ids) for r in result)))
             return result
 
         trainer.rollout_engine.run = counted
@@ -170,19 +177,28 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     wall = time.perf_counter() - started
     per_step = []
     for i, phases in enumerate(clock.steps):
-        gen, tools, retrieval, tokens = engine_stats[i] if i < len(engine_stats) else (0.0, 0.0, 0.0, 0)
+        # A generation serves steps_per_generation / gradient_accumulation_steps optimizer steps (1 in these recipes).
+        gen, tools, retrieval, tokens, completion_tokens = (
+            engine_stats[i] if i < len(engine_stats) else (0.0, 0.0, 0.0, 0, 0))
         rollout_total = gen + tools + retrieval
         split = {"generate": gen, "tools": tools, "retrieval": retrieval,
                  "scoring": phases.get("generate_and_score", 0.0) - rollout_total,
                  "loss_forward": phases.get("loss_forward", 0.0), "backward": phases.get("backward", 0.0),
                  "optimizer": phases.get("optimizer", 0.0)}
-        per_step.append({"split_s": split, "policy_tokens": tokens, "peak_rss_mb": phases["peak_rss_mb"]})
+        if arm == "grpo" and i < len(recorded):
+            completion_tokens = sum(len(ids) for ids in recorded[i]["completion_ids"])
+        per_step.append({"split_s": split, "policy_tokens": tokens, "completion_tokens": completion_tokens,
+                         "peak_rss_mb": phases["peak_rss_mb"]})
     history = [e for e in trainer.state.log_history if "step_time" in e]
     result = {"arm": arm, "model": model_path, "wall_s": wall, "steps": per_step,
               "step_s": [e["step_time"] for e in history], "peak_rss_mb": _peak_rss_mb(),
+              "rollouts_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps,
+              "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
               "batch": {"per_device_train_batch_size": args.per_device_train_batch_size,
                         "gradient_accumulation_steps": args.gradient_accumulation_steps,
-                        "trim_padding": None if arm == "grpo" else args.trim_padding}}
+                        "steps_per_generation": args.steps_per_generation,
+                        "trim_padding": None if arm == "grpo" else args.trim_padding,
+                        "share_prompt_forward": None if arm == "grpo" else args.share_prompt_forward}}
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     if arm == "rapo":
@@ -197,8 +213,14 @@ def summarise(raw: dict, skip_first: bool) -> dict:
     step_s = sum(split.values())
     generate = split["generate"]
     tokens = sum(s["policy_tokens"] for s in steps) / len(steps)
+    completion_tokens = sum(s.get("completion_tokens", 0) for s in steps) / len(steps)
+    rollouts = raw.get("rollouts_per_step")
     summary = {"step_s": round(step_s, 2), "split_s": {p: round(v, 2) for p, v in split.items()},
                "loss_s": round(split["loss_forward"] + split["backward"], 2),
+               "rollouts_per_step": rollouts, "precision": raw.get("precision"),
+               "rollouts_per_hour": round(3600 * rollouts / step_s) if rollouts else None,
+               "completion_tokens_per_hour": round(3600 * completion_tokens / step_s),
+               "loss_s_per_rollout": round((split["loss_forward"] + split["backward"]) / rollouts, 3) if rollouts else None,
                "policy_tokens_per_step": round(tokens, 1),
                "generate_tokens_per_s": round(tokens / generate, 1) if generate else None,
                "peak_rss_mb": round(raw["peak_rss_mb"]), "batch": raw["batch"], "steps_timed": len(steps)}
@@ -220,15 +242,17 @@ def machine() -> dict:
 def table(report: dict) -> str:
     runs = report["runs"]
     cuda = any("peak_cuda_mb" in r for r in runs.values())
-    head = ["arm", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s", "peak RSS MB",
-            *(["peak CUDA MB"] if cuda else []), "batch"]
+    head = ["arm", "precision", "rollouts/step", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s",
+            "rollouts/h", "completion tok/h", "peak RSS MB", *(["peak CUDA MB"] if cuda else []), "batch"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for arm, r in runs.items():
         b = r["batch"]
         batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
-            ", trim" if b.get("trim_padding") else ", no trim")
-        cells = [arm, f"{r['step_s']:.1f}", *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
-                 str(r["generate_tokens_per_s"] or "-"), str(r["peak_rss_mb"]),
+            ", trim" if b.get("trim_padding") else ", no trim") + (", prompt once" if b.get("share_prompt_forward") else "")
+        cells = [arm, str(r.get("precision") or "-"), str(r.get("rollouts_per_step") or "-"), f"{r['step_s']:.1f}",
+                 *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
+                 str(r["generate_tokens_per_s"] or "-"), str(r.get("rollouts_per_hour") or "-"),
+                 str(r.get("completion_tokens_per_hour") or "-"), str(r["peak_rss_mb"]),
                  *([str(r.get("peak_cuda_mb", "-"))] if cuda else []), batch]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -255,7 +279,7 @@ def main() -> None:
         return
     if "grpo" in args.arms and "rapo" not in args.arms:
         parser.error("the grpo arm replays the rapo arm's rollouts: run them together")
-    order = [a for a in ("rapo", "rapo_before", "grpo") if a in args.arms]  # grpo replays what rapo generated
+    order = [a for a in ("rapo", "old_recipe", "grpo") if a in args.arms]  # grpo replays what rapo generated
     work = Path(tempfile.mkdtemp(prefix="bench-step-"))
     rollouts = work / "rollouts.json"
     raw = {}
@@ -267,13 +291,16 @@ def main() -> None:
                        check=True)
         raw[arm] = json.loads(out.read_text())
     runs = {arm: summarise(raw[arm], skip_first=True) for arm in args.arms if arm in raw}
-    report = {"recipe": args.recipe, "machine": machine(), "model": raw[order[0]]["model"], "steps": args.steps,
-              "set": args.set, "runs": runs, "raw": raw}
+    report = {"baseline": BASELINE, "candidate": CANDIDATE, "recipe": args.recipe, "machine": machine(),
+              "model": raw[order[0]]["model"], "steps": args.steps, "set": args.set, "runs": runs, "raw": raw}
     if "rapo" in runs:
         report["steps_per_hour"] = {arm: round(3600 / r["step_s"], 1) for arm, r in runs.items() if arm != "grpo"}
-    if {"rapo", "rapo_before"} <= set(runs):
-        report["speedup"] = round(runs["rapo_before"]["step_s"] / runs["rapo"]["step_s"], 2)
-        report["memory_ratio"] = round(runs["rapo"]["peak_rss_mb"] / runs["rapo_before"]["peak_rss_mb"], 3)
+    if {CANDIDATE, BASELINE} <= set(runs):
+        base, new = runs[BASELINE], runs[CANDIDATE]
+        report["rollouts_per_hour_ratio"] = round(new["rollouts_per_hour"] / base["rollouts_per_hour"], 2)
+        report["completion_tokens_per_hour_ratio"] = round(
+            new["completion_tokens_per_hour"] / base["completion_tokens_per_hour"], 2)
+        report["memory_ratio"] = round(new["peak_rss_mb"] / base["peak_rss_mb"], 3)
     if {"rapo", "grpo"} <= set(runs):
         report["loss_ratio_rapo_vs_grpo"] = round(runs["rapo"]["loss_s"] / runs["grpo"]["loss_s"], 2)
     stem = Path(args.results)
@@ -291,7 +318,10 @@ def write_markdown(report: dict, stem: Path) -> None:
             f"Machine: {report['machine']['platform']}, {report['machine']['cpus']} CPUs, torch "
             f"{report['machine']['torch']}, transformers {report['machine']['transformers']}, trl "
             f"{report['machine']['trl']}.\n\n"
-            + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "speedup", "memory_ratio",
+            + (f"Baseline: `{report['baseline']}`; candidate: `{report['candidate']}`.\n\n" if "baseline" in report
+               else "")
+            + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "rollouts_per_hour_ratio",
+                                                        "completion_tokens_per_hour_ratio", "speedup", "memory_ratio",
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
             + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
             + (f" --set {' '.join(report['set'])}" if report.get("set") else "") + "`\n")

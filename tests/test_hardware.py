@@ -7,7 +7,7 @@ import torch
 
 from rapo_trl import hardware
 from rapo_trl.config import RAPOConfig
-from tests.helpers.hardware import fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
+from tests.helpers.hardware import cpu_bf16, fake_gpu, fresh_hardware_probes, no_gpu  # noqa: F401
 
 
 def test_ampere_gpu_gets_cuda_bf16(monkeypatch):
@@ -22,10 +22,32 @@ def test_gpu_without_native_bf16_gets_fp16(monkeypatch):
     assert (place.device, place.precision, place.dtype) == ("cuda", "fp16", torch.float16)
 
 
-def test_cpu_machine_gets_cpu_fp32(monkeypatch):
+def test_cpu_machine_without_bf16_instructions_gets_cpu_fp32(monkeypatch):
     no_gpu(monkeypatch)
+    cpu_bf16(monkeypatch, native=False)
     place = hardware.placement()
     assert (place.device, place.precision, place.dtype) == ("cpu", "fp32", torch.float32)
+
+
+def test_cpu_with_avx512_bf16_gets_cpu_bf16(monkeypatch):
+    no_gpu(monkeypatch)
+    cpu_bf16(monkeypatch, native=True)
+    place = hardware.placement()
+    assert (place.device, place.precision, place.dtype) == ("cpu", "bf16", torch.bfloat16)
+    assert hardware.placement(dtype="fp32").precision == "fp32"  # an explicit dtype still wins
+
+
+def test_the_rule_reads_this_cpus_own_capabilities():
+    capabilities = torch.cpu.get_capabilities()
+    native = bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
+    assert hardware.cpu_computes_bf16() is native
+    assert hardware.default_precision("cpu") == ("bf16" if native else "fp32")
+
+
+def test_lora_frozen_weights_load_in_the_half_type_of_the_mixed_precision():
+    assert hardware.frozen_weights_dtype(bf16=True, fp16=False) == "bfloat16"
+    assert hardware.frozen_weights_dtype(bf16=False, fp16=True) == "float16"
+    assert hardware.frozen_weights_dtype(bf16=False, fp16=False) is None
 
 
 def test_each_process_of_a_distributed_launch_gets_its_own_gpu(monkeypatch):
@@ -36,6 +58,7 @@ def test_each_process_of_a_distributed_launch_gets_its_own_gpu(monkeypatch):
 
 def test_explicit_device_and_dtype_win(monkeypatch):
     fake_gpu(monkeypatch, native_bf16=True)
+    cpu_bf16(monkeypatch, native=False)
     assert hardware.placement("cpu") == hardware.Placement("cpu", "fp32")
     assert hardware.placement(dtype="float32") == hardware.Placement("cuda", "fp32")
     assert hardware.placement("cuda:1", torch.float16) == hardware.Placement("cuda:1", "fp16")
@@ -74,9 +97,17 @@ def make(**kwargs) -> RAPOConfig:
 
 def test_config_on_a_cpu_machine_defaults_to_fp32(monkeypatch):
     no_gpu(monkeypatch)
+    cpu_bf16(monkeypatch, native=False)
     cfg = make()  # TRL's own default (bf16) raises "Your setup doesn't support bf16/gpu" here
     assert (cfg.bf16, cfg.fp16) == (False, False)
     assert (make(use_cpu=True).bf16, make(use_cpu=True).fp16) == (False, False)
+
+
+def test_config_on_a_cpu_with_bf16_instructions_defaults_to_bf16(monkeypatch):
+    no_gpu(monkeypatch)
+    cpu_bf16(monkeypatch, native=True)
+    assert (make().bf16, make().fp16) == (True, False)
+    assert (make(use_cpu=True).bf16, make(bf16=False).bf16) == (True, False)
 
 
 def skip_device_setup(monkeypatch) -> None:
@@ -90,10 +121,11 @@ def skip_device_setup(monkeypatch) -> None:
 @pytest.mark.parametrize("native_bf16, expected", [(True, (True, False)), (False, (False, True))])
 def test_config_on_a_gpu_follows_the_rule(monkeypatch, native_bf16, expected):
     fake_gpu(monkeypatch, native_bf16)
+    cpu_bf16(monkeypatch, native=False)
     skip_device_setup(monkeypatch)
     cfg = make()
     assert (cfg.bf16, cfg.fp16) == expected
-    cfg = make(use_cpu=True)  # the trainer runs on the CPU: fp32 there too
+    cfg = make(use_cpu=True)  # the trainer runs on this CPU, which has no bf16 instructions: fp32
     assert (cfg.bf16, cfg.fp16) == (False, False)
 
 

@@ -61,7 +61,7 @@ def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch, caplo
 
     (args,) = made
     precision = default_precision(trainer_device(args.use_cpu))
-    assert (args.bf16, args.fp16) == (precision == "bf16", precision == "fp16")  # fp32 on a CPU machine
+    assert (args.bf16, args.fp16) == (precision == "bf16", precision == "fp16")  # the hardware rule
     # LoRA wants ~1e-4; GRPOConfig's inherited 1e-6 would barely move the adapter. The example says so.
     assert asked[0].get("learning_rate") == 1e-4 and args.learning_rate == 1e-4
     assert namespace["trainer"].state.global_step == 1

@@ -25,8 +25,10 @@ class RAPOConfig(GRPOConfig):
 
     bf16 (`bool` or `None`, *optional*, defaults to `None`):
         bf16 mixed precision. `None` chooses from the hardware the trainer runs on (`rapo_trl.hardware`):
-        bf16 where the GPU supports it natively, fp16 (`fp16=True`) on GPUs without it such as the T4, fp32
-        on the CPU (also with `use_cpu=True`). An explicit `bf16` or `fp16=True` wins.
+        bf16 where the GPU supports it natively, fp16 (`fp16=True`) on GPUs without it such as the T4; on the
+        CPU (also with `use_cpu=True`) bf16 where it has AVX512-BF16 or AMX-BF16, else fp32. With LoRA and a
+        model given by id or path, the frozen base weights then load in that half type and the adapters stay
+        fp32. An explicit `bf16` or `fp16=True` wins.
 
     > Hybrid rollouts
 
@@ -98,6 +100,12 @@ class RAPOConfig(GRPOConfig):
         micro-batches stop paying for the longest row of the generation batch. Pair it with a small
         `per_device_train_batch_size` and `gradient_accumulation_steps = num_generations / per_device_train_batch_size`:
         the loss then runs row by row, with a third of the memory.
+    share_prompt_forward (`bool`, *optional*, defaults to `True`):
+        Run each distinct prompt of a loss micro-batch once and reuse its keys and values for every row that
+        shares it (`rapo_trl.trainer.shared_prompt`), instead of running the G copies of a group's prompt.
+        Log-probs and gradients equal the row-by-row forward's to float rounding. It pays where micro-batches
+        hold several rows of a group (e.g. `per_device_train_batch_size = num_generations`); models it cannot
+        serve (no KV cache argument, sliding-window caches, gradient checkpointing) run TRL's forward.
 
     > Store growth (beyond the paper)
 
@@ -161,6 +169,9 @@ class RAPOConfig(GRPOConfig):
     trim_padding: bool = field(
         default=True, metadata={"help": "Drop all-padding columns of each micro-batch before the loss forward."}
     )
+    share_prompt_forward: bool = field(
+        default=True, metadata={"help": "Run each distinct prompt of a loss micro-batch once, reusing its KV cache."}
+    )
     grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
 
@@ -168,8 +179,12 @@ class RAPOConfig(GRPOConfig):
         # Before TrainingArguments validates it: TRL's own default (bf16 unless fp16) refuses to start on a
         # CPU machine, so `RAPOConfig(output_dir=...)` would fail there as written.
         if self.bf16 is None and not self.fp16:
-            precision = default_precision(trainer_device(self.use_cpu))
+            device = trainer_device(self.use_cpu)
+            precision = default_precision(device)
             self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
+            if self.bf16 and device == "cpu":
+                # The CPU is the only device here; transformers refuses bf16 without a GPU unless use_cpu is set.
+                self.use_cpu = True
         # Before GRPOConfig's own checks, which divide by num_generations (0: "integer modulo by zero") and
         # accept a negative max_completion_length that fails only once the model has loaded.
         if not isinstance(self.num_generations, int) or self.num_generations < 2:

@@ -2,13 +2,16 @@
 
 The trainer's precision default (``RAPOConfig``), the evaluation and build-store agents
 (``load_policy``), the SFT warm start and the embedder all ask here, so a GPU machine uses its GPU on
-every path and a CPU machine runs everything in fp32 as before.
+every path and a CPU machine computes in bf16 exactly where its cores do so natively.
 
 - device: CUDA when torch sees a GPU (``cuda:$LOCAL_RANK`` under a distributed launcher), else Apple
   MPS, else the CPU.
 - precision: bf16 where the device computes it natively (Ampere and newer, MPS on macOS >= 14), fp16
-  on GPUs without it (T4, V100), fp32 on the CPU (emulated bf16 is several times slower than fp32 on
-  CPUs without AVX512-BF16/AMX).
+  on GPUs without it (T4, V100); on the CPU bf16 where it has AVX512-BF16 or AMX-BF16 (measured on a
+  2-core EPYC with AVX512-BF16: LoRA forward+backward 2.9x faster than fp32, decoding 1.3x), else fp32
+  (emulated bf16 is several times slower than fp32).
+- LoRA: the frozen base weights load in that half precision and the adapters stay fp32 (PEFT upcasts
+  them), as mixed-precision LoRA training is usually run; see :func:`frozen_weights_dtype`.
 
 An explicit ``device`` / ``dtype`` always wins.
 """
@@ -71,7 +74,25 @@ def default_precision(device: str | None = None) -> str:
     if kind == "mps":
         mps = torch.backends.mps
         return "bf16" if hasattr(mps, "is_macos_or_newer") and mps.is_macos_or_newer(14, 0) else "fp32"
-    return "fp32"
+    return "bf16" if cpu_computes_bf16() else "fp32"
+
+
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX-BF16), as torch reports them."""
+    import torch
+
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
+
+
+def frozen_weights_dtype(bf16: bool, fp16: bool) -> str | None:
+    """The dtype to load a LoRA run's frozen base weights in: the mixed precision's half type, or None (fp32).
+
+    Under autocast, fp32 frozen weights are cast to the half type at every matmul, on every decoded token;
+    loaded in it they are not. The adapters stay fp32 (PEFT's ``autocast_adapter_dtype``), so the optimizer
+    updates fp32 master weights, and a merge is done over the fp32 base (``cli/warm_start.py``).
+    """
+    return "bfloat16" if bf16 else "float16" if fp16 else None
 
 
 def to_precision(dtype) -> str:

@@ -60,7 +60,11 @@ INTERNALS: tuple[Internal, ...] = (
              "them from the forward's output, right after the forward)", ("model", "inputs"),
              calls_in_order=("self._get_per_token_logps_and_entropies(", 'inputs.get("old_per_token_logps")')),
     Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the pending "
-             "ratio shift", ("model", "input_ids", "attention_mask", "logits_to_keep")),
+             "ratio shift; with share_prompt_forward scores as it does (labels, fused head) with each prompt run once",
+             ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+              "compute_aux_loss"),
+             calls_in_order=("labels[:, :-logits_to_keep] = -100", "fused_lm_head=True",
+                             "outputs.log_probs[:, -logits_to_keep:]")),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
     Internal(TRAINER, "_save_rng_state", "override: RAPO's rollout state is saved beside TRL's RNG state",
              ("output_dir",)),

@@ -96,3 +96,23 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     assert 0.0 <= rows["trained"]["mean@k"] <= 1.0
     assert "mean@k" not in rows["warm_start"] and "pass@1" in rows["warm_start"]
     assert "mean@2" in run.stdout
+
+
+def test_a_bf16_warm_start_merges_over_the_fp32_base(tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    path = warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=2, learning_rate=1e-2,
+                      min_reward=1.0, use_cpu=True, seed=0, bf16=True, batch_size=2)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
+    merged = AutoModelForCausalLM.from_pretrained(path, dtype="auto").state_dict()
+    assert {tensor.dtype for tensor in merged.values()} == {torch.float32}
+    assert not (tmp_path / "out" / "sft-warm-start" / "adapter").exists()  # the merge's scratch adapter is gone
+    changed = {name for name in base if not torch.equal(base[name], merged[name])}
+    # The LoRA (all-linear) moved the projections; everything else is the fp32 base bit for bit, not a bf16 copy.
+    assert changed and all(name.endswith("proj.weight") for name in changed)
+    assert any(not torch.equal(base[n], base[n].to(torch.bfloat16).float()) for n in base if n not in changed)

@@ -29,6 +29,12 @@ def fake_gpu(monkeypatch, native_bf16: bool) -> None:
     clear_probe_caches()
 
 
+def cpu_bf16(monkeypatch, native: bool) -> None:
+    """The CPU reports AVX512-BF16 (``native``) or no bf16 instructions at all."""
+    capabilities = {**torch.cpu.get_capabilities(), "avx512_bf16": native, "amx_bf16": False}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities)
+
+
 def no_gpu(monkeypatch) -> None:
     """torch sees neither CUDA nor MPS."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

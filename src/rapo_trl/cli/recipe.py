@@ -59,8 +59,9 @@ HELP_GROUPS = {
 }
 HELP_TEXT = {  # where the command's meaning differs from the dataclass's own help
     "dtype": "Load the models in this dtype: auto, bfloat16, float16 or float32. Unset: train loads float32 (TRL's "
-             "default; bf16/fp16 mixed precision on top), eval and build-store follow the hardware (bf16 or fp16 on "
-             "a GPU, fp32 on the CPU).",
+             "default; bf16/fp16 mixed precision on top; with LoRA the frozen weights load in that half type), eval "
+             "and build-store follow the hardware (bf16 or fp16 on a GPU; bf16 on a CPU with AVX512-BF16/AMX, else "
+             "fp32).",
 }
 DEFAULTS = {"dtype": None}  # unset dtype: see HELP_TEXT (ModelConfig's own default is float32)
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
+
+from rapo_trl.hardware import frozen_weights_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +52,25 @@ class _StopAfter:
         self.callback = Callback()
 
 
+def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwargs: dict, target: Path):
+    """The LoRA merged into the base as the recipe loads it (fp32 unless its dtype says otherwise). A base trained
+    in a half type is loaded again for the merge: adding the small LoRA delta to bf16 weights would round much of
+    it away."""
+    import torch
+
+    if "dtype" in model_init_kwargs or peft_model.get_base_model().dtype == torch.float32:
+        return peft_model.merge_and_unload()
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter = target / "adapter"
+    peft_model.save_pretrained(adapter)
+    base = AutoModelForCausalLM.from_pretrained(model_path, **{**model_init_kwargs, "dtype": torch.float32})
+    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+    shutil.rmtree(adapter)
+    return merged
+
+
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
@@ -81,12 +103,16 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         raise ValueError("the store holds no trajectory for the training questions to warm-start from; "
                          "run `rapo build-store` on the same task first")
     target = Path(output_dir) / folder
+    init_kwargs = dict(model_init_kwargs or {})
+    half = frozen_weights_dtype(bool(bf16), bool(fp16)) if "quantization_config" not in init_kwargs else None
+    if half is not None:
+        init_kwargs.setdefault("dtype", half)  # the frozen base in the half type; the LoRA stays fp32
     args = SFTConfig(
         output_dir=str(target / "run"), max_steps=steps if max_seconds is None else 10**9,
         learning_rate=learning_rate, per_device_train_batch_size=batch_size,
         lr_scheduler_type="linear" if max_seconds is None else "constant",
         logging_steps=1, save_strategy="no", report_to="none", use_cpu=use_cpu, bf16=bf16, fp16=fp16, seed=seed,
-        gradient_checkpointing=False, model_init_kwargs=model_init_kwargs,
+        gradient_checkpointing=False, model_init_kwargs=init_kwargs,
         disable_tqdm=max_seconds is not None,  # a clock-bounded run has no step count for a progress bar
     )
     stop = _StopAfter(max_seconds) if max_seconds is not None else None
@@ -102,7 +128,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     logger.info("SFT %s: %d examples, %d steps in %.0fs, loss %.3f -> %.3f", folder, len(examples),
                 trainer.state.global_step, seconds, history[0]["loss"], history[-1]["loss"])
     if merge:
-        merged = trainer.model.merge_and_unload()
+        merged = _merged_over_full_precision_base(trainer.model, model_path, model_init_kwargs or {}, target)
         merged.save_pretrained(target)
         del merged
     else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path

@@ -21,7 +21,7 @@ def load_policy(path: str, device: str | None = None, dtype=None, quantization_c
     """``(model, tokenizer)`` from a model folder, a PEFT adapter folder (its base loads first) or a hub id.
 
     The model is loaded straight onto ``device`` in ``dtype``; both default to the hardware rule of
-    `rapo_trl.hardware` (the GPU in bf16/fp16 when there is one, else the CPU in fp32); ``dtype="auto"`` takes
+    `rapo_trl.hardware` (the GPU in bf16/fp16 when there is one, else the CPU, in bf16 where it computes it natively); ``dtype="auto"`` takes
     the checkpoint's. ``quantization_config`` (k-bit loading) and ``init_kwargs`` (``from_pretrained``'s loading
     flags: ``revision``, ``attn_implementation``, ``trust_remote_code``, ...) are passed on; the tokenizer gets
     the revision and ``trust_remote_code`` too.

@@ -23,6 +23,7 @@ from trl.extras.profiling import profiling_decorator
 from trl.trainer.utils import get_config_model_id
 
 from rapo_trl.config import RAPOConfig
+from rapo_trl.hardware import frozen_weights_dtype
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rollout import HybridRolloutEngine
@@ -41,9 +42,27 @@ from rapo_trl.trainer.checks import (
 from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
+from rapo_trl.trainer.shared_prompt import (
+    distinct_prompts,
+    score_with_shared_prompt,
+    shared_prompt_unavailable,
+)
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store, policy_view
 
 logger = logging.getLogger("rapo_trl.trainer")
+
+
+def load_frozen_weights_in_half(model, args: RAPOConfig, peft_config, quantization_config) -> None:
+    """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
+    (``rapo_trl.hardware.frozen_weights_dtype``; adapters stay fp32). An explicit ``model_init_kwargs["dtype"]``,
+    a model object or a quantized load is left as it is."""
+    init_kwargs = args.model_init_kwargs or {}
+    quantized = quantization_config is not None or "quantization_config" in init_kwargs
+    if not isinstance(model, str) or peft_config is None or quantized or "dtype" in init_kwargs:
+        return
+    dtype = frozen_weights_dtype(bool(args.bf16), bool(args.fp16))
+    if dtype is not None:
+        args.model_init_kwargs = {**init_kwargs, "dtype": dtype}
 
 
 class RAPOTrainer(GRPOTrainer):
@@ -115,6 +134,7 @@ class RAPOTrainer(GRPOTrainer):
                 f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
                 "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
             )
+        load_frozen_weights_in_half(model, args, peft_config, quantization_config)
         super().__init__(
             model,
             bind_tool_tags(reward_funcs, tool_tags),
@@ -276,11 +296,45 @@ class RAPOTrainer(GRPOTrainer):
         pending.check_used()
         return loss
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **side_inputs):
+        scored = None
+        if self.args.share_prompt_forward and not compute_aux_loss and all(v is None for v in side_inputs.values()):
+            scored = self._scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                      compute_entropy)
+        if scored is None:
+            scored = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **side_inputs)
+        logps, entropies, aux = scored
         if self._pending_ratio_shift is not None:
             self._pending_ratio_shift.apply(logps)
         return logps, entropies, aux
+
+    def _scores_with_shared_prompts(self, model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                    compute_entropy):
+        """TRL's scores with each distinct prompt of a chunk run once (``share_prompt_forward``), or None where no
+        chunk shares a prompt or the model cannot take the shared cache."""
+        batch_size = batch_size or input_ids.size(0)
+        prompt_len = input_ids.size(1) - logits_to_keep
+        chunks = [(start, distinct_prompts(input_ids[start:start + batch_size],
+                                           attention_mask[start:start + batch_size], prompt_len))
+                  for start in range(0, input_ids.size(0), batch_size)]
+        if all(groups is None for _, groups in chunks) or shared_prompt_unavailable(model) is not None:
+            return None
+        logps, entropies = [], []
+        for start, groups in chunks:
+            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            if groups is None:
+                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+            else:
+                with self.accelerator.autocast():
+                    chunk_logps, chunk_entropies = score_with_shared_prompt(model, ids, mask, logits_to_keep,
+                                                                            compute_entropy, groups)
+            logps.append(chunk_logps)
+            entropies.append(chunk_entropies)
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     # ------------------------------------------------------------------ checkpoints and the model card
 

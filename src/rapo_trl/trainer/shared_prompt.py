@@ -1,0 +1,78 @@
+"""The group's prompt once in the loss: one forward per distinct prompt, its keys and values reused by every row.
+
+A GRPO batch holds G completions of each prompt, and TRL's loss forward runs every row over prompt and
+completion alike; in the demo 57 % of the loss tokens are copies of a group's prompt. Here a micro-batch's
+distinct prompts (all but their last token) run once, their per-layer keys and values are expanded to the
+rows by index, and the rows run only their last prompt token and completion on top of that cache. Positions,
+masks and the scored labels are those of TRL's forward (``positions = 0..T-1`` over the padded row, the
+completion's tokens labelled), so log-probs equal TRL's to float rounding; gradients reach the prompt's
+activations through the expansion, summed over its rows.
+
+Used only where that holds: a decoder whose ``forward`` takes a cache, full-attention ``DynamicLayer``
+caches, no gradient checkpointing (recomputation would drop the cache) and no multimodal inputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from rapo_trl.rollout.backends.kv_decode import _inner_model, cache_argument
+
+
+def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
+    """``(first, inverse)``: the first row of each distinct prompt and, per row, the index of its prompt;
+    ``None`` when every row's prompt is its own (nothing to share) or the prompt is a single column."""
+    if prompt_len < 2:
+        return None
+    prompt_mask = attention_mask[:, :prompt_len]
+    key = torch.cat([input_ids[:, :prompt_len] * prompt_mask, prompt_mask], dim=1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    if len(unique) == len(key):
+        return None
+    first = torch.stack([(inverse == u).nonzero()[0, 0] for u in range(len(unique))])
+    return first, inverse
+
+
+def shared_prompt_unavailable(model) -> str | None:
+    """Why ``model`` cannot score with a shared prompt cache, in words, or None when it can."""
+    inner = _inner_model(model)
+    if getattr(inner.config, "is_encoder_decoder", False):
+        return "the model is an encoder-decoder"
+    if cache_argument(model) is None:
+        return f"{type(inner).__name__}.forward takes no KV cache argument"
+    if getattr(inner, "is_gradient_checkpointing", False):
+        return "gradient checkpointing recomputes layers without the cache"
+    try:
+        layers = DynamicCache(config=inner.config.get_text_config()).layers
+    except Exception as error:  # noqa: BLE001 - any config the cache cannot be built from is a no
+        return f"a DynamicCache cannot be built from the model's config ({error})"
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return "the model's cache is not made of full-attention DynamicLayer layers"
+    return None
+
+
+def score_with_shared_prompt(model, input_ids, attention_mask, logits_to_keep: int, compute_entropy: bool, groups):
+    """TRL's fused-head log-probs (and entropies) of the last ``logits_to_keep`` tokens, prompts run once.
+
+    ``groups`` is :func:`distinct_prompts`' answer for these rows. Returns ``(logps, entropies)`` shaped
+    ``(B, logits_to_keep)`` like ``GRPOTrainer._get_per_token_logps_and_entropies``.
+    """
+    first, inverse = groups
+    prompt_len = input_ids.size(1) - logits_to_keep
+    head = prompt_len - 1  # the prompt's last token runs with the completion: its output scores the first token
+    cache = DynamicCache(config=_inner_model(model).config.get_text_config())
+    name = cache_argument(model)
+    model(input_ids=input_ids[first, :head], attention_mask=attention_mask[first, :head], use_cache=True,
+          logits_to_keep=1, **{name: cache})
+    for layer in cache.layers:  # rows of one prompt share its keys/values; backward sums their gradients
+        layer.keys = layer.keys.index_select(0, inverse)
+        layer.values = layer.values.index_select(0, inverse)
+    tail_ids = input_ids[:, head:]
+    labels = tail_ids.masked_fill(attention_mask[:, head:] == 0, -100)
+    labels[:, :-logits_to_keep] = -100
+    outputs = model(input_ids=tail_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True,
+                    **{name: cache})
+    logps = outputs.log_probs[:, -logits_to_keep:]
+    entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+    return logps, entropies

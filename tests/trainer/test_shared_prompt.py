@@ -1,0 +1,116 @@
+"""The group's prompt once in the loss: equal to TRL's row-by-row forward, and actually run once."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from peft import LoraConfig
+from transformers import AutoTokenizer
+
+import rapo_trl.trainer.trainer as trainer_module
+from rapo_trl.config import RAPOConfig
+from rapo_trl.padding import trim_padding_columns
+from rapo_trl.trainer import RAPOTrainer
+from rapo_trl.trainer.shared_prompt import distinct_prompts, shared_prompt_unavailable
+from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.trainers import (
+    batch_inputs,
+    common_args,
+    dataset,
+    loss_and_grads,
+    rapo_trainer,
+    script,
+    sevens,
+)
+
+SHIFTED = dict(store=FixedStore(), retrieve_prob=1.0, num_hybrid_generations=2, importance_shaping_weight=1.0)
+
+
+def test_distinct_prompts_groups_rows_by_prompt_and_padding():
+    ids = torch.tensor([[0, 5, 6, 1], [0, 5, 6, 2], [7, 5, 6, 3], [0, 5, 6, 4]])
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    first, inverse = distinct_prompts(ids, mask, prompt_len=3)
+    assert inverse.tolist()[0] == inverse.tolist()[1] == inverse.tolist()[3] != inverse.tolist()[2]
+    assert sorted(first.tolist()) == [0, 2]  # the first row of each prompt
+    padded = mask.clone()
+    padded[1, 0] = 0
+    other = ids.clone()
+    other[1, 0] = 9  # a different id under padding is the same prompt
+    assert distinct_prompts(other, padded, prompt_len=3)[1].tolist() == inverse.tolist()
+    assert distinct_prompts(ids[[0, 2]], mask[[0, 2]], prompt_len=3) is None  # every prompt its own
+    assert distinct_prompts(ids, mask, prompt_len=1) is None  # no prompt prefix to run before the last token
+
+
+def _scored(trainer):
+    script(trainer)
+    trainer.model.train()
+    return trainer._generate_and_score_completions(batch_inputs())
+
+
+@pytest.mark.parametrize("settings", [{}, SHIFTED], ids=["plain", "shaped_ratio"])
+def test_loss_and_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path, settings):
+    results = {}
+    for share in (True, False):
+        trainer = rapo_trainer(tiny_model_dir, tmp_path / str(share), share_prompt_forward=share, **settings)
+        results[share] = loss_and_grads(trainer, _scored(trainer))
+    (loss, grads), (row_loss, row_grads) = results[True], results[False]
+    assert loss != 0 and torch.allclose(loss, row_loss, atol=1e-6)
+    assert grads.keys() == row_grads.keys() and len(grads) > 10
+    for name, grad in grads.items():
+        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+    assert any(g.abs().max() > 1e-4 for g in grads.values())  # the comparison is over real gradients
+
+
+def _lora_trainer(tiny_model_dir, tmp_path, **settings):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rapo = {k: settings.pop(k) for k in list(settings) if k in ("share_prompt_forward",)}
+    args = RAPOConfig(**common_args(tmp_path, **settings), max_turn_tokens=32, **rapo)
+    return RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
+                       tools=[EchoTool()], peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+
+
+def test_lora_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path):
+    results = {}
+    for share in (True, False):
+        trainer = _lora_trainer(tiny_model_dir, tmp_path / str(share), share_prompt_forward=share)
+        results[share] = loss_and_grads(trainer, _scored(trainer))
+    (loss, grads), (row_loss, row_grads) = results[True], results[False]
+    assert torch.allclose(loss, row_loss, atol=1e-6)
+    assert grads and all("lora_" in name for name in grads)
+    for name, grad in grads.items():
+        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_each_distinct_prompt_runs_once(tiny_model_dir, tmp_path, monkeypatch):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path)
+    batch = _scored(trainer)
+    model = trainer.model
+    calls = []
+    forward = model.forward
+
+    @functools.wraps(forward)  # the signature says where the cache goes
+    def spy(*args, **kwargs):
+        calls.append((kwargs["input_ids"].shape, kwargs.get("fused_lm_head", False)))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", spy)
+    loss_and_grads(trainer, batch)
+    trimmed = trim_padding_columns(batch)
+    prompt_len, completion_len = trimmed["prompt_ids"].shape[1], trimmed["completion_ids"].shape[1]
+    rows = batch["prompt_ids"].shape[0]
+    # One group: its prompt (minus the last token) once, then every row's last prompt token and completion.
+    assert calls == [((1, prompt_len - 1), False), ((rows, completion_len + 1), True)]
+
+
+def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir, tmp_path, monkeypatch):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path)
+    batch = _scored(trainer)
+    assert shared_prompt_unavailable(trainer.model) is None
+    trainer.model.gradient_checkpointing_enable()
+    assert "gradient checkpointing" in shared_prompt_unavailable(trainer.model)
+    used = []
+    monkeypatch.setattr(trainer_module, "score_with_shared_prompt", lambda *a, **k: used.append(1))
+    loss, _ = loss_and_grads(trainer, batch)
+    assert not used and torch.isfinite(loss)
