@@ -75,7 +75,11 @@ class RAPOScriptArguments:
     expert_error_rate: float = field(default=0.2, metadata={"help": "Share of wrong expert trajectories."})
     num_samples: int = field(default=4, metadata={"help": "build-store: trajectories per question (paper 16)."})
     keep_top_k: int = field(default=2, metadata={"help": "build-store: best trajectories kept (paper 5)."})
-    eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
+    eval_model: str | None = field(
+        default=None,
+        metadata={"help": "eval: model or adapter folder (default output_dir), or an alias: smollm2, or tiny (an "
+                  "untrained tiny model that answers nothing right: a smoke test of the command)."},
+    )
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
     eval_batch_size: int = field(default=32, metadata={"help": "eval: rows generated together."})
     eval_report: str | None = field(

@@ -24,6 +24,12 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         value = getattr(script, name)
         if value < 1:
             raise UsageError(f"{name} must be >= 1 (questions drawn from the task), got {value}")
+    if script.task not in TASK_NAMES:
+        from rapo_trl.cli.parsing import closest
+
+        close = closest(script.task, TASK_NAMES)
+        raise UsageError(f"unknown task '{script.task}'" + (f" (did you mean '{close}'?)" if close else "")
+                         + f"; choose one of {', '.join(TASK_NAMES)}")
     if script.closeness_weight < 0:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 

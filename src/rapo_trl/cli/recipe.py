@@ -216,6 +216,11 @@ def read_recipe(command: str, argv: list[str]):
              for owner in (SCRIPT, TRAINING, MODEL)}
     script = RAPOScriptArguments(**parts[SCRIPT])
     check_script_arguments(command, script)
+    from rapo_trl.cli.ranges import out_of_range
+
+    refused = out_of_range(parts[TRAINING])
+    if refused:
+        raise ValueError(refused)
     return script, argparse.Namespace(**parts[TRAINING]), argparse.Namespace(**parts[MODEL])
 
 
