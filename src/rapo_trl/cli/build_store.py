@@ -72,8 +72,8 @@ def _model_agent(script, rapo_args, model_args, tools):
 
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)  # before a model agent loads
-    rows = training_rows(script, "demo")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
+    rows = training_rows(script, "demo", tools)  # the prompts training uses, so a model agent sees the same
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)
     else:

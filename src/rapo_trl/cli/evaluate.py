@@ -101,8 +101,8 @@ def run(script, rapo_args, model_args) -> dict:
         target = resolve_model_path(target)
     load = dict(quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args))
     start = time.perf_counter()
-    sets = {name: training_rows(script, name) for name in eval_splits(script)}
     tools = build_tools(script)
+    sets = {name: training_rows(script, name, tools) for name in eval_splits(script)}
     numeric = script.task in NUMERIC_TASKS
     k = script.eval_samples
     sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=rapo_args.temperature,
