@@ -134,3 +134,9 @@ def test_readme_says_how_long_the_demo_takes_and_what_it_replaces():
     quickstart = " ".join(section(README.read_text(), "## Two commands").split())
     assert f"`make demo` takes about {round(total / 60 / 5) * 5} minutes" in quickstart
     assert f"{total} s" in quickstart and "replacing the committed ones" in quickstart
+
+
+def test_readme_links_the_guide_and_the_gpu_recipe():
+    text = README.read_text()
+    assert "](docs/your-own-task.md)" in text and "](configs/qwen_gpu.yaml)" in text
+    assert "has not run on a GPU" in " ".join(section(text, "## What has not been run").split())
