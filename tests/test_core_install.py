@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent("""
     folder = sys.argv[1]
     build_tiny_model(folder + "/model")
     store = TraceStore(folder + "/store", embedder=HashingEmbedder(64))
-    rows = to_rapo_rows(load_task("arithmetic", "train", n=2))
+    rows = to_rapo_rows(load_task("arithmetic", "train", n=2), tools=[PythonTool()])
     store.add_trajectories(["<think>x</think><python>print(1)</python><result>1</result><answer>\\\\boxed{1}</answer>"],
                            [1.0], ["q"], prompts=[rows[0]["question"]])
     args = RAPOConfig(output_dir=folder + "/out", use_cpu=True, max_steps=1, per_device_train_batch_size=2,

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import sys
+import types
 
 import yaml
 from peft import LoraConfig
@@ -130,3 +133,29 @@ def test_hybrid_rollouts_without_a_store_warn_and_p_zero_does_not(tiny_model_dir
                      retrieve_prob=0.0))
     messages = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer"]
     assert len(messages) == 1 and "no trace_store" in messages[0]
+
+
+def _quick_start_code(text: str) -> str:
+    found = re.search(r"^## Quick start\n.*?^```python\n(.*?)^```", text, re.S | re.M)
+    assert found, "the card has no python quick start"
+    return found.group(1)
+
+
+def test_card_of_a_local_base_runs_its_agent_with_tools_and_links_the_tracker(tiny_model_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    """Issue 35: no "[None](https://huggingface.co/None)" for a local base; a quick start that runs the tools
+    (executed here on the saved model); the tracker run's link, as TRL's trainers give it."""
+    run = types.SimpleNamespace(url="https://wandb.ai/me/rapo/runs/abc123")
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(run=run))  # a started run, offline
+    trainer = rapo_trainer(tiny_model_dir, tmp_path / "out")
+    trainer.save_model()
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "[None]" not in text and "huggingface.co/None" not in text
+    assert f"fine-tuned version of a local model (`{tiny_model_dir.name}`, no Hub id)" in text
+    assert "https://wandb.ai/me/rapo/runs/abc123" in text
+    code = _quick_start_code(text)
+    assert "pipeline(" not in code and "tools = [PythonTool()]" in code and "RolloutAgent.from_pretrained" in code
+    code = code.replace('"out"', repr(str(tmp_path / "out"))).replace("max_completion_length=512",
+                                                                      "max_completion_length=16")
+    exec(compile(code, "model card", "exec"), {})  # noqa: S102 - the card's own snippet
+    assert capsys.readouterr().out.strip()  # it printed the agent's trajectory

@@ -42,6 +42,13 @@ def test_notebook_is_committed_without_outputs_and_uses_public_api_only():
 
 
 
+def test_notebook_rows_teach_the_tools_its_trainer_runs():
+    """Issue 35: rows built without tools= promised <search> to a trainer that ran python only."""
+    source = notebook_code()
+    assert source.count("to_rapo_rows(") == source.count("tools=tools)") == 2
+    assert "tools=tools," in source and "evaluation, tools," in source  # the trainer and the evaluation run them
+
+
 def _run_install_cell(monkeypatch, cwd):
     """Runs the notebook's install cell as if rapo_trl were missing; returns the pip commands it ran."""
     import importlib.util
@@ -89,6 +96,7 @@ def test_quickstart_runs_under_a_kernel(tiny_model_dir, tmp_path, monkeypatch):
     cells = _code_cells(nb)
     out = "\n".join(_text(cell) for cell in cells)
     assert "CPU; bf16=False fp16=False" in out
+    assert "the training prompts teach" not in out  # issue 35: the prompt teaches the tools the trainer runs
     assert "step records from" in out
     model = tmp_path / "run" / "model"
     assert (model / "adapter_config.json").is_file() and (model / "trainer_state.json").is_file()

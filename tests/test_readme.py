@@ -124,3 +124,19 @@ def test_sandbox_table_says_calls_share_a_uid_without_namespaces():
     without_namespaces = rows["writes"][1]
     assert "0700" in without_namespaces and "caller's uid" in without_namespaces, without_namespaces
     assert "can read another's folder" in without_namespaces, without_namespaces
+
+
+def test_readme_says_how_long_the_demo_takes_and_what_it_replaces():
+    """The time is the committed run's own (run_seconds), and the user is told their run overwrites the results."""
+    import json
+
+    total = json.loads((ROOT / "benchmarks" / "results" / "demo_eval.json").read_text())["run_seconds"]["total"]
+    quickstart = " ".join(section(README.read_text(), "## Two commands").split())
+    assert f"`make demo` takes about {round(total / 60 / 5) * 5} minutes" in quickstart
+    assert f"{total} s" in quickstart and "replacing the committed ones" in quickstart
+
+
+def test_readme_links_the_guide_and_the_gpu_recipe():
+    text = README.read_text()
+    assert "](docs/your-own-task.md)" in text and "](configs/qwen_gpu.yaml)" in text
+    assert "has not run on a GPU" in " ".join(section(text, "## What has not been run").split())

@@ -162,14 +162,16 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None, bas
                                f"arxiv:{trainer._paper['id']}"]))
     hub_model_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id
     model_name = model_name or (hub_model_id or "").split("/")[-1] or Path(trainer.args.output_dir).name
+    trackers = tracker_urls()
+    if trackers["trackio_url"]:  # TRL tags the card with the run's Trackio Space, as its own trainers do
+        tags = [tag for tag in tags if not tag.startswith("trackio:")] + [f"trackio:{trackers['trackio_url']}"]
     card = generate_model_card(
         base_model=base_model,
         model_name=model_name,
         hub_model_id=hub_model_id or model_name,
         dataset_name=dataset_name,
         tags=tags,
-        wandb_url=None,
-        trackio_url=None,
+        **trackers,
         trainer_name=trainer._name,
         trainer_citation=trainer._paper.get("citation"),
         paper_title=trainer._paper.get("title"),
@@ -187,11 +189,60 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None, bas
         f"{recipe_table(trainer)}\n\n{_evaluation_section(evaluation)}\n"
     )
     marker = "### Framework versions"
-    text = str(card)
+    text = _quick_start(str(card), hub_model_id or model_name, trainer)
+    if base_model is None:  # TRL's template would link "[None](https://huggingface.co/None)"
+        local = Path(str(get_config_model_id(trainer.model.config) or "")).name or "unknown"
+        text = text.replace("[None](https://huggingface.co/None)", f"a local model (`{local}`, no Hub id)", 1)
     text = text.replace(marker, rapo + marker, 1) if marker in text else text + "\n" + rapo
     from huggingface_hub import ModelCard
 
     return ModelCard(text)
+
+
+def tracker_urls() -> dict:
+    """The run's tracker links, as TRL's own trainers put them in their cards: the Weights & Biases run, the
+    Trackio Space and the Comet experiment, each ``None`` when there is none."""
+    import sys
+
+    from trl.trainer.utils import get_comet_experiment_url, get_trackio_space_url
+
+    run = getattr(sys.modules.get("wandb"), "run", None)  # a started run only; wandb is never imported here
+    return {"wandb_url": getattr(run, "url", None), "trackio_url": get_trackio_space_url(),
+            "comet_url": get_comet_experiment_url()}
+
+
+# Each tool the policy was trained with, as the quick start makes it again.
+_TOOL_CODE = {"python": "PythonTool()", "search": "SearchTool(passages)"}
+_TOOL_CLASSES = {"python": "PythonTool", "search": "SearchTool"}
+_QUICK_START = """## Quick start
+
+The model calls its tools in tags and reads their results back: run it as the agent it was trained as
+(with `rapo_trl` installed){search}.
+
+```python
+from rapo_trl import {imports}
+
+tools = [{tools}]
+agent = RolloutAgent.from_pretrained("{model_id}", tools=tools, do_sample=False, max_completion_length=512)
+question = "What is 4821 * 7315?"
+prompt = [{{"role": "system", "content": system_prompt_for(tools)}}, {{"role": "user", "content": question}}]
+print(agent.complete([prompt])[0])  # the tool calls ran; their results are between <result> tags
+```
+
+"""
+
+
+def _quick_start(text: str, model_id: str, trainer) -> str:
+    """TRL's quick start is a plain pipeline that never runs a tool; RAPO's runs the agent with its tools."""
+    tags = [getattr(tool, "tag", type(tool).__name__) for tool in getattr(trainer, "rapo_tools", [])]
+    imports = ["RolloutAgent", "system_prompt_for", *sorted(_TOOL_CLASSES[t] for t in tags if t in _TOOL_CLASSES)]
+    others = [tag for tag in tags if tag not in _TOOL_CODE]
+    notes = (["`passages` is the corpus it searched in training"] if "search" in tags else []) + (
+        [f"{', '.join(others)} stand for the tool objects of your own it was trained with"] if others else [])
+    snippet = _QUICK_START.format(
+        imports=", ".join(imports), tools=", ".join(_TOOL_CODE.get(tag, tag) for tag in tags), model_id=model_id,
+        search="; " + "; ".join(notes) if notes else "")
+    return re.sub(r"## Quick start\n.*?```python\n.*?```\n\n", lambda _: snippet, text, count=1, flags=re.S)
 
 
 def add_evaluation(folder, evaluation: dict) -> Path:

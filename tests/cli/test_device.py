@@ -22,9 +22,9 @@ class Stop(Exception):
 
 
 def eval_rows(n: int = 2):
-    from rapo_trl.tasks import load_task, to_rapo_rows
+    from rapo_trl.tasks import PYTHON_SYSTEM_PROMPT, load_task, to_rapo_rows
 
-    return to_rapo_rows(load_task("arithmetic", split="eval", n=n, seed=0))
+    return to_rapo_rows(load_task("arithmetic", split="eval", n=n, seed=0), system_prompt=PYTHON_SYSTEM_PROMPT)
 
 
 ROLLOUT_ARGS = SimpleNamespace(max_completion_length=16, max_turn_tokens=8, temperature=1.0, use_cpu=False, seed=0)

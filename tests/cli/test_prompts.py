@@ -10,7 +10,7 @@ from rapo_trl.tasks import PYTHON_SYSTEM_PROMPT
 
 
 @pytest.mark.parametrize("task, tools", [("arithmetic", None), ("two_hop", None), ("word_problems", None),
-                                         ("arithmetic", ["python", "search"]), ("two_hop", ["search"])])
+                                         ("two_hop", ["python", "search"]), ("two_hop", ["search"])])
 def test_rows_teach_the_recipes_tools(task, tools):
     script = RAPOScriptArguments(task=task, tools=tools, train_size=2)
     names = tool_names(script)

@@ -116,3 +116,23 @@ def test_a_bf16_warm_start_merges_over_the_fp32_base(tiny_model_dir, tmp_path):
     # The LoRA (all-linear) moved the projections; everything else is the fp32 base bit for bit, not a bf16 copy.
     assert changed and all(name.endswith("proj.weight") for name in changed)
     assert any(not torch.equal(base[n], base[n].to(torch.bfloat16).float()) for n in base if n not in changed)
+
+
+@pytest.mark.slow
+def test_under_two_processes_only_the_main_one_merges_and_saves(tiny_model_dir, tmp_path):
+    """Issue 35: under `accelerate launch` every process used to merge and write the same folder."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("warm_start_two_processes.py")
+    root = Path(__file__).parents[2]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29581",
+           str(script), str(tiny_model_dir), str(tmp_path)]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["writes"] for r in ranks] == [1, 0]
+    assert all(r["loadable"] for r in ranks)  # the others waited for the main process's files

@@ -9,7 +9,15 @@ import pytest
 from datasets import Dataset
 
 from rapo_trl.rewards import format_check, rapo_outcome_reward
-from rapo_trl.tasks import SYSTEM_PROMPT, get_task, load_gsm8k, load_jsonl_qa, load_task, to_rapo_rows
+from rapo_trl.tasks import (
+    NO_TOOLS_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
+    get_task,
+    load_gsm8k,
+    load_jsonl_qa,
+    load_task,
+    to_rapo_rows,
+)
 
 
 def test_system_prompt_teaches_every_tag_and_its_example_is_valid():
@@ -38,7 +46,7 @@ QA = Dataset.from_list(
 
 
 def test_conversational_rows():
-    rows = to_rapo_rows(QA)
+    rows = to_rapo_rows(QA, system_prompt=SYSTEM_PROMPT)
     assert rows[0]["prompt"] == [
         {"role": "system", "content": SYSTEM_PROMPT},
         {"role": "user", "content": "Who founded Zorvex Labs?"},
@@ -46,11 +54,11 @@ def test_conversational_rows():
     assert rows["answer"] == [["Brella Zorvane", "Zorvane"], ["4"]]
     assert rows["source"] == ["demo", "demo"]  # other columns travel on to the rewards
     assert len(set(rows["question_id"])) == 2
-    assert to_rapo_rows(QA)["question_id"] == rows["question_id"]  # stable
+    assert to_rapo_rows(QA, system_prompt=SYSTEM_PROMPT)["question_id"] == rows["question_id"]  # stable
 
 
 def test_plain_rows_and_no_system_prompt():
-    plain = to_rapo_rows(QA, conversational=False)
+    plain = to_rapo_rows(QA, system_prompt=SYSTEM_PROMPT, conversational=False)
     assert plain[1]["prompt"].startswith(SYSTEM_PROMPT) and plain[1]["prompt"].endswith(
         "Question: What is 2 + 2?\n"
     )
@@ -60,9 +68,19 @@ def test_plain_rows_and_no_system_prompt():
     assert to_rapo_rows(QA, system_prompt=None, conversational=False)[1]["prompt"] == "What is 2 + 2?"
 
 
+def test_the_prompt_is_for_the_tools_you_name_and_naming_none_is_an_error():
+    """Issue 35: the old default taught <python> and <search> to a trainer that ran python only."""
+    with pytest.raises(TypeError, match=r"needs tools=: the tools you pass to RAPOTrainer"):
+        to_rapo_rows(QA)
+    with pytest.raises(TypeError, match="needs tools="):
+        to_rapo_rows(QA, tools=None)
+    assert to_rapo_rows(QA, tools=[])[0]["prompt"][0]["content"] == NO_TOOLS_SYSTEM_PROMPT
+    assert to_rapo_rows(QA, system_prompt="Be brief.")[0]["prompt"][0]["content"] == "Be brief."
+
+
 def test_custom_columns_and_existing_ids():
     data = Dataset.from_list([{"q": "Why?", "gold": "because", "question_id": 7, "prompt": "old"}])
-    rows = to_rapo_rows(data, question_column="q", answer_column="gold")
+    rows = to_rapo_rows(data, question_column="q", answer_column="gold", tools=[])
     assert set(rows.column_names) == {"q", "question_id", "prompt", "answer"}
     assert rows[0]["answer"] == "because" and rows[0]["question_id"] == "7"
     assert rows[0]["prompt"][-1]["content"] == "Why?"
@@ -72,15 +90,15 @@ def test_missing_columns_are_named():
     with pytest.raises(
         ValueError, match=r"missing column 'query' \(question\), 'gold' \(answer\); it has: question"
     ):
-        to_rapo_rows(QA, question_column="query", answer_column="gold")
+        to_rapo_rows(QA, question_column="query", answer_column="gold", tools=[])
     with pytest.raises(ValueError, match="row 0: column 'question' must be a non-empty string"):
-        to_rapo_rows(Dataset.from_list([{"question": " ", "answer": "x"}]))
+        to_rapo_rows(Dataset.from_list([{"question": " ", "answer": "x"}]), tools=[])
     with pytest.raises(TypeError, match="takes a datasets.Dataset"):
-        to_rapo_rows({"train": QA})
+        to_rapo_rows({"train": QA}, tools=[])
 
 
 def test_demo_rows_through_the_reward_as_trl_would_pass_them():
-    rows = to_rapo_rows(load_task("two_hop", "eval", n=4))
+    rows = to_rapo_rows(load_task("two_hop", "eval", n=4), system_prompt=SYSTEM_PROMPT)
     expert = get_task("two_hop").expert
     columns = {c: rows[c] for c in rows.column_names if c not in ("prompt",)}
     scores = rapo_outcome_reward(

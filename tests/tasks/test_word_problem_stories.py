@@ -91,7 +91,7 @@ def test_store_and_warm_start_hold_demonstrated_stories_only(tmp_path):
     from rapo_trl.embeddings import HashingEmbedder
     from rapo_trl.store import StoreConfig, TraceStore
 
-    demonstrated = to_rapo_rows(load_task("word_problems", "demonstrated", n=60, seed=0, difficulty=1))
+    demonstrated = to_rapo_rows(load_task("word_problems", "demonstrated", n=60, seed=0, difficulty=1), tools=[])
     reward_only = load_task("word_problems", "reward_only", n=100, seed=0, difficulty=1)
     held_out = load_task("word_problems", "heldout_stories", n=150, seed=0, difficulty=1)
     store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(), config=StoreConfig(show_progress=False))

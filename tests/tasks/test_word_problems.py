@@ -226,7 +226,7 @@ def test_a_store_built_from_training_rows_holds_no_eval_template(tmp_path):
     from rapo_trl.embeddings import HashingEmbedder
     from rapo_trl.store import StoreConfig, TraceStore
 
-    train = to_rapo_rows(load_task("word_problems", "train", n=60, seed=0))
+    train = to_rapo_rows(load_task("word_problems", "train", n=60, seed=0), tools=[])
     evals = load_task("word_problems", "eval", n=200, seed=0)
     store = TraceStore(
         tmp_path / "store", embedder=HashingEmbedder(), config=StoreConfig(show_progress=False)
@@ -285,7 +285,7 @@ def test_cli_accepts_the_task_and_its_difficulty(tmp_path):
     assert len(train) == 40 and set(train["ops"]) == {2}
     assert len(evals) == 24 and set(evals["template"]) <= set(wp.EVAL_TEMPLATES) and max(evals["ops"]) > 2
     assert tool_names(script) == ["python"]
-    rows = to_rapo_rows(train)
+    rows = to_rapo_rows(train, tools=[])
     trajectory = _expert_agent(script, rows, [])(rows[0]["prompt"])
     assert format_check(trajectory) == (True, None)
 

@@ -16,6 +16,7 @@ from transformers.utils import get_json_schema
 from rapo_trl.rollout import HybridRolloutEngine
 from rapo_trl.tasks import (
     PYTHON_SYSTEM_PROMPT,
+    SYSTEM_PROMPT,
     TOOLS_SYSTEM_PROMPT,
     system_prompt_for,
     to_rapo_rows,
@@ -260,7 +261,7 @@ def test_to_rapo_rows_puts_the_tools_in_the_system_prompt():
     alone = to_rapo_rows(data, system_prompt=None, tools=[add])[0]["prompt"][0]["content"]
     assert alone == function_tools_prompt([add])
     python_only = to_rapo_rows(data, tools=[PythonTool()])[0]["prompt"][0]["content"]
-    assert python_only == PYTHON_SYSTEM_PROMPT != to_rapo_rows(data)[0]["prompt"][0]["content"]
+    assert python_only == PYTHON_SYSTEM_PROMPT != SYSTEM_PROMPT
 
 
 def test_engine_runs_a_function_call_and_forces_its_result(tiny_model):

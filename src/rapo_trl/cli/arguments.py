@@ -12,13 +12,45 @@ class RAPOScriptArguments:
     """What to train on, with which tools and store, and how to build and evaluate."""
 
     task: str = field(
-        default="arithmetic", metadata={"help": "arithmetic, word_problems, two_hop, gsm8k or jsonl."}
+        default="arithmetic",
+        metadata={"help": "arithmetic, word_problems, two_hop, gsm8k, or dataset (your own: dataset_path or "
+                  "dataset_name; jsonl is the same)."},
     )
-    dataset_path: str | None = field(default=None, metadata={"help": "JSONL file for task=jsonl."})
-    question_column: str = field(default="question", metadata={"help": "Question field of a JSONL task."})
-    answer_column: str = field(default="answer", metadata={"help": "Answer field of a JSONL task."})
+    dataset_path: str | None = field(
+        default=None, metadata={"help": "task=dataset: a JSONL file of questions and answers, one object a line."}
+    )
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "task=dataset: a Hub dataset id or a local dataset folder (data files, or one "
+                  "`save_to_disk` wrote), loaded with datasets as `trl grpo` does."},
+    )
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "task=dataset: the configuration of dataset_name (load_dataset's name)."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "task=dataset: split of dataset_name to train on."})
+    dataset_test_split: str = field(
+        default="test",
+        metadata={"help": "task=dataset: split of dataset_name to evaluate on; when it has none, eval_fraction of the "
+                  "training split is held out."},
+    )
+    eval_dataset_path: str | None = field(
+        default=None,
+        metadata={"help": "task=dataset: a JSONL file of evaluation questions; without it eval_fraction of "
+                  "dataset_path is held out. Training never sees an evaluation question either way."},
+    )
+    eval_fraction: float = field(
+        default=0.1,
+        metadata={"help": "task=dataset without eval_dataset_path or a test split: the share of the data held out "
+                  "for evaluation (drawn with task_seed), never trained on."},
+    )
+    question_column: str = field(default="question", metadata={"help": "task=dataset: the question column."})
+    answer_column: str = field(default="answer", metadata={"help": "task=dataset: the answer column."})
     train_size: int = field(default=64, metadata={"help": "Training questions drawn from the task."})
-    eval_size: int = field(default=32, metadata={"help": "Evaluation questions (disjoint split)."})
+    eval_size: int = field(
+        default=32,
+        metadata={"help": "Evaluation questions, never training ones: the demo tasks' eval split; task=dataset: "
+                  "eval_dataset_path, dataset_test_split, or the eval_fraction held out of training."},
+    )
     task_seed: int = field(default=0, metadata={"help": "Seed that generates the demo tasks' splits."})
     task_difficulty: int | None = field(
         default=None,
@@ -60,9 +92,26 @@ class RAPOScriptArguments:
         metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_same_time, trained "
                   "(default: all)."},
     )
-    tools: list[str] | None = field(default=None, metadata={"help": "Tools: python, search. Default: the task's."})
+    tools: list[str] | None = field(
+        default=None,
+        metadata={"help": "Tools: python, search, or an import path (pkg.module.name) to a Tool, a Tool class or a "
+                  "typed function with a docstring. Default: the task's."},
+    )
+    search_corpus: str | None = field(
+        default=None,
+        metadata={"help": "The search tool's passages: a JSONL file, one {\"text\": ..., \"title\": ...} a line "
+                  "(title optional). Default: the task's corpus (two_hop ships one)."},
+    )
     python_timeout: float = field(default=10.0, metadata={"help": "Seconds per <python> call."})
-    reward: str = field(default="rapo_outcome", metadata={"help": "rapo_outcome, f1, exact_match or math."})
+    reward: str = field(
+        default="rapo_outcome",
+        metadata={"help": "rapo_outcome, f1, exact_match, math, or an import path (pkg.module.fn) to a reward function."},
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={"help": "train: several rewards, as `trl grpo` takes them: built-in names or import paths "
+                  "(pkg.module.fn), weighted by reward_weights. Replaces reward."},
+    )
     closeness_weight: float = field(
         default=0.0,
         metadata={"help": "train: add numeric closeness of the answer (1 at the gold value, 0 an order of magnitude "
@@ -75,7 +124,11 @@ class RAPOScriptArguments:
     expert_error_rate: float = field(default=0.2, metadata={"help": "Share of wrong expert trajectories."})
     num_samples: int = field(default=4, metadata={"help": "build-store: trajectories per question (paper 16)."})
     keep_top_k: int = field(default=2, metadata={"help": "build-store: best trajectories kept (paper 5)."})
-    eval_model: str | None = field(default=None, metadata={"help": "eval: model or adapter folder (default output_dir)."})
+    eval_model: str | None = field(
+        default=None,
+        metadata={"help": "eval: model or adapter folder (default output_dir), or an alias: smollm2, or tiny (an "
+                  "untrained tiny model that answers nothing right: a smoke test of the command)."},
+    )
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
     eval_batch_size: int = field(default=32, metadata={"help": "eval: rows generated together."})
     eval_report: str | None = field(

@@ -7,6 +7,8 @@ import logging
 import random
 
 from rapo_trl.cli.common import (
+    DEMO_TASKS,
+    UsageError,
     build_tools,
     check_model,
     check_quantization,
@@ -48,6 +50,9 @@ def check(script, rapo_args, model_args) -> None:
     check_script_arguments("build-store", script)
     make_reward(script)
     check_store_location(script, must_exist=False)
+    if script.agent == "expert" and script.task not in DEMO_TASKS:
+        raise UsageError(f"agent=expert is the scripted expert of the demo tasks ({', '.join(DEMO_TASKS)}); for "
+                         f"task={script.task} give a model as the agent (a folder or a hub id)")
     if script.agent != "expert":
         check_model(script.agent)  # model_revision pins the policy's repo, not the agent's
         check_quantization(model_args)
@@ -72,8 +77,8 @@ def _model_agent(script, rapo_args, model_args, tools):
 
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)  # before a model agent loads
-    rows = training_rows(script, "demo")  # the prompts training uses, so a model agent sees the same
     tools = build_tools(script)
+    rows = training_rows(script, "demo", tools)  # the prompts training uses, so a model agent sees the same
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)
     else:

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
+from rapo_trl.cli.imports import import_object, is_import_path
+from rapo_trl.cli.user_data import USER_TASKS, check_user_data, user_splits
 
 MODEL_ALIASES = ("smollm2", "tiny")
 REWARDS = ("rapo_outcome", "f1", "exact_match", "math")
-TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", "jsonl")
+TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", *USER_TASKS)
 DEMO_TASKS = ("arithmetic", "word_problems", "two_hop")  # shipped, with a scripted expert
 
 
@@ -24,6 +26,15 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         value = getattr(script, name)
         if value < 1:
             raise UsageError(f"{name} must be >= 1 (questions drawn from the task), got {value}")
+    if script.task not in TASK_NAMES:
+        from rapo_trl.cli.parsing import closest
+
+        close = closest(script.task, TASK_NAMES)
+        raise UsageError(f"unknown task '{script.task}'" + (f" (did you mean '{close}'?)" if close else "")
+                         + f"; choose one of {', '.join(TASK_NAMES)}")
+    check_user_data(script)
+    if script.tools is not None or script.search_corpus:  # names and files only: nothing is built or imported
+        tool_names(script)
     if script.closeness_weight < 0:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 
@@ -171,34 +182,28 @@ def load_questions(script: RAPOScriptArguments, split: str):
             return rows.select(range(min(n, len(rows))))
         start = min(script.eval_size, len(rows))
         return rows.select(range(start, min(start + n, len(rows))))
-    if script.task == "jsonl":
-        if not script.dataset_path or not Path(script.dataset_path).is_file():
-            raise UsageError(f"task=jsonl needs dataset_path pointing at a JSONL file, got {script.dataset_path!r}")
-        from rapo_trl.tasks import load_jsonl_qa
-
-        try:
-            rows = load_jsonl_qa(script.dataset_path, question_key=script.question_column,
-                                 answer_key=script.answer_column)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"dataset_path {script.dataset_path} is not JSONL (one JSON object a line): {error}") from None
-        except ValueError as error:
-            if "no key" not in str(error):
-                raise
-            raise UsageError(f"{error}; set question_column and answer_column to the file's field names") from None
+    if script.task in USER_TASKS:
+        check_user_data(script)
+        train, held_out = user_splits(script)  # never a question in both
+        rows = held_out if split == "eval" else train
         return rows.select(range(min(n, len(rows))))
     raise UsageError(f"unknown task '{script.task}'; choose one of {', '.join(TASK_NAMES)}")
 
 
-def training_rows(script: RAPOScriptArguments, split: str):
-    """Prompted rows whose system prompt teaches exactly the recipe's tools (``to_rapo_rows(tools=...)`` does the
-    same from Python); python-only recipes get the short python prompt (a third of the tokens to prefill)."""
+def training_rows(script: RAPOScriptArguments, split: str, tools: list | None = None):
+    """Prompted rows whose system prompt teaches exactly ``tools`` (default: `build_tools`), as
+    ``to_rapo_rows(tools=...)`` does from Python; python-only recipes get the short python prompt (a third of the
+    tokens to prefill)."""
     from rapo_trl.tasks import to_rapo_rows
-    from rapo_trl.tasks.prompt import prompt_for_builtin_tools
 
-    return to_rapo_rows(load_questions(script, split), system_prompt=prompt_for_builtin_tools(tool_names(script)))
+    return to_rapo_rows(load_questions(script, split), tools=build_tools(script) if tools is None else tools)
+
+
+BUILTIN_TOOLS = ("python", "search")
 
 
 def tool_names(script: RAPOScriptArguments) -> list[str]:
+    """The recipe's tools: built-in names and import paths (the prompt teaches the built-in ones it names)."""
     if script.tools is not None:
         names = [script.tools] if isinstance(script.tools, str) else list(script.tools)
     elif script.task in DEMO_TASKS:
@@ -207,52 +212,98 @@ def tool_names(script: RAPOScriptArguments) -> list[str]:
         names = list(get_task(script.task).tools)
     else:
         names = ["python"]
-    unknown = set(names) - {"python", "search"}
+    unknown = [name for name in names if name not in BUILTIN_TOOLS and not is_import_path(name)]
     if unknown:
-        raise UsageError(f"unknown tool(s) {sorted(unknown)}; available: python, search")
+        raise UsageError(f"unknown tool(s) {sorted(unknown)}; available: python, search, or an import path "
+                         "(pkg.module.name) to a Tool or a typed function")
+    if "search" in names and not script.search_corpus and script.task != "two_hop":
+        raise UsageError("the search tool needs a corpus: set search_corpus to a JSONL of passages "
+                         "(task=two_hop ships one)")
+    if script.search_corpus and not Path(script.search_corpus).is_file():
+        raise UsageError(f"search_corpus {script.search_corpus!r} is not a file; give a JSONL of passages")
     return names
 
 
 def build_tools(script: RAPOScriptArguments) -> list:
-    from rapo_trl.tools import PythonTool, SearchTool
+    from rapo_trl.tools import PythonTool
 
     tools = []
     for name in tool_names(script):
         if name == "python":
             tools.append(PythonTool(timeout=script.python_timeout))
+        elif name == "search":
+            tools.append(search_tool(script))
         else:
-            if script.task != "two_hop":
-                raise UsageError("the search tool needs a corpus; only task=two_hop ships one")
-            from rapo_trl.tasks import load_corpus
-
-            tools.append(SearchTool(load_corpus(script.task)))
+            tools.append(user_tool(name))
     return tools
 
 
-def make_reward(script: RAPOScriptArguments):
+def search_tool(script: RAPOScriptArguments):
+    """``SearchTool`` over ``search_corpus`` (a JSONL of passages), else the task's own corpus."""
+    from rapo_trl.tools import SearchTool
+
+    if script.search_corpus:
+        from datasets import load_dataset
+
+        try:
+            corpus = load_dataset("json", data_files=script.search_corpus, split="train")
+            return SearchTool(corpus)
+        except ValueError as error:
+            raise UsageError(f"search_corpus {script.search_corpus}: {error}") from None
+    from rapo_trl.tasks import load_corpus
+
+    return SearchTool(load_corpus(script.task))
+
+
+def user_tool(path: str):
+    """A tool named by import path: a Tool object, a Tool class (made with no arguments) or a typed function."""
+    from rapo_trl.tools.function_tool import as_tool
+    from rapo_trl.tools.registry import tools_by_tag
+
+    tool = import_object(path, "tool")
+    tool = as_tool(tool() if isinstance(tool, type) else tool)
+    try:
+        tools_by_tag([tool])  # the shape and tag checks RAPOTrainer makes, now, with the path in the message
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"tool '{path}': {error}") from None
+    return tool
+
+
+def make_reward(script: RAPOScriptArguments, name: str | None = None):
+    """The reward function ``name`` (default: the recipe's ``reward``): a built-in name or an import path."""
     from rapo_trl import rewards
 
+    name = name or script.reward
     table = {
         "rapo_outcome": rewards.rapo_outcome_reward,
         "f1": rewards.f1_reward,
         "exact_match": rewards.exact_match_reward,
         "math": rewards.math_equivalence_reward,
     }
-    if script.reward not in table:
-        raise UsageError(f"unknown reward '{script.reward}'; choose one of {', '.join(REWARDS)}")
-    return table[script.reward]
+    if name in table:
+        return table[name]
+    if is_import_path(name):
+        function = import_object(name, "reward")
+        if not callable(function):
+            raise UsageError(f"reward '{name}' is not a function")
+        return function
+    raise UsageError(f"unknown reward '{name}'; choose one of {', '.join(REWARDS)} or an import path (pkg.module.fn)")
 
 
 def training_rewards(script: RAPOScriptArguments, reward_weights: list[float] | None) -> tuple[list, list[float] | None]:
-    """The reward functions RL trains on and their ``reward_weights``: ``reward``, plus numeric closeness
-    when ``closeness_weight`` > 0 (weights 1 and ``closeness_weight``)."""
+    """The reward functions RL trains on and their ``reward_weights``: ``reward_funcs`` (or ``reward``), plus
+    numeric closeness when ``closeness_weight`` > 0 (weights 1 and ``closeness_weight``)."""
+    names = name_list(script.reward_funcs, [script.reward])
+    functions = [make_reward(script, name) for name in names]
     if not script.closeness_weight:
-        return [make_reward(script)], reward_weights
+        if reward_weights is not None and len(reward_weights) != len(functions):
+            raise UsageError(f"reward_weights has {len(reward_weights)} weights for {len(functions)} reward functions")
+        return functions, reward_weights
     if reward_weights is not None:
         raise UsageError("set closeness_weight or reward_weights, not both (closeness_weight sets the weights)")
     from rapo_trl.rewards import numeric_closeness_reward
 
-    return [make_reward(script), numeric_closeness_reward], [1.0, script.closeness_weight]
+    return [*functions, numeric_closeness_reward], [1.0] * len(functions) + [script.closeness_weight]
 
 
 def check_store_location(script: RAPOScriptArguments, must_exist: bool) -> tuple[str, int] | None:

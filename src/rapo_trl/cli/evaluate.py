@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from rapo_trl.cli.common import (
+    MODEL_ALIASES,
     UsageError,
     build_tools,
     check_model,
@@ -80,7 +81,9 @@ def _target(script, rapo_args) -> str:
 def check(script, rapo_args, model_args) -> None:
     """Every input eval can check without loading anything (also before TRL is imported)."""
     check_script_arguments("eval", script)
-    if not Path(_target(script, rapo_args)).is_dir():
+    if script.eval_model in MODEL_ALIASES:
+        check_model(script.eval_model)
+    elif not Path(_target(script, rapo_args)).is_dir():
         raise UsageError(f"eval model '{_target(script, rapo_args)}' does not exist; train first or set eval_model")
     if script.eval_samples < 0:
         raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
@@ -94,10 +97,12 @@ def run(script, rapo_args, model_args) -> dict:
     from trl import get_quantization_config
 
     target = _target(script, rapo_args)
+    if target in MODEL_ALIASES:  # `tiny`: an untrained tiny model, a smoke test of the whole command
+        target = resolve_model_path(target)
     load = dict(quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args))
     start = time.perf_counter()
-    sets = {name: training_rows(script, name) for name in eval_splits(script)}
     tools = build_tools(script)
+    sets = {name: training_rows(script, name, tools) for name in eval_splits(script)}
     numeric = script.task in NUMERIC_TASKS
     k = script.eval_samples
     sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=rapo_args.temperature,

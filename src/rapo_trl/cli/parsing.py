@@ -12,9 +12,19 @@ def option_names(name: str) -> list[str]:
     return [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
 
 
+# Names users bring from other libraries, and the field meant: closer in meaning than in spelling
+# (difflib offers `local_rank` for `lora_rank`).
+SYNONYMS = {"lora_rank": "lora_r", "rank": "lora_r", "lr": "learning_rate", "batch_size": "per_device_train_batch_size"}
+
+
 def closest(word: str, known) -> str | None:
-    """The one of ``known`` that ``word`` most likely misspells, if any is close."""
-    close = difflib.get_close_matches(word, list(known), n=1)
+    """The one of ``known`` that ``word`` most likely misspells (or names as another library does), if any."""
+    known = list(known)
+    dashes = word[: len(word) - len(word.lstrip("-"))]
+    meant = SYNONYMS.get(word.lstrip("-").replace("-", "_"))
+    if meant is not None and dashes + meant in known:
+        return dashes + meant
+    close = difflib.get_close_matches(word, known, n=1)
     return close[0] if close else None
 
 

@@ -24,7 +24,9 @@ HELP_FLAGS = ("-h", "--help", "--help-all")
 # TRL's ModelConfig flags that say how a model loads; every model a command loads gets them.
 MODEL_LOADING = ("model_revision", "dtype", "attn_implementation", "trust_remote_code", "load_in_4bit", "load_in_8bit",
                  "bnb_4bit_quant_type", "use_bnb_nested_quant", "model_init_kwargs")
-TASK = ("task", "dataset_path", "question_column", "answer_column", "task_seed", "tools", "python_timeout")
+TASK = ("task", "dataset_path", "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split",
+        "eval_dataset_path", "eval_fraction", "question_column", "answer_column", "task_seed", "tools", "search_corpus",
+        "python_timeout")
 TRAINING_SPLITS = ("train_size", "task_difficulty", "train_split", "demo_split")
 RAPO = "RAPO"  # the group of the fields RAPOConfig declares itself
 
@@ -33,7 +35,7 @@ HELP_GROUPS = {
     "train": (
         ("model", ("model_name_or_path", *MODEL_LOADING, "use_peft", "lora_r", "lora_alpha", "lora_dropout",
                    "lora_target_modules")),
-        ("task", (*TASK, *TRAINING_SPLITS, "reward", "closeness_weight")),
+        ("task", (*TASK, *TRAINING_SPLITS, "reward", "reward_funcs", "closeness_weight")),
         ("store", ("store_path", "store_collection", "store_server")),
         (RAPO, ()),
         ("SFT warm start", ("sft_warmup_steps", "sft_learning_rate", "sft_batch_size", "sft_same_time")),
@@ -217,6 +219,11 @@ def read_recipe(command: str, argv: list[str]):
              for owner in (SCRIPT, TRAINING, MODEL)}
     script = RAPOScriptArguments(**parts[SCRIPT])
     check_script_arguments(command, script)
+    from rapo_trl.cli.ranges import out_of_range
+
+    refused = out_of_range(parts[TRAINING])
+    if refused:
+        raise ValueError(refused)
     return script, argparse.Namespace(**parts[TRAINING]), argparse.Namespace(**parts[MODEL])
 
 

@@ -45,11 +45,11 @@ def run(script, rapo_args, model_args) -> dict:
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
     reward_funcs, rapo_args.reward_weights = training_rewards(script, rapo_args.reward_weights)
-    rows = training_rows(script, "train")
+    tools = build_tools(script)
+    rows = training_rows(script, "train", tools)
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
-    demo_rows = (rows if same else training_rows(script, "demo")) if script.sft_warmup_steps > 0 else None
-    tools = build_tools(script)
+    demo_rows = (rows if same else training_rows(script, "demo", tools)) if script.sft_warmup_steps > 0 else None
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
     # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
     model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)

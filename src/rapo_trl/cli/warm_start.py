@@ -127,17 +127,28 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     history = [{"step": e["step"], "loss": e["loss"]} for e in trainer.state.log_history if "loss" in e]
     logger.info("SFT %s: %d examples, %d steps in %.0fs, loss %.3f -> %.3f", folder, len(examples),
                 trainer.state.global_step, seconds, history[0]["loss"], history[-1]["loss"])
-    if merge:
-        merged = _merged_over_full_precision_base(trainer.model, model_path, model_init_kwargs or {}, target)
-        merged.save_pretrained(target)
-        del merged
-    else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path
-        trainer.model.peft_config["default"].base_model_name_or_path = model_path
-        trainer.model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
-    (target / "sft_history.json").write_text(json.dumps(
-        {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
-         "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
+    # Under `accelerate launch` every process trained; one (the main) merges and writes, the others wait for it
+    # before they load what it wrote.
+    if trainer.accelerator.is_main_process:
+        _save(trainer, tokenizer, target, model_path, merge, model_init_kwargs or {})
+        (target / "sft_history.json").write_text(json.dumps(
+            {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
+             "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
+    trainer.accelerator.wait_for_everyone()
     del trainer
     gc.collect()  # the caller loads the saved model next; do not hold a second copy and its optimizer state
     return str(target)
+
+
+def _save(trainer, tokenizer, target: Path, model_path: str, merge: bool, model_init_kwargs: dict) -> None:
+    """The merged model (``merge``) or the adapter alone, with the tokenizer, in ``target``."""
+    if merge:
+        merged = _merged_over_full_precision_base(trainer.accelerator.unwrap_model(trainer.model), model_path,
+                                                  model_init_kwargs, target)
+        merged.save_pretrained(target)
+        del merged
+    else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model.peft_config["default"].base_model_name_or_path = model_path
+        model.save_pretrained(target)
+    tokenizer.save_pretrained(target)

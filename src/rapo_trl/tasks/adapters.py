@@ -21,13 +21,30 @@ def _require_columns(dataset: Dataset, columns: dict[str, str]) -> None:
         )
 
 
+_UNSET = object()
+"""The default of ``tools`` and ``system_prompt``: not given."""
+
+
+def _system_prompt(tools, system_prompt):
+    """The system prompt ``to_rapo_rows`` puts in each row: one that teaches exactly ``tools``."""
+    if tools is _UNSET or tools is None:
+        if system_prompt is _UNSET:
+            raise TypeError(
+                "to_rapo_rows needs tools=: the tools you pass to RAPOTrainer(tools=...), e.g. [PythonTool()], so that "
+                "the prompt teaches exactly those (tools=[] for none); or give system_prompt= of your own"
+            )
+        return system_prompt
+    base = None if system_prompt is _UNSET or system_prompt == SYSTEM_PROMPT else (system_prompt or "")
+    return system_prompt_for(tools, base=base) or None
+
+
 def to_rapo_rows(
     dataset: Dataset,
     question_column: str = "question",
     answer_column: str = "answer",
-    system_prompt: str | None = SYSTEM_PROMPT,
+    system_prompt: str | None = _UNSET,
     conversational: bool = True,
-    tools=None,
+    tools=_UNSET,
 ) -> Dataset:
     """RAPO training/eval rows from any dataset with a question and an answer column.
 
@@ -36,18 +53,17 @@ def to_rapo_rows(
     ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
 
-    ``tools`` (what ``RAPOTrainer(tools=...)`` takes) makes the prompt describe exactly those tools:
-    the default prompt becomes ``system_prompt_for(tools)`` (e.g. ``[PythonTool()]`` gives the
-    Python-only prompt, which promises no search engine), a ``system_prompt`` of your own gets the
+    ``tools`` is required: the tools ``RAPOTrainer(tools=...)`` runs, so that the prompt teaches exactly
+    those (a prompt promising a tool the trainer does not run teaches the policy calls that fail). The
+    prompt is ``system_prompt_for(tools)`` (e.g. ``[PythonTool()]`` gives the Python-only prompt, which
+    promises no search engine; ``[]`` the protocol without tools); a ``system_prompt`` of your own gets the
     function-tool section appended, and with ``system_prompt=None`` the section alone is the system
-    prompt. Without ``tools`` the default prompt teaches ``<python>`` and ``<search>``.
+    prompt. Without ``tools``, a ``system_prompt`` you give is used as is (you say what it teaches).
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")
     _require_columns(dataset, {"question": question_column, "answer": answer_column})
-    if tools is not None:
-        base = None if system_prompt == SYSTEM_PROMPT else (system_prompt or "")
-        system_prompt = system_prompt_for(tools, base=base) or None
+    system_prompt = _system_prompt(tools, system_prompt)
 
     questions = list(dataset[question_column])
     for index, question in enumerate(questions):

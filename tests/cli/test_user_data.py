@@ -1,0 +1,90 @@
+"""`task: dataset`: your own data from a JSONL file or a dataset (Hub id or folder, TRL's dataset_* flags), with
+evaluation questions that training never sees (issue 35)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import Dataset, DatasetDict
+
+from rapo_trl.cli import read_recipe
+from rapo_trl.cli.arguments import RAPOScriptArguments
+from rapo_trl.cli.common import UsageError, check_script_arguments, load_questions
+
+
+def _jsonl(path, start, n, key="question"):
+    path.write_text("".join(json.dumps({key: f"What is {i} * 3?", "answer": str(3 * i)}) + "\n"
+                            for i in range(start, start + n)))
+    return str(path)
+
+
+def _questions(script, split):
+    return load_questions(script, split)["question"]
+
+
+def test_jsonl_holds_out_a_seeded_fraction_never_trained_on(tmp_path):
+    script = RAPOScriptArguments(task="jsonl", dataset_path=_jsonl(tmp_path / "qa.jsonl", 0, 10), train_size=100,
+                                 eval_size=100, eval_fraction=0.3)
+    train, held = _questions(script, "train"), _questions(script, "eval")
+    assert len(held) == 3 and len(train) == 7 and not set(train) & set(held)
+    script.eval_size = 2
+    assert _questions(script, "eval") == held[:2]  # eval_size takes from the held-out rows only
+
+
+def test_eval_dataset_path_is_the_eval_set_and_leaves_training(tmp_path):
+    script = RAPOScriptArguments(task="dataset", dataset_path=_jsonl(tmp_path / "train.jsonl", 0, 10),
+                                 eval_dataset_path=_jsonl(tmp_path / "eval.jsonl", 8, 4), train_size=100, eval_size=100)
+    assert _questions(script, "eval") == [f"What is {i} * 3?" for i in range(8, 12)]
+    assert _questions(script, "train") == [f"What is {i} * 3?" for i in range(8)]
+
+
+def _splits(n_train, n_test):
+    def part(start, n):
+        return Dataset.from_dict({"problem": [f"What is {i} - 1?" for i in range(start, start + n)],
+                                  "solution": [str(i - 1) for i in range(start, start + n)]})
+
+    return DatasetDict({"train": part(0, n_train), **({"test": part(100, n_test)} if n_test else {})})
+
+
+def test_dataset_name_takes_trls_flags_and_a_column_mapping(tmp_path):
+    _splits(6, 3).save_to_disk(tmp_path / "saved")
+    files = tmp_path / "files"  # a script-less data folder, as on the Hub
+    files.mkdir()
+    _splits(6, 3)["train"].to_json(files / "train.jsonl")
+    _splits(6, 3)["test"].to_json(files / "test.jsonl")
+    for folder in ("saved", "files"):
+        script, _, _ = read_recipe("train", ["--task", "dataset", "--dataset_name", str(tmp_path / folder),
+                                             "--dataset_train_split", "train", "--dataset_test_split", "test",
+                                             "--question_column", "problem", "--answer_column", "solution",
+                                             "--eval_size", "10"])
+        rows = load_questions(script, "eval")
+        assert rows["question"] == [f"What is {i} - 1?" for i in range(100, 103)] and rows["answer"][0] == "99"
+        assert len(_questions(script, "train")) == 6
+
+
+def test_dataset_without_a_test_split_holds_out_eval_fraction(tmp_path):
+    _splits(20, 0).save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"), question_column="problem",
+                                 answer_column="solution", eval_fraction=0.25, train_size=100, eval_size=100)
+    held, train = _questions(script, "eval"), _questions(script, "train")
+    assert len(held) == 5 and len(train) == 15 and not set(held) & set(train)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"task": "dataset"}, "needs dataset_path"),
+    ({"task": "dataset", "dataset_path": "missing.jsonl"}, "is not a file"),
+    ({"task": "dataset", "dataset_name": "org/ds", "dataset_path": "x.jsonl"}, "not both"),
+    ({"task": "arithmetic", "dataset_name": "org/ds"}, "set task: dataset"),
+    ({"task": "jsonl", "dataset_name": "org/ds", "eval_fraction": 1.0}, "eval_fraction must be in (0, 1)"),
+])
+def test_user_data_mistakes_answer_before_anything_loads(changes, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        check_script_arguments("train", RAPOScriptArguments(**changes))
+
+
+def test_a_column_that_is_not_there_is_named(tmp_path):
+    _splits(4, 2).save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
+    with pytest.raises(UsageError, match="no column 'question', 'answer'; it has problem, solution"):
+        load_questions(script, "train")
