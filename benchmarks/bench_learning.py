@@ -101,6 +101,10 @@ def parse_args(argv=None):
                         help="training reward of grpo/rapo: RAPO's outcome reward, or that plus --closeness-weight x "
                              "numeric closeness of the answer (a denser training signal; evaluation is exact either way)")
     parser.add_argument("--closeness-weight", type=float, default=0.5)
+    parser.add_argument("--dynamic-sampling", action="store_true",
+                        help="grpo/rapo: RAPOConfig.dynamic_sampling (DAPO): groups whose rewards are all equal are "
+                             "replaced within the step by prompts of the RL rows whose groups have signal")
+    parser.add_argument("--dynamic-sampling-max-rounds", type=int, default=2)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
     parser.add_argument("--warm-steps", type=int, default=40, help="SFT steps of the warm start")
@@ -308,6 +312,7 @@ def settings(args) -> dict:
     return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
             "temperature": args.temperature, "reward": args.reward,
             **({"closeness_weight": args.closeness_weight} if args.reward == "closeness" else {}),
+            **({"dynamic_sampling_max_rounds": args.dynamic_sampling_max_rounds} if args.dynamic_sampling else {}),
             "max_completion_length": args.max_completion_length,
             "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
@@ -345,6 +350,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
         logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
+        dynamic_sampling=args.dynamic_sampling, dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds,
         **budgets, **arm_settings(arm, g),
     )
     torch.manual_seed(seed)
@@ -387,6 +393,11 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm == "rapo" else 0.0,
         "z_positive_share": statistics.fmean(z_positive) if z_positive else None,
         "truncated_rate": statistics.fmean(series("rapo/truncated_rate")) if series("rapo/truncated_rate") else None,
+        # the share of steps whose batch had a group with unequal rewards (after dynamic sampling, when on)
+        "steps_with_signal": statistics.fmean(series("rapo/step_has_signal")) if series("rapo/step_has_signal") else None,
+        **({"groups_with_signal_before": statistics.fmean(series("dynamic_sampling/signal_share_before")),
+            "extra_rollouts_per_group": statistics.fmean(series("dynamic_sampling/extra_rollouts_per_group"))}
+           if args.dynamic_sampling and series("dynamic_sampling/signal_share_before") else {}),
         "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm == "rapo" else 0.0,
         "settings": settings(args),
         "machine": machine(),
@@ -401,7 +412,8 @@ def sft_seconds(args, results: Path, start: str) -> float:
     path = results / "learning.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else []
     walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps
-             and r["settings"].get("reward", "outcome") == args.reward]
+             and r["settings"].get("reward", "outcome") == args.reward
+             and ("dynamic_sampling_max_rounds" in r["settings"]) == args.dynamic_sampling]
     if not walls:
         raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
                          "those first or pass --sft-seconds")
@@ -580,9 +592,11 @@ def stories_table(groups) -> list[str]:
 def variant(run: dict) -> str:
     """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
     outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
-    if run["settings"].get("reward", "outcome") != "closeness":
+    suffix = ("+closeness" if run["settings"].get("reward", "outcome") == "closeness" else "") + (
+        "+dynamic" if "dynamic_sampling_max_rounds" in run["settings"] else "")
+    if not suffix:
         return run["arm"]
-    return "sft (time of grpo+closeness)" if run["arm"] == "sft" else f"{run['arm']}+closeness"
+    return f"sft (time of grpo{suffix})" if run["arm"] == "sft" else f"{run['arm']}{suffix}"
 
 
 def _other_evals(members) -> str:

@@ -30,3 +30,15 @@ def test_stories_start_scores_the_demos_fresh_reward_only_questions_and_never_tr
     assert fresh["question"] == load_questions(script, "reward_only_fresh")["question"]
     assert rl_rows["question"] == load_questions(script, "train")["question"]
     assert not set(fresh["question"]) & set(rl_rows["question"])
+
+
+def test_runs_with_dynamic_sampling_are_reported_as_their_own_variant():
+    bench = _bench()
+    args = bench.parse_args(["--dynamic-sampling", "--dynamic-sampling-max-rounds", "3"])
+    settings = bench.settings(args)
+    assert settings["dynamic_sampling_max_rounds"] == 3
+    assert "dynamic_sampling_max_rounds" not in bench.settings(bench.parse_args([]))
+    assert bench.variant({"arm": "grpo", "settings": settings}) == "grpo+dynamic"
+    assert bench.variant({"arm": "sft", "settings": {**settings, "reward": "closeness"}}) == \
+        "sft (time of grpo+closeness+dynamic)"
+    assert bench.variant({"arm": "rapo", "settings": bench.settings(bench.parse_args([]))}) == "rapo"
