@@ -123,7 +123,7 @@ def dataset(n=6, flat=(0,)):
 def trainer_for(tiny_model_dir, tmp_path, data, **kwargs):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    args = RAPOConfig(**common_args(tmp_path, max_completion_length=24, **kwargs), max_turn_tokens=24)
+    args = RAPOConfig(**common_args(tmp_path, max_completion_length=12, **kwargs), max_turn_tokens=12)
     trainer = RAPOTrainer(model, answer_reward, args=args, train_dataset=data, processing_class=tok,
                           tools=[EchoTool()])
     trainer.model.train()
@@ -195,3 +195,19 @@ def test_off_by_default_and_on_without_flat_groups_it_changes_nothing(tiny_model
     inputs, batch = step(off, data, 0)  # prompt 0 is flat: off, it stays
     assert [x["answer"] for x in inputs] == ["flat:0"] * G and not batch["advantages"].abs().sum()
     assert off._metrics["train"]["rapo/step_has_signal"] == [1.0, 0.0]
+
+
+def test_training_steps_through_trls_loop_log_what_dynamic_sampling_did(tiny_model_dir, tmp_path):
+    """TRL's own loop (sampler, buffering, shuffle, split into micro-batches) around replaced groups."""
+    data = dataset(n=8, flat=range(4))
+    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling=True, dynamic_sampling_max_rounds=3,
+                          max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "dynamic_sampling/rounds" in entry]
+    # the sampler's first prompt varies; its second is flat and gets replaced in one round
+    assert [e["dynamic_sampling/signal_share_before"] for e in logged] == [1.0, 0.0]
+    assert [e["dynamic_sampling/rounds"] for e in logged] == [0.0, 1.0]
+    assert [e["dynamic_sampling/signal_share_after"] for e in logged] == [e["rapo/step_has_signal"] for e in logged] \
+        == [1.0, 1.0]
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if n in before)
