@@ -3,7 +3,8 @@
 Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
 against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integration.md):
 1. ``rollout_func`` (``_hybrid_rollout``): the hybrid engine produces ids, env_mask and RAPO's per-row state,
-   handed to the next two hooks as one ``PendingRollout``;
+   handed to the next two hooks as one ``PendingRollout``; with ``dynamic_sampling`` it also replaces groups whose
+   rewards are all equal (``dynamic_sampling.py``), writing the replacement rows into the step's inputs;
 2. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
 3. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row ratio
    shift log(1 + m F_ret) stored beside them;
