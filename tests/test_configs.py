@@ -22,12 +22,15 @@ def test_demo_recipe_parses_into_rapo_config():
     script, args, model = parse_recipe("train", ["--config", str(CONFIGS[0].parent / "demo_cpu.yaml")])
     assert isinstance(args, RAPOConfig) and args.num_hybrid_generations == args.num_generations // 2 and args.use_cpu
     assert script.task == "word_problems" and model.use_peft and model.lora_r == 16
-    # the demo reports held-out stories (mean@k, the primary yardstick) and held-out templates against the fair
-    # baseline; RL trains on stories demonstrated nowhere, the store and the warm start on the demonstrated ones
-    assert script.sft_same_time and script.sft_warmup_steps > 0 and script.eval_size >= 32
+    # the demo reports fresh questions of RL's own stories (mean@k at the training temperature, the primary
+    # yardstick), held-out stories and held-out templates against the fair baseline; RL trains on stories
+    # demonstrated nowhere, the store and the warm start on the demonstrated ones
+    assert script.sft_same_time and script.sft_warmup_steps > 0 and script.eval_size >= 64
     assert (script.demo_split, script.train_split) == ("demonstrated", "reward_only")
-    assert script.eval_splits[0] == "heldout_stories" and "heldout_shapes" in script.eval_splits
-    assert script.eval_samples >= 4
+    assert script.eval_splits == ["reward_only_fresh", "heldout_stories", "heldout_shapes"]
+    assert script.eval_samples >= 4 and "reward_only_fresh" in script.eval_sampled_splits
+    assert (script.eval_sample_size or script.eval_size) >= 64
+    assert script.eval_difficulty == script.task_difficulty  # the yardstick asks the stories RL trains on
     # the loss runs in row-by-row micro-batches that fill one group
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == args.num_generations
 

@@ -1,5 +1,5 @@
 """Two training processes (torchrun + accelerate, CPU/gloo): a group straddling them gets globally normalised
-retrieval advantages and hybrid rows by global index."""
+retrieval advantages and hybrid rows by global index; dynamic sampling runs the same rounds on both."""
 
 import json
 import subprocess
@@ -12,15 +12,20 @@ import torch
 from rapo_trl.objective import group_normalize
 
 
-@pytest.mark.slow
-def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
-    script = Path(__file__).with_name("multiprocess_rollout_script.py")
+def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path) -> list[dict]:
+    """What each rank of ``tests/<script_name>`` dumped."""
+    script = Path(__file__).with_name(script_name)
     # torchrun: accelerate reads its WORLD_SIZE/RANK and runs MULTI_CPU with gloo.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29577",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(script), str(tiny_model_dir), str(tmp_path)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
+    ranks = run_on_two_processes("multiprocess_rollout_script.py", 29577, tiny_model_dir, tmp_path)
     assert ranks[0]["hybrid"] == [True, True] and ranks[1]["hybrid"] == [False, False]
     assert ranks[0]["hybrid_share"] == ranks[1]["hybrid_share"] == 0.5  # gathered over both processes
     z = torch.tensor(ranks[0]["z"] + ranks[1]["z"])
@@ -32,3 +37,17 @@ def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
     assert torch.allclose(got, expected, atol=1e-5)
     f_ret = torch.tensor(ranks[0]["f_ret"] + ranks[1]["f_ret"])
     assert torch.allclose(torch.tensor(ranks[0]["shift"] + ranks[1]["shift"]), torch.log1p(0.05 * f_ret), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins_each_round(tiny_model_dir, tmp_path):
+    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29578, tiny_model_dir, tmp_path)
+    assert ranks[0]["replaced"] == [0, 1, 2, 3] and ranks[1]["replaced"] == []
+    assert len(set(ranks[0]["answers"])) == 1 and ranks[0]["answers"][0].startswith("vary:")
+    assert ranks[0]["answers"][0] != "vary:1" and ranks[1]["answers"] == ["vary:1"] * 4
+    for rank in ranks:  # gathered over both processes: the same on each
+        assert rank["metrics"] == {"dynamic_sampling/signal_share_before": 0.5,
+                                   "dynamic_sampling/signal_share_after": 1.0,
+                                   "dynamic_sampling/replaced_share": 0.5, "dynamic_sampling/rounds": 1.0,
+                                   "dynamic_sampling/extra_rollouts_per_group": 2.0, "rapo/step_has_signal": 1.0}
+        assert any(a != 0 for a in rank["advantages"])

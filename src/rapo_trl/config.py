@@ -107,6 +107,21 @@ class RAPOConfig(GRPOConfig):
         hold several rows of a group (e.g. `per_device_train_batch_size = num_generations`); models it cannot
         serve (no KV cache argument, sliding-window caches, gradient checkpointing) run TRL's forward.
 
+    > Groups without signal (beyond the paper)
+
+    dynamic_sampling (`bool`, *optional*, defaults to `False`):
+        DAPO's dynamic sampling (arXiv 2503.14476): a group whose rewards are all equal has zero advantage and
+        teaches nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset`
+        (seeded by `seed`, the step, the process and the round; never a prompt already in the step) are rolled
+        out, scored by the reward functions, and a replacement group with unequal rewards takes the flat group's
+        rows, prompt and dataset row (so its own answer columns score it). Groups still flat after
+        `dynamic_sampling_max_rounds` rounds are kept (zero advantage). Each round costs one more rollout per
+        flat group. Needs each process's generation batch to hold whole groups (`per_device_train_batch_size *
+        steps_per_generation` a multiple of `num_generations`) and a map-style dataset. TRL 1.16 has no
+        equivalent option. Logged: `dynamic_sampling/*`, and in every run `rapo/step_has_signal`.
+    dynamic_sampling_max_rounds (`int`, *optional*, defaults to `2`):
+        Most extra rollout rounds per step for the flat groups (DAPO's `max_num_gen_batches`).
+
     > Store growth (beyond the paper)
 
     grow_store (`bool`, *optional*, defaults to `False`):
@@ -172,6 +187,14 @@ class RAPOConfig(GRPOConfig):
     share_prompt_forward: bool = field(
         default=True, metadata={"help": "Run each distinct prompt of a loss micro-batch once, reusing its KV cache."}
     )
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={"help": "DAPO's dynamic sampling: replace prompts whose group's rewards are all equal with "
+                  "prompts drawn from the training set, rolled out within the same step."},
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=2, metadata={"help": "Most extra rollout rounds per step for groups without reward signal."}
+    )
     grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
 
@@ -228,6 +251,15 @@ class RAPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.retrieval_top_k is not None and self.retrieval_top_k < 1:
             raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
+        rows_per_process = self.per_device_train_batch_size * self.steps_per_generation
+        if self.dynamic_sampling and rows_per_process % self.num_generations:
+            raise ValueError(
+                f"dynamic_sampling replaces whole groups, so each process must generate whole groups: "
+                f"per_device_train_batch_size * steps_per_generation ({rows_per_process}) must be a multiple of "
+                f"num_generations ({self.num_generations})."
+            )
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""

@@ -66,6 +66,10 @@ INTERNALS: tuple[Internal, ...] = (
              calls_in_order=("labels[:, :-logits_to_keep] = -100", "fused_lm_head=True",
                              "outputs.log_probs[:, -logits_to_keep:]")),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
+    Internal(GRPO, "_generate_and_score_completions", "dynamic sampling writes replacement rows into the step's "
+             "inputs and prompts: TRL must score and log those same lists after the rollout", ("inputs",),
+             calls_in_order=("self._generate(prompts)", "self._calculate_rewards(inputs, prompts,",
+                             "gather_object(prompts)")),
     Internal(TRAINER, "_save_rng_state", "override: RAPO's rollout state is saved beside TRL's RNG state",
              ("output_dir",)),
     Internal(TRAINER, "_load_optimizer_and_scheduler", "override: RAPO's rollout state is restored on resume",
@@ -76,6 +80,10 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(GRPO, "_tokenizer", "the rollout engine's tokenizer", attribute=True),
     Internal(GRPO, "_dist", "parameters gathered for generation under FSDP (trainer/backend.py)", attribute=True),
     Internal(GRPO, "reward_weights", "weighted rewards for the signal monitor and store growth", attribute=True),
+    Internal(GRPO, "_pending_extra_logs", "dynamic sampling keeps candidates' log_extra values out of the "
+             "completions table", attribute=True),
+    Internal(GRPO, "_pending_metrics", "dynamic sampling keeps candidates' log_metric values out of the metrics",
+             attribute=True),
     Internal(GRPO, "generation_config", "sampling config of the transformers backend", attribute=True),
     Internal(GRPO, "generation_kwargs", "unwrap_model_for_generation's kwargs", attribute=True),
     Internal(GRPO, "vllm_generation", "the colocated vLLM engine the backend generates with", attribute=True),

@@ -16,6 +16,7 @@ from rapo_trl.cli.warm_start import trajectories_from_store
 from rapo_trl.rewards import rapo_outcome_reward
 from rapo_trl.tasks import load_task, to_rapo_rows
 from rapo_trl.tasks import word_problems as wp
+from rapo_trl.tasks.splits import split_of
 from rapo_trl.tasks.story_template import shape_of
 from tests.tasks.test_word_problems import skeleton
 
@@ -111,3 +112,28 @@ def test_store_and_warm_start_hold_demonstrated_stories_only(tmp_path):
         for story in set(rows["template"]):
             assert not [f for f in fragments(story) if f in text or f in warm], story
             assert f"print({wp.ALL_STORIES[story].expression})" not in text, story  # nor its program as written
+
+
+def test_fresh_reward_only_questions_are_never_rl_training_rows_whatever_the_seed_or_size():
+    """``reward_only_fresh`` (the primary yardstick) asks RL's own stories, and no draw of a training split, with any
+    seed, size or difficulty, holds one of its questions: the two are kept apart by content hash."""
+    fresh = {q for seed in (0, 1, 7) for difficulty in (1, 3)
+             for q in load_task("word_problems", "reward_only_fresh", n=400, seed=seed, difficulty=difficulty)["question"]}
+    training = {q for seed in (0, 1, 2, 3) for difficulty in (1, 3) for split in wp.TRAINING_SPLITS
+                for q in load_task("word_problems", split, n=600, seed=seed, difficulty=difficulty)["question"]}
+    assert len(fresh) > 2000 and len(training) > 10000
+    assert not fresh & training
+    assert {split_of(q) for q in fresh} == {"eval"}
+    # The same stories as RL's: every reward-only story of the difficulty is asked, and nothing else.
+    rows = load_task("word_problems", "reward_only_fresh", n=300, seed=0, difficulty=1)
+    stories = {s for s in wp.STORY_ROLES["reward_only"] if wp.ALL_STORIES[s].ops <= 2}
+    assert set(rows["template"]) == stories
+    assert set(wp.SPLITS["reward_only_fresh"]) == set(wp.SPLITS["reward_only"])
+    assert "reward_only_fresh" in wp.EVAL_SPLITS and "reward_only_fresh" not in wp.TRAINING_SPLITS
+
+
+def test_reward_only_draws_training_bucket_questions_only_and_a_smaller_draw_is_a_prefix():
+    rows = load_task("word_problems", "reward_only", n=200, seed=0, difficulty=1)
+    assert {split_of(q) for q in rows["question"]} == {"train"}
+    assert len(set(rows["question"])) == 200
+    assert load_task("word_problems", "reward_only", n=50, seed=0, difficulty=1)["question"] == rows["question"][:50]

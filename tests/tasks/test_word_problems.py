@@ -300,6 +300,22 @@ def test_cli_eval_difficulty_picks_held_out_templates_only(tmp_path):
     assert not set(evals["question"]) & set(train["question"])
 
 
+def test_cli_evaluates_fresh_reward_only_questions_and_never_trains_on_them(tmp_path):
+    from rapo_trl.cli.common import UsageError, eval_splits, load_questions
+
+    script = _script(tmp_path, task_difficulty=1, eval_difficulty=1, demo_split="demonstrated",
+                     train_split="reward_only", eval_splits=["reward_only_fresh", "heldout_stories"], eval_size=64)
+    assert eval_splits(script) == ["reward_only_fresh", "heldout_stories"]
+    fresh, train = load_questions(script, "reward_only_fresh"), load_questions(script, "train")
+    stories = set(wp.STORY_ROLES["reward_only"])  # RL's own stories
+    assert len(fresh) == 64 and set(fresh["template"]) <= stories and set(train["template"]) <= stories
+    assert not set(fresh["question"]) & set(train["question"])
+    with pytest.raises(UsageError, match="'reward_only_fresh' cannot be a training split"):
+        load_questions(_script(tmp_path, train_split="reward_only_fresh"), "train")
+    with pytest.raises(UsageError, match="'reward_only' cannot be an eval set"):
+        load_questions(script, "reward_only")
+
+
 def test_cli_refuses_a_difficulty_it_cannot_use(tmp_path):
     from rapo_trl.cli.common import UsageError, load_questions
 

@@ -44,6 +44,16 @@ def test_unscored_or_resized_rollout_is_refused():
         pending.check_scored(3)
 
 
+def test_replacements_reach_trls_prompts_only_when_the_inputs_hold_them():
+    replacement = {"prompt": "new", "answer": "2"}
+    pending = PendingRollout(rows([1], [2]), "train", replaced={1: replacement})
+    inputs, prompts = [{"prompt": "old", "answer": "1"}, replacement], ["old", "old"]
+    pending.apply_replacements(inputs, prompts)
+    assert prompts == ["old", "new"]
+    with pytest.raises(RolloutHandOverError, match="input row 1 other than the one dynamic sampling put there"):
+        pending.apply_replacements([inputs[0], dict(replacement)], ["old", "old"])
+
+
 def test_ratio_shift_is_applied_to_one_forward_only():
     inputs = {}
     shift = PendingRatioShift(inputs, torch.tensor([[0.5]]))

@@ -65,7 +65,8 @@ class RAPOScriptArguments:
     train_split: str = field(
         default="train",
         metadata={"help": "Split RL trains on. word_problems also has demonstrated, reward_only (stories of the "
-                  "training programs demonstrated nowhere) and the eval splits heldout_stories, heldout_shapes."},
+                  "training programs demonstrated nowhere) and the eval splits reward_only_fresh (the reward-only "
+                  "stories' questions RL never trains on), heldout_stories, heldout_shapes."},
     )
     demo_split: str | None = field(
         default=None,

@@ -28,7 +28,7 @@ import random
 from datasets import Dataset
 
 from rapo_trl.tasks.python_expert import python_expert
-from rapo_trl.tasks.splits import stable_hash
+from rapo_trl.tasks.splits import split_of, stable_hash
 from rapo_trl.tasks.stories_three_ops import STORIES as _STORIES_THREE_OPS
 from rapo_trl.tasks.stories_two_ops import STORIES as _STORIES_TWO_OPS
 from rapo_trl.tasks.story_template import N3, N4, N5, N6, StoryTemplate
@@ -407,10 +407,15 @@ SPLITS = {
     "eval": EVAL_TEMPLATES,
     "heldout_shapes": EVAL_TEMPLATES,  # new programs: the stretch yardstick
     **STORY_ROLES,  # demonstrated, reward_only, heldout_stories (known programs, new wordings)
+    "reward_only_fresh": STORY_ROLES["reward_only"],  # RL's own stories, questions RL never trains on
 }
-"""Split name -> the story ids it draws from. ``eval`` and ``heldout_shapes`` are the same questions."""
+"""Split name -> the story ids it draws from. ``eval`` and ``heldout_shapes`` are the same questions;
+``reward_only`` and ``reward_only_fresh`` share stories but never a question (:data:`QUESTION_BUCKETS`)."""
+QUESTION_BUCKETS = {"reward_only": "train", "reward_only_fresh": "eval"}
+"""Splits that share stories, kept apart by question: each keeps only the questions whose content hash
+(`rapo_trl.tasks.splits.split_of`) falls in its bucket, so no seed or size makes them overlap."""
 TRAINING_SPLITS = ("train", "demonstrated", "reward_only")
-EVAL_SPLITS = ("eval", "heldout_shapes", "heldout_stories")
+EVAL_SPLITS = ("eval", "heldout_shapes", "heldout_stories", "reward_only_fresh")
 
 
 def shape_id(story_id: str) -> str:
@@ -438,7 +443,9 @@ def load(
 
     Splits (see :data:`SPLITS`): ``train`` draws from the original training templates, ``eval`` (alias
     ``heldout_shapes``) only from :data:`EVAL_TEMPLATES`; ``demonstrated``, ``reward_only`` and
-    ``heldout_stories`` from the story roles of :data:`STORY_ROLES`. ``template`` is the story's id and
+    ``heldout_stories`` from the story roles of :data:`STORY_ROLES`; ``reward_only_fresh`` (eval: fresh
+    questions of RL's own stories) from the reward-only stories, never a question ``reward_only`` can draw
+    (:data:`QUESTION_BUCKETS`). ``template`` is the story's id and
     ``shape`` the template whose program it tells. ``difficulty`` (1, 2 or 3 = all; ``None`` = 3) caps the
     operation count; ``digits`` (0..2) widens the large quantities. Deterministic for a given argument set.
     """
@@ -448,11 +455,12 @@ def load(
         raise ValueError(f"digits must be an integer from {DIGITS_RANGE[0]} to {DIGITS_RANGE[1]}, got {digits!r}")
     n = DEFAULT_SIZES["eval" if split in EVAL_SPLITS else "train"] if n is None else n
     rng = random.Random(f"word_problems:{split}:{seed}:{difficulty}:{digits}")
+    bucket = QUESTION_BUCKETS.get(split)
     rows, seen = [], set()
     while len(rows) < n:
         template = rng.choice(pool)
         question, code = template.sample(rng, digits)
-        if question in seen:
+        if question in seen or (bucket is not None and split_of(question) != bucket):
             continue
         seen.add(question)
         rows.append(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from rapo_trl.rollout import RolloutRow, RolloutStats
+from rapo_trl.trainer.dynamic_sampling import groups_with_signal
 
 Mean = Callable[..., float]
 """``mean(values, weights=None)``: the weighted mean over all processes (0.0 when there are no values)."""
@@ -63,3 +64,10 @@ def retrieval_reward_metrics(all_z: torch.Tensor, all_retrieved: torch.Tensor, a
         "rapo/f_ret_mean": all_f_ret.mean().item(),
         "rapo/z_positive_share": (z > 0).float().mean().item() if z.numel() else 0.0,
     }
+
+
+def signal_metrics(all_rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+    """Whether the step's batch (every process's rows) holds a group with unequal rewards, and the share of such
+    groups: averaged over logged steps, ``rapo/step_has_signal`` is the share of steps with signal."""
+    signal = groups_with_signal(all_rewards, group_size)
+    return {"rapo/step_has_signal": float(signal.any()), "rapo/group_signal_share": signal.float().mean().item()}

@@ -8,7 +8,7 @@ loudly instead of training as plain GRPO.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +33,20 @@ class PendingRollout:
     """``"train"`` or ``"eval"``."""
     rewards: torch.Tensor | None = None
     """Weighted reward of every row of every process (TRL gathers them), set once by ``score``."""
+    replaced: dict[int, dict] = field(default_factory=dict)
+    """Dynamic sampling: local row index -> the training row whose prompt the rollout put there (already written
+    into the step's ``inputs``)."""
+
+    def apply_replacements(self, inputs: list[dict], prompts: list) -> None:
+        """Check the step's ``inputs`` hold the replacement rows and put their prompts into TRL's ``prompts`` (in
+        place: TRL logs that list after scoring), so reward functions see each row's own prompt and answer."""
+        for index, row in self.replaced.items():
+            if inputs[index] is not row:
+                raise RolloutHandOverError(
+                    HOOKS_CHANGED + f"_calculate_rewards got input row {index} other than the one dynamic sampling "
+                    "put there (the step's inputs were copied or rebuilt after the rollout)."
+                )
+            prompts[index] = row["prompt"]
 
     def score(self, completion_ids: list[list[int]], rewards_per_func: torch.Tensor, weights: torch.Tensor) -> None:
         """Check TRL is scoring these rows, in this order, once; keep the weighted rewards."""

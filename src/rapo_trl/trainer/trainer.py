@@ -3,7 +3,8 @@
 Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
 against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integration.md):
 1. ``rollout_func`` (``_hybrid_rollout``): the hybrid engine produces ids, env_mask and RAPO's per-row state,
-   handed to the next two hooks as one ``PendingRollout``;
+   handed to the next two hooks as one ``PendingRollout``; with ``dynamic_sampling`` it also replaces groups whose
+   rewards are all equal (``dynamic_sampling.py``), writing the replacement rows into the step's inputs;
 2. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
 3. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row ratio
    shift log(1 + m F_ret) stored beside them;
@@ -13,12 +14,14 @@ against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integr
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
 
 import torch
 from trl import GRPOTrainer
+from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_decorator
 from trl.trainer.utils import get_config_model_id
 
@@ -39,7 +42,15 @@ from rapo_trl.trainer.checks import (
     warn_if_nothing_to_retrieve,
     warn_if_prompt_and_tools_differ,
 )
-from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics
+from rapo_trl.trainer.dynamic_sampling import (
+    PromptDraw,
+    dynamic_sampling_metrics,
+    resample_flat_groups,
+    reward_logs_left_alone,
+    summed_stats,
+    weighted_rewards,
+)
+from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
 from rapo_trl.trainer.shared_prompt import (
@@ -135,6 +146,9 @@ class RAPOTrainer(GRPOTrainer):
                 "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
             )
         load_frozen_weights_in_half(model, args, peft_config, quantization_config)
+        if args.dynamic_sampling and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
+            raise ValueError("dynamic_sampling draws replacement prompts by index: it needs a map-style "
+                             "train_dataset (a datasets.Dataset, not an IterableDataset).")
         super().__init__(
             model,
             bind_tool_tags(reward_funcs, tool_tags),
@@ -164,6 +178,9 @@ class RAPOTrainer(GRPOTrainer):
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
+        self._step_inputs: list[dict] | None = None
+        """The step's input rows while ``_generate_and_score_completions`` runs (dynamic sampling replaces rows)."""
+        self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(self.accelerator.unwrap_model(self.model), args.learning_rate)
             warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
@@ -177,7 +194,11 @@ class RAPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         self.pending_rollout = None  # a step that failed after its rollout (e.g. in a reward) leaves nothing behind
-        out = super()._generate_and_score_completions(inputs)
+        self._step_inputs = inputs  # the list TRL scores: dynamic sampling writes replacement rows into it
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._step_inputs = None
         pending, self.pending_rollout = self.pending_rollout, None
         if pending is None:
             raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
@@ -188,6 +209,7 @@ class RAPOTrainer(GRPOTrainer):
             return out
         out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
             pending.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
+        metrics.update(signal_metrics(pending.rewards, self.num_generations))
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
         self._warn_on_lost_signal(pending)
@@ -208,15 +230,20 @@ class RAPOTrainer(GRPOTrainer):
                   for i in range(len(prompts))]
         prompt_ids, _, _ = self._tokenize_prompts(prompts)
         self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
-        with vllm_kv_cache_awake(self):
-            rows = self.rollout_engine.run(
-                prompt_ids, [prompt_text(p) + "\n" for p in prompts], hybrid, retrieval_enabled=training
-            )
         mode = "train" if training else "eval"
-        self.pending_rollout = PendingRollout(rows, mode)
+        mean = functools.partial(gathered_mean, self.accelerator)
         engine = self.rollout_engine
-        metrics = rollout_metrics(rows, engine.last_stats, engine.store_errors, engine.config.retrieve_prob,
-                                  functools.partial(gathered_mean, self.accelerator))
+        replaced: dict[int, dict] = {}
+        with vllm_kv_cache_awake(self):
+            rows = engine.run(prompt_ids, [prompt_text(p) + "\n" for p in prompts], hybrid, retrieval_enabled=training)
+            stats = engine.last_stats
+            if training and self.args.dynamic_sampling:
+                resampled = self._resample_flat_groups(prompts, rows, hybrid)
+                rows, replaced, stats = resampled.rows, resampled.replaced, summed_stats(stats, resampled.stats)
+                for name, value in dynamic_sampling_metrics(resampled, mean).items():
+                    self._metrics[mode][name].append(value)
+        self.pending_rollout = PendingRollout(rows, mode, replaced=replaced)
+        metrics = rollout_metrics(rows, stats, engine.store_errors, engine.config.retrieve_prob, mean)
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
         use_logprobs = all(row.logprobs is not None for row in rows)
@@ -228,6 +255,65 @@ class RAPOTrainer(GRPOTrainer):
             "env_mask": [row.env_mask for row in rows],
         }
 
+    def _resample_flat_groups(self, prompts: list, rows: list, hybrid: list[bool]):
+        """Dynamic sampling (`rapo_trl.trainer.dynamic_sampling`): this process's flat groups replaced by groups of
+        prompts drawn from the training set, rolled out and scored as the step's own rows are. The replacement
+        training rows are written into the step's ``inputs`` (the list TRL hands ``_calculate_rewards`` next)."""
+        inputs = self._step_inputs
+        if inputs is None or len(inputs) != len(rows):
+            raise RolloutHandOverError("RAPO: dynamic_sampling needs the step's input rows; rollout_func ran outside "
+                                       "_generate_and_score_completions or with other prompts than its inputs.")
+        conversational = is_conversational({"prompt": prompts[0]})
+        columns = list(inputs[0])
+        engine = self.rollout_engine
+
+        def draw(n, round_, exclude):
+            drawn = self._prompt_draw(n, step=self.state.global_step, process=self.accelerator.process_index,
+                                      round_=round_, exclude=exclude)
+            return [{column: row[column] for column in columns} for row in drawn]
+
+        def rollout(candidates, flags):
+            texts = copy.deepcopy([row["prompt"] for row in candidates])
+            ids, _, _ = self._tokenize_prompts(texts)
+            new_rows = engine.run(ids, [prompt_text(p) + "\n" for p in texts], flags, retrieval_enabled=True)
+            return new_rows, engine.last_stats
+
+        def score(candidates, candidate_rows):
+            return self._score_rows(candidates, candidate_rows, conversational, filler=(inputs[0], rows[0]))
+
+        def total_flat(n):
+            return int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).sum())
+
+        resampled = resample_flat_groups(
+            rows, inputs, hybrid, self._score_rows(list(inputs), rows, conversational), self.num_generations,
+            self.args.dynamic_sampling_max_rounds, draw, rollout, score, total_flat)
+        for index, row in resampled.replaced.items():
+            inputs[index] = row
+        return resampled
+
+    def _score_rows(self, inputs: list[dict], rows: list, conversational: bool, filler=None) -> torch.Tensor:
+        """Weighted rewards of ``rows`` (this process's), scored as ``_calculate_rewards`` scores the step's rows
+        but outside the step's batch: nothing reaches TRL's logs. Every process calls it together (TRL gathers the
+        rewards), padded to the longest process's row count with ``filler`` (an input row and its rollout row)."""
+        count = len(rows)
+        width = int(self.accelerator.gather(torch.tensor([count], device=self.accelerator.device)).max())
+        if width > count:
+            inputs, rows = list(inputs) + [filler[0]] * (width - count), list(rows) + [filler[1]] * (width - count)
+        completions, policy_ids = self._reward_view(rows, conversational)
+        with reward_logs_left_alone(self):
+            rewards_per_func = super()._calculate_rewards(inputs, [row["prompt"] for row in inputs], completions,
+                                                          policy_ids)
+        start = self.accelerator.process_index * width
+        return weighted_rewards(rewards_per_func[start : start + count], self.reward_weights)
+
+    def _reward_view(self, rows: list, conversational: bool) -> tuple[list, list[list[int]]]:
+        """What reward functions score: the policy's own text (retrieved spans removed by token span, unless
+        ``score_retrieved_blocks``), as chat messages when the prompts are conversational, and its token ids."""
+        policy_ids = [policy_view(row, self.args.score_retrieved_blocks) for row in rows]
+        texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
+        completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        return completions, policy_ids
+
     def current_retrieve_prob(self) -> float:
         """p at the current step, following ``retrieve_prob_schedule``."""
         return self.args.retrieve_prob_at(self.state.global_step, self.state.max_steps)
@@ -236,14 +322,10 @@ class RAPOTrainer(GRPOTrainer):
         pending = self.pending_rollout
         if pending is None:
             raise RolloutHandOverError("RAPO: _calculate_rewards ran without a pending rollout from rollout_func.")
+        pending.apply_replacements(inputs, prompts)
         # Reward functions see the policy's own text: retrieved spans removed by token span.
-        keep_retrieved = self.args.score_retrieved_blocks
-        policy_ids = [policy_view(row, keep_retrieved) for row in pending.rows]
-        texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
-        if completions and isinstance(completions[0], list):
-            completions = [[{"role": "assistant", "content": text}] for text in texts]
-        else:
-            completions = texts
+        conversational = bool(completions) and isinstance(completions[0], list)
+        completions, policy_ids = self._reward_view(pending.rows, conversational)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, policy_ids)
         pending.score(completion_ids_list, rewards_per_func, self.reward_weights)
         return rewards_per_func

@@ -1,0 +1,51 @@
+"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one dynamic-sampling step where rank 0's
+group is flat and rank 1's is not, so rank 1 joins each round's scoring with no rows of its own. Each rank dumps
+what it computed."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent.parent))
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from rapo_trl.config import RAPOConfig  # noqa: E402
+from rapo_trl.trainer import RAPOTrainer  # noqa: E402
+from tests.helpers.fakes import EchoTool  # noqa: E402
+from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
+
+
+def main(model_dir: str, out_dir: str) -> None:
+    args = RAPOConfig(
+        output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
+        num_generations=4, max_completion_length=24, max_turn_tokens=24, seed=0, save_strategy="no",
+        dynamic_sampling=True,
+    )
+    data = dataset()
+    trainer = RAPOTrainer(AutoModelForCausalLM.from_pretrained(model_dir), answer_reward, args=args,
+                          train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
+                          tools=[EchoTool()])
+    rank = trainer.accelerator.process_index
+    trainer.model.train()
+    torch.manual_seed(rank)
+    inputs = [dict(data[rank]) for _ in range(4)]  # rank 0: prompt 0, whose rewards are all 0; rank 1: prompt 1
+    batch = trainer._generate_and_score_completions(inputs)
+    metrics = {name: values[-1] for name, values in trainer._metrics["train"].items()}
+    dump = {
+        "replaced": sorted(trainer.last_rollout.replaced),
+        "answers": [row["answer"] for row in inputs],
+        "advantages": batch["advantages"].tolist(),
+        "metrics": {k: v for k, v in metrics.items() if k.startswith(("dynamic_sampling/", "rapo/step_has_signal"))},
+    }
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()  # as multiprocess_rollout_script.py: gloo down before exit
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main(sys.argv[1], sys.argv[2])
