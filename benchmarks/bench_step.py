@@ -267,6 +267,7 @@ def main() -> None:
     parser.add_argument("--rollouts", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--results", default=str(RESULTS / "step"), help="path stem of the .json/.md results")
+    parser.add_argument("--keep-rollouts", help="copy the rapo arm's recorded rollouts here (bench_loss_microbatch.py)")
     parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     parser.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                         help="recipe fields to override, as rapo train flags (e.g. use_cpu=false num_generations=16)")
@@ -290,6 +291,8 @@ def main() -> None:
                         "--rollouts", str(rollouts), "--out", str(out), *(["--set", *args.set] if args.set else [])],
                        check=True)
         raw[arm] = json.loads(out.read_text())
+    if args.keep_rollouts and rollouts.is_file():
+        Path(args.keep_rollouts).write_text(rollouts.read_text())
     runs = {arm: summarise(raw[arm], skip_first=True) for arm in args.arms if arm in raw}
     report = {"baseline": BASELINE, "candidate": CANDIDATE, "recipe": args.recipe, "machine": machine(),
               "model": raw[order[0]]["model"], "steps": args.steps, "set": args.set, "runs": runs, "raw": raw}

@@ -65,6 +65,13 @@ INTERNALS: tuple[Internal, ...] = (
               "compute_aux_loss"),
              calls_in_order=("labels[:, :-logits_to_keep] = -100", "fused_lm_head=True",
                              "outputs.log_probs[:, -logits_to_keep:]")),
+    Internal(GRPO, "_prepare_inputs", "override: with share_prompt_forward, the micro-batches of a generation are "
+             "re-split in generation order after TRL's shuffle (one optimizer step over them all)",
+             ("generation_batch",), calls_in_order=("shuffle_sequence_dict(", "split_tensor_dict(",
+                                                    "self._buffered_inputs[self._step % self.args.steps_per_generation]")),
+    Internal(GRPO, "_buffered_inputs", "the micro-batches of the current generation, re-split in order",
+             attribute=True),
+    Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out", attribute=True),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
     Internal(GRPO, "_generate_and_score_completions", "dynamic sampling writes replacement rows into the step's "
              "inputs and prompts: TRL must score and log those same lists after the rollout", ("inputs",),

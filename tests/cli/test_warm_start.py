@@ -136,3 +136,27 @@ def test_under_two_processes_only_the_main_one_merges_and_saves(tiny_model_dir, 
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["writes"] for r in ranks] == [1, 0]
     assert all(r["loadable"] for r in ranks)  # the others waited for the main process's files
+
+
+def test_a_finished_warm_start_is_reused_and_a_changed_one_retrained(tiny_model_dir, tmp_path, capsys):
+    import json
+
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import WARM_START_KEY_FILE, warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    common = dict(min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2)
+    out = tmp_path / "out"
+    path = warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=2, learning_rate=1e-3, **common)
+    history = out / "sft-warm-start" / "sft_history.json"
+    first = history.stat().st_mtime_ns
+    assert (out / "sft-warm-start" / WARM_START_KEY_FILE).is_file()
+    assert warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=2, learning_rate=1e-3, **common) == path
+    assert history.stat().st_mtime_ns == first and "Warm start reused" in capsys.readouterr().out
+    warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=3, learning_rate=1e-3, **common)  # new recipe
+    assert json.loads(history.read_text())["steps"] == 3
+    store.add_trajectories([GOOD], [1.0], ["q3"], prompts=["not in the store"])  # new data: q3 now demonstrated
+    warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=3, learning_rate=1e-3, **common)
+    assert json.loads(history.read_text())["examples"] == 3

@@ -13,7 +13,11 @@ import rapo_trl.trainer.trainer as trainer_module
 from rapo_trl.config import RAPOConfig
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.trainer import RAPOTrainer
-from rapo_trl.trainer.shared_prompt import distinct_prompts, shared_prompt_unavailable
+from rapo_trl.trainer.shared_prompt import (
+    distinct_prompts,
+    rows_in_generation_order,
+    shared_prompt_unavailable,
+)
 from tests.helpers.fakes import EchoTool, FixedStore
 from tests.helpers.trainers import (
     batch_inputs,
@@ -114,3 +118,31 @@ def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir,
     monkeypatch.setattr(trainer_module, "score_with_shared_prompt", lambda *a, **k: used.append(1))
     loss, _ = loss_and_grads(trainer, batch)
     assert not used and torch.isfinite(loss)
+
+
+def test_micro_batches_of_one_generation_are_put_back_in_generation_order():
+    rows = torch.arange(6)
+    shuffled = [{"rapo_row": rows[[4, 1, 5]], "ids": rows[[4, 1, 5]] * 10, "names": ["e", "b", "f"],
+                 "scale": torch.tensor(2.0), "absent": None},
+                {"rapo_row": rows[[0, 3, 2]], "ids": rows[[0, 3, 2]] * 10, "names": ["a", "d", "c"],
+                 "scale": torch.tensor(2.0), "absent": None}]
+    first, second = rows_in_generation_order(shuffled)
+    assert first["rapo_row"].tolist() == [0, 1, 2] and second["rapo_row"].tolist() == [3, 4, 5]
+    assert first["ids"].tolist() == [0, 10, 20] and second["names"] == ["d", "e", "f"]
+    assert first["scale"].item() == 2.0 and second["absent"] is None
+
+
+def test_the_trainer_hands_each_micro_batch_one_groups_rows(tiny_model_dir, tmp_path):
+    # One group of G = 4 over two micro-batches of 2, both in one optimizer step: TRL shuffles the rows; RAPO puts
+    # consecutive rows together again, so each micro-batch runs one prompt forward.
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2)
+    assert trainer._regroups_micro_batches()
+    script(trainer)
+    trainer.model.train()
+    torch.manual_seed(3)  # a shuffle that splits the pairs
+    first = trainer._prepare_inputs(batch_inputs())
+    assert [chunk["rapo_row"].tolist() for chunk in trainer._buffered_inputs] == [[0, 1], [2, 3]]
+    assert first is trainer._buffered_inputs[0]
+    off = rapo_trainer(tiny_model_dir, tmp_path / "off", per_device_train_batch_size=2, gradient_accumulation_steps=1,
+                       steps_per_generation=2)
+    assert not off._regroups_micro_batches()  # two optimizer steps per generation: TRL's shuffle stays

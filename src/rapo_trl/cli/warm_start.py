@@ -9,6 +9,7 @@ protocol; RAPO then trains a fresh LoRA on top of the merged warm-start model.
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 import shutil
@@ -71,6 +72,41 @@ def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwa
     return merged
 
 
+WARM_START_KEY_FILE = "warm_start_key.json"
+LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
+_VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
+
+
+def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
+    """What a warm start depends on, hashed: the base model (its path and its weight files' sizes and times), the
+    SFT examples (the store's trajectories for the demonstrated questions), the settings, and package versions."""
+    from importlib import metadata
+
+    folder = Path(model_path)
+    weights = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in folder.glob("*.safetensors")) \
+        if folder.is_dir() else []
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    payload = {"model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
+               "settings": settings, "versions": versions}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached_warm_start(target: Path, key: str) -> bool:
+    """Whether ``target`` holds a finished warm start made under ``key``."""
+    stamp = target / WARM_START_KEY_FILE
+    if not stamp.is_file():
+        return False
+    try:
+        return json.loads(stamp.read_text()).get("key") == key
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
@@ -103,6 +139,16 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         raise ValueError("the store holds no trajectory for the training questions to warm-start from; "
                          "run `rapo build-store` on the same task first")
     target = Path(output_dir) / folder
+    key = None
+    if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused
+        key = warm_start_key(model_path, examples, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
+                             seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
+                             model_init_kwargs=model_init_kwargs or {})
+        if cached_warm_start(target, key):
+            logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
+            print(f"Warm start reused from {target} (same model, examples, settings and package versions).")
+            return str(target)
+        (target / WARM_START_KEY_FILE).unlink(missing_ok=True)  # the folder is about to be rewritten
     init_kwargs = dict(model_init_kwargs or {})
     half = frozen_weights_dtype(bool(bf16), bool(fp16)) if "quantization_config" not in init_kwargs else None
     if half is not None:
@@ -118,7 +164,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     stop = _StopAfter(max_seconds) if max_seconds is not None else None
     trainer = SFTTrainer(
         model_path, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"),
+        peft_config=LoraConfig(**LORA),
         callbacks=[stop.callback] if stop else None,
     )
     started = time.perf_counter()
@@ -134,6 +180,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         (target / "sft_history.json").write_text(json.dumps(
             {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
              "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
+        if key is not None:  # written last: a folder without it (a killed save) is never taken for a finished one
+            (target / WARM_START_KEY_FILE).write_text(json.dumps({"key": key}))
     trainer.accelerator.wait_for_everyone()
     del trainer
     gc.collect()  # the caller loads the saved model next; do not hold a second copy and its optimizer state

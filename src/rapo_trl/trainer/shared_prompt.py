@@ -8,6 +8,11 @@ masks and the scored labels are those of TRL's forward (``positions = 0..T-1`` o
 completion's tokens labelled), so log-probs equal TRL's to float rounding; gradients reach the prompt's
 activations through the expansion, summed over its rows.
 
+TRL shuffles a generation batch's rows before splitting it into micro-batches, so a micro-batch of a few rows
+rarely holds two of one group. Where every micro-batch of a generation feeds the same optimizer step (gradient
+accumulation over the whole generation batch, one iteration), the order of rows does not change the gradient,
+and :func:`rows_in_generation_order` puts them back in generation order: consecutive rows, one group's.
+
 Used only where that holds: a decoder whose ``forward`` takes a cache, full-attention ``DynamicLayer``
 caches, no gradient checkpointing (recomputation would drop the cache) and no multimodal inputs.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
+from trl.trainer.utils import split_tensor_dict
 
 from rapo_trl.rollout.backends.kv_decode import _inner_model, cache_argument
 
@@ -76,3 +82,29 @@ def score_with_shared_prompt(model, input_ids, attention_mask, logits_to_keep: i
     logps = outputs.log_probs[:, -logits_to_keep:]
     entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
     return logps, entropies
+
+
+ROW_KEY = "rapo_row"
+"""Each row's index in its generation batch, carried through TRL's shuffle."""
+
+
+def rows_in_generation_order(chunks: list[dict]) -> list[dict]:
+    """TRL's micro-batches of one generation (shuffled), re-split with their rows in generation order."""
+    keys = chunks[0].keys()
+    whole = {}
+    for key in keys:
+        values = [chunk[key] for chunk in chunks]
+        first = values[0]
+        if isinstance(first, torch.Tensor) and first.ndim >= 1:
+            whole[key] = torch.cat(values)
+        elif isinstance(first, list):
+            whole[key] = [item for value in values for item in value]
+        else:  # scalars and None are the same in every chunk
+            whole[key] = first
+    order = torch.argsort(whole[ROW_KEY])
+    for key, value in whole.items():
+        if isinstance(value, torch.Tensor) and value.ndim >= 1:
+            whole[key] = value[order]
+        elif isinstance(value, list):
+            whole[key] = [value[i] for i in order.tolist()]
+    return split_tensor_dict(whole, len(chunks))

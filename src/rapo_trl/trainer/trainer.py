@@ -54,7 +54,9 @@ from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics, signal_metr
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
 from rapo_trl.trainer.shared_prompt import (
+    ROW_KEY,
     distinct_prompts,
+    rows_in_generation_order,
     score_with_shared_prompt,
     shared_prompt_unavailable,
 )
@@ -204,6 +206,7 @@ class RAPOTrainer(GRPOTrainer):
             raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
                                        "RAPO's rollout never ran (see rapo_trl.internals).")
         pending.check_scored(len(out["advantages"]))
+        out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
         self.last_rollout = pending
         if pending.mode != "train":
             return out
@@ -219,6 +222,23 @@ class RAPOTrainer(GRPOTrainer):
                                         self.args.grow_store_min_reward)
             grow_store(self.trace_store, inputs, pending.rows, chosen, self._tokenizer)
         return out
+
+    def _prepare_inputs(self, generation_batch):
+        generated = self.model.training and (
+            self._buffered_inputs is None
+            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0)
+        inputs = super()._prepare_inputs(generation_batch)
+        if generated and self._regroups_micro_batches():
+            self._buffered_inputs = rows_in_generation_order(self._buffered_inputs)
+            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return inputs
+
+    def _regroups_micro_batches(self) -> bool:
+        """Micro-batches of consecutive rows (one group's prompt each) instead of TRL's shuffled ones, where that
+        leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer step."""
+        args = self.args
+        return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and self.num_iterations == 1
+                and args.steps_per_generation == args.gradient_accumulation_steps)
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
         if self.pending_rollout is not None:
