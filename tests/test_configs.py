@@ -31,8 +31,11 @@ def test_demo_recipe_parses_into_rapo_config():
     assert script.eval_samples >= 4 and "reward_only_fresh" in script.eval_sampled_splits
     assert (script.eval_sample_size or script.eval_size) >= 64
     assert script.eval_difficulty == script.task_difficulty  # the yardstick asks the stories RL trains on
-    # the loss runs in row-by-row micro-batches that fill one group
-    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == args.num_generations
+    # two questions x G rollouts per step, decoded together; one optimizer step over all their micro-batches, each
+    # of rows of one group (their prompt runs once)
+    rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
+    assert rows == 2 * args.num_generations and args.steps_per_generation == args.gradient_accumulation_steps
+    assert args.share_prompt_forward and args.num_generations % args.per_device_train_batch_size == 0
 
 
 def test_type_check_names_the_bad_key():

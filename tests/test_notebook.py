@@ -95,7 +95,10 @@ def test_quickstart_runs_under_a_kernel(tiny_model_dir, tmp_path, monkeypatch):
 
     cells = _code_cells(nb)
     out = "\n".join(_text(cell) for cell in cells)
-    assert "CPU; bf16=False fp16=False" in out
+    from rapo_trl.hardware import default_precision
+
+    bf16 = default_precision("cpu") == "bf16"  # the rule: bf16 on a CPU with AVX512-BF16/AMX, else fp32
+    assert f"CPU; bf16={bf16} fp16=False" in out
     assert "the training prompts teach" not in out  # issue 35: the prompt teaches the tools the trainer runs
     assert "step records from" in out
     model = tmp_path / "run" / "model"

@@ -253,7 +253,7 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
-        rows_per_process = self.per_device_train_batch_size * self.steps_per_generation
+        rows_per_process = self.per_device_train_batch_size * (self.steps_per_generation or 1)
         if self.dynamic_sampling and rows_per_process % self.num_generations:
             raise ValueError(
                 f"dynamic_sampling replaces whole groups, so each process must generate whole groups: "

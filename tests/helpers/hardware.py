@@ -21,7 +21,9 @@ def clear_probe_caches() -> None:
 
 
 def fake_gpu(monkeypatch, native_bf16: bool) -> None:
-    """torch sees a CUDA GPU; with ``native_bf16`` an Ampere+ one, else a T4 (bf16 only emulated)."""
+    """torch sees a CUDA GPU; with ``native_bf16`` an Ampere+ one, else a T4 (bf16 only emulated). Its CPU has no
+    bf16 instructions (``cpu_bf16`` after this call says otherwise)."""
+    cpu_bf16(monkeypatch, native=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported",
                         lambda including_emulation=True: native_bf16 or including_emulation)
@@ -36,7 +38,9 @@ def cpu_bf16(monkeypatch, native: bool) -> None:
 
 
 def no_gpu(monkeypatch) -> None:
-    """torch sees neither CUDA nor MPS."""
+    """torch sees neither CUDA nor MPS, and the CPU has no bf16 instructions (so the rule answers fp32 there;
+    ``cpu_bf16(monkeypatch, native=True)`` after this call gives a CPU that has them)."""
+    cpu_bf16(monkeypatch, native=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     clear_probe_caches()

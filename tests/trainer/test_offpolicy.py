@@ -139,8 +139,11 @@ def test_dual_clip_binds_for_negative_advantages(tiny_model_dir, tmp_path):
 
 
 def test_paper_recipe_takes_two_optimizer_updates_per_generation_batch(tiny_model_dir, tmp_path):
+    data = tmp_path / "train.jsonl"  # the recipe's data files are the user's; any file lets it parse
+    data.write_text('{"question": "1 + 1?", "answer": "2"}\n')
     _, recipe, _ = parse_recipe("train", ["--config", str(PAPER), "--bf16", "false", "--use_cpu", "true",
-                                          "--use_vllm", "false", "--output_dir", str(tmp_path / "parsed")])
+                                          "--use_vllm", "false", "--output_dir", str(tmp_path / "parsed"),
+                                          "--dataset_path", str(data), "--eval_dataset_path", str(data)])
     ga, spg, per_device = (recipe.gradient_accumulation_steps, recipe.steps_per_generation,
                            recipe.per_device_train_batch_size)
     assert spg == 2 * ga
