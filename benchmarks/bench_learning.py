@@ -118,6 +118,9 @@ def parse_args(argv=None):
                         help="cuda: train and evaluate on the GPU in the hardware rule's precision (bf16 on Ampere+)")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "rule"],
                         help="fp32 (as the recorded runs) or the hardware rule (bf16 on a CPU with AVX512-BF16/AMX)")
+    parser.add_argument("--series", default=None,
+                        help="a name recorded with each run; the report keeps a series' runs apart from other runs "
+                             "of the same start, arm and steps (e.g. one issue's comparison on shared settings)")
     parser.add_argument("--workdir", default="runs/bench_learning", help="store, warm/cold starts, run folders")
     parser.add_argument("--results", default=str(RESULTS), help="where learning.json/.md and the PNGs go")
     parser.add_argument("--report-only", action="store_true", help="only redraw the report from learning.json")
@@ -327,7 +330,7 @@ def settings(args) -> dict:
             "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
             **({"device": args.device} if args.device != "cpu" else {}),
             **({"precision": args.precision} if args.precision != "fp32" else {}),
-            "samples": args.samples}
+            "samples": args.samples, **({"series": args.series} if args.series else {})}
 
 
 def extra_evals(steps: list[int], pass1: dict) -> dict:
@@ -602,7 +605,8 @@ def variant(run: dict) -> str:
     """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
     outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
     suffix = ("+closeness" if run["settings"].get("reward", "outcome") == "closeness" else "") + (
-        "+dynamic" if "dynamic_sampling_max_rounds" in run["settings"] else "")
+        "+dynamic" if "dynamic_sampling_max_rounds" in run["settings"] else "") + (
+        f" [{run['settings']['series']}]" if run["settings"].get("series") else "")
     if not suffix:
         return run["arm"]
     return f"sft (time of grpo{suffix})" if run["arm"] == "sft" else f"{run['arm']}{suffix}"
