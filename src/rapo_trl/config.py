@@ -11,6 +11,7 @@ from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
 
 RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
+RETRIEVE_WHEN = ("tool_step", "plan", "group_failed")
 
 
 @dataclass
@@ -48,6 +49,39 @@ class RAPOConfig(GRPOConfig):
         (paper: 0). `None` keeps the store's own setting.
     fallback_text (`str` or `None`, *optional*, defaults to `None`):
         Text inserted when no good step is found. `None` keeps the store's own text.
+
+    > Guided retrieval (beyond the paper; each off by default)
+
+    retrieve_when (`list[str]`, *optional*, defaults to `["tool_step"]`):
+        When a hybrid rollout draws a retrieval (each draw with probability p), any of:
+        `"tool_step"`: after each completed tool step (the paper and its reference code).
+        `"plan"`: also once the policy closes its plan (`</think>`) in its first turn, before its first tool
+        call, so the retrieved step arrives before the decisive call rather than after it (with one tool call,
+        a retrieval after it comes too late to shape the program).
+        `"group_failed"`: retrieve only in groups whose on-policy rollouts all failed (reward at or below
+        `group_failed_reward`), as BREAD (arXiv 2506.17211) and Guide-GRPO (arXiv 2506.13923) guide only
+        where the group fails: the group's on-policy rows are rolled out and scored first, then its hybrid
+        rows, retrieving only in failed groups (other groups' hybrid rows run on-policy). Same rollouts per
+        group; the two phases decode half the rows each. Unlike Guide-GRPO, the ratio is not recomputed
+        against the unguided context. Needs a boundary besides it (`"tool_step"` is added when none is
+        named); not with `dynamic_sampling`.
+    group_failed_reward (`float`, *optional*, defaults to `0.0`):
+        With `"group_failed"`: an on-policy rollout whose weighted reward is at or below this counts as
+        failed (RAPO's outcome reward: -1 malformed, 0 wrong, >= 1 right).
+    retrieved_token_loss_weight (`float`, *optional*, defaults to `0.0`):
+        w of a loss on the retrieved steps' own tokens (the stored step's text: no preface, tags or tool
+        result) in rollouts whose reward is above the group mean (A > 0), so the policy learns to write the
+        guided step itself (UFT, arXiv 2505.16984; LUFFY, arXiv 2504.14945). Each such token adds
+        `-w * A * f(pi_theta(token))` to the loss, normalized like DAPO's token mean (by the generation
+        batch's loss tokens, whatever `loss_type`), so it weighs w times a sampled token of the same
+        advantage. Importance weighting: the tokens come from the store, not from pi_old, and no behaviour
+        probability exists for them; as LUFFY does, the behaviour policy is taken to give them probability 1,
+        so the ratio is pi_theta itself, shaped by `retrieved_token_shaping`, without clipping. The tokens
+        trained are the ids inserted in the rollout (the block tokenized once; never re-tokenized).
+        0 disables it.
+    retrieved_token_shaping (`float` or `None`, *optional*, defaults to `0.1`):
+        gamma of LUFFY's policy shaping f(p) = p / (p + gamma), which keeps the gradient of low-probability
+        guided tokens from vanishing. `None`: f(p) = log p, UFT's likelihood term.
 
     > Tools and budgets
 
@@ -156,6 +190,20 @@ class RAPOConfig(GRPOConfig):
         default=None, metadata={"help": "Steps with stored reward <= this are replaced by the fallback text."}
     )
     fallback_text: str | None = field(default=None, metadata={"help": "Text inserted when no good step is found."})
+    retrieve_when: list[str] = field(
+        default_factory=lambda: ["tool_step"],
+        metadata={"help": "When hybrid rollouts retrieve: tool_step (paper), plan (after the first plan), "
+                  "group_failed (only in groups whose on-policy rollouts all failed)."},
+    )
+    group_failed_reward: float = field(
+        default=0.0, metadata={"help": "group_failed: an on-policy reward at or below this counts as failed."}
+    )
+    retrieved_token_loss_weight: float = field(
+        default=0.0, metadata={"help": "w of a loss on retrieved steps' own tokens in rollouts with A > 0 (0: off)."}
+    )
+    retrieved_token_shaping: float | None = field(
+        default=0.1, metadata={"help": "gamma of f(p) = p / (p + gamma) on retrieved tokens (None: log p)."}
+    )
     max_tool_calls: int = field(default=3, metadata={"help": "Tool calls executed per rollout."})
     max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
     tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
@@ -235,6 +283,7 @@ class RAPOConfig(GRPOConfig):
             )
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
+        self._check_guided_retrieval()
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
         for name in ("retrieval_advantage_weight", "importance_shaping_weight"):
@@ -260,6 +309,40 @@ class RAPOConfig(GRPOConfig):
                 f"per_device_train_batch_size * steps_per_generation ({rows_per_process}) must be a multiple of "
                 f"num_generations ({self.num_generations})."
             )
+
+    def _check_guided_retrieval(self) -> None:
+        when = self.retrieve_when
+        if isinstance(when, str):  # "plan,tool_step" from a command line or a YAML scalar
+            when = [part.strip() for part in when.replace("+", ",").split(",") if part.strip()]
+        unknown = [w for w in when if w not in RETRIEVE_WHEN]
+        if unknown or not when:
+            raise ValueError(f"retrieve_when takes one or more of {RETRIEVE_WHEN}, got {self.retrieve_when!r}.")
+        if not set(when) & {"tool_step", "plan"}:
+            when = ["tool_step", *when]
+        self.retrieve_when = list(dict.fromkeys(when))
+        if "group_failed" in self.retrieve_when:
+            if self.dynamic_sampling:
+                raise ValueError("retrieve_when 'group_failed' and dynamic_sampling cannot be combined yet: dynamic "
+                                 "sampling's replacement groups are rolled out without the failed-group gate.")
+            if self.num_hybrid_generations >= self.num_generations:
+                raise ValueError(f"retrieve_when 'group_failed' judges a group by its on-policy rollouts: "
+                                 f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
+                                 f"num_generations ({self.num_generations}).")
+            rows_per_process = self.per_device_train_batch_size * (self.steps_per_generation or 1)
+            if rows_per_process % self.num_generations:
+                raise ValueError(
+                    f"retrieve_when 'group_failed' judges whole groups, so each process must generate whole groups: "
+                    f"per_device_train_batch_size * steps_per_generation ({rows_per_process}) must be a multiple of "
+                    f"num_generations ({self.num_generations}).")
+        if self.retrieved_token_loss_weight < 0:
+            raise ValueError(f"retrieved_token_loss_weight must be >= 0, got {self.retrieved_token_loss_weight}.")
+        if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
+            raise ValueError(f"retrieved_token_shaping must be > 0 or None, got {self.retrieved_token_shaping}.")
+
+    @property
+    def retrieval_boundaries(self) -> tuple[str, ...]:
+        """The step boundaries of ``retrieve_when`` (what the rollout engine's ``retrieve_at`` takes)."""
+        return tuple(w for w in self.retrieve_when if w != "group_failed")
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""

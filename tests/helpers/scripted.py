@@ -54,7 +54,10 @@ class ScriptedGenerate:
             return n
 
         candidates = [(common(known), -i) for i, (known, _) in enumerate(self.states) if i not in taken]
-        return -max(candidates)[1]
+        # A script that has already gone past ``ids`` (its sequence is not a prefix of them) belongs to another row,
+        # e.g. one rolled out in an earlier engine call of the same step.
+        own = [(n, i) for n, i in candidates if n == len(self.states[-i][0])]
+        return -max(own or candidates)[1]
 
     def __call__(self, input_ids, attention_mask, generation_config, logits_processor=None, **kwargs):
         self.calls += 1

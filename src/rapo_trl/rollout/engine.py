@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats", "is_hybrid_row"]
 
+RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
+"""Where a hybrid rollout may retrieve: after each completed tool step (paper), or once the policy has closed its
+plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first tool call."""
 
 
 class StepSelector(Protocol):
@@ -69,8 +72,16 @@ class RolloutConfig:
     """A turn that closes the final answer ends the rollout there (``None``: only EOS ends it)."""
     max_retrieved_tokens: int | None = None
     """Retrieved blocks longer than this many tokens are skipped, not cut (``None``: no cap)."""
+    retrieve_at: tuple[str, ...] = ("tool_step",)
+    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``)."""
+    plan_stop: str = "</think>"
+    """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
 
     def __post_init__(self):
+        self.retrieve_at = tuple(self.retrieve_at)
+        unknown = [b for b in self.retrieve_at if b not in RETRIEVAL_BOUNDARIES]
+        if unknown or not self.retrieve_at:
+            raise ValueError(f"retrieve_at must name one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at}.")
         if not 0.0 <= self.retrieve_prob <= 1.0:
             raise ValueError(f"retrieve_prob must be in [0, 1], got {self.retrieve_prob}.")
         if not 0 <= self.num_hybrid_generations <= self.num_generations:
@@ -199,6 +210,9 @@ class HybridRolloutEngine:
             rows.append(RolloutRow(prompt_ids=prepared, prompt_truncated=cut, is_hybrid=bool(hybrid and hybrid[i])))
         prefixes = list(query_prefixes) if query_prefixes is not None else [""] * len(rows)
         can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
+        # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
+        # end too; rows that are not retrieving just continue in the next turn.
+        plan_turn = can_retrieve and "plan" in cfg.retrieve_at and any(row.is_hybrid for row in rows)
 
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
         # rollout only: the weights do not change until it ends.
@@ -207,13 +221,15 @@ class HybridRolloutEngine:
         while active:
             stats.turns += 1
             budgets = [min(cfg.max_turn_tokens, cfg.max_completion_length - len(rows[i].completion_ids)) for i in active]
+            stops = self.stop_strings + ([cfg.plan_stop] if plan_turn and stats.turns == 1 else [])
             start = time.perf_counter()
             outputs = self.backend.generate(
-                [rows[i].prompt_ids + rows[i].completion_ids for i in active], budgets, self.stop_strings
+                [rows[i].prompt_ids + rows[i].completion_ids for i in active], budgets, stops
             )
             stats.generate_seconds += time.perf_counter() - start
 
             calls: list[tuple[int, str, str | None]] = []  # (row, tag, content)
+            planned: list[int] = []  # rows that closed their plan this turn
             for i, out in zip(active, outputs):
                 row = rows[i]
                 step_start = len(row.completion_ids)
@@ -237,6 +253,8 @@ class HybridRolloutEngine:
                     self._close_episode(row)
                 elif out.finish == "length" or len(row.completion_ids) >= cfg.max_completion_length:
                     row.truncated = True
+                elif plan_turn and stats.turns == 1 and out.stop_string == cfg.plan_stop:
+                    planned.append(i)
                 else:
                     text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
                     tag, content = extract_tool_call(text, out.stop_string)
@@ -247,8 +265,11 @@ class HybridRolloutEngine:
             stats.tool_seconds += time.perf_counter() - start
 
             if can_retrieve:
+                boundaries = {i: "plan" for i in planned}
+                if "tool_step" in cfg.retrieve_at:
+                    boundaries.update((i, "tool_step") for i, _, _ in calls)
                 start = time.perf_counter()
-                self._retrieve(rows, [i for i, _, _ in calls], prefixes)
+                self._retrieve(rows, boundaries, prefixes)
                 stats.retrieval_seconds += time.perf_counter() - start
 
             active = [i for i in active if not rows[i].finished and not rows[i].truncated]
@@ -319,10 +340,11 @@ class HybridRolloutEngine:
             block = cfg.result_template.format(output=_cap_text(text, cfg.max_result_chars))
             self._append_forced(rows[i], self.encode(block), "tool")
 
-    def _retrieve(self, rows: list[RolloutRow], after_tool: list[int], prefixes: list[str]) -> None:
+    def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str]) -> None:
+        """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary)."""
         cfg = self.config
         chosen = [
-            i for i in after_tool
+            i for i in boundaries
             if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < cfg.retrieve_prob
         ]
         if not chosen:
@@ -340,7 +362,7 @@ class HybridRolloutEngine:
             return
         for i, found in zip(chosen, selected):
             row = rows[i]
-            ids = self.encode(cfg.retrieve_template.format(text=found.text))
+            ids, step_span = self._encode_retrieved(found.text)
             # Never cut a retrieved step or end a row because of one (docs/design.md): a block that does not
             # leave the policy room to continue, or exceeds the cap, is skipped and counted.
             room = cfg.max_completion_length - len(row.completion_ids)
@@ -348,18 +370,41 @@ class HybridRolloutEngine:
                 row.skipped_retrievals += 1
                 continue
             start, end = self._append_forced(row, ids, "retrieved")
+            is_fallback = bool(getattr(found, "is_fallback", False))
+            learnable = None if is_fallback or step_span is None else (start + step_span[0], start + step_span[1])
             row.retrievals.append(
                 RetrievalEvent(
                     after_step=len(row.policy_steps) - 1,
                     start=start,
                     end=end,
-                    is_fallback=bool(getattr(found, "is_fallback", False)),
+                    is_fallback=is_fallback,
                     record_id=getattr(found, "record_id", None),
                     reward=getattr(found, "reward", None),
                     similarity=getattr(found, "similarity", None),
                     entropy_pre=row.policy_steps[-1].entropy,
+                    boundary=boundaries[i],
+                    step_tokens=learnable,
                 )
             )
+
+    def _encode_retrieved(self, text: str) -> tuple[list[int], tuple[int, int] | None]:
+        """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an
+        agent wrote, without the preface, the ``<retrieve>`` tags or the step's tool result. Found from the
+        tokenizer's character offsets of the one encoding of the block (the ids inserted are that encoding's);
+        ``None`` when the tokenizer gives no offsets or no token lies wholly inside the step's text."""
+        cfg = self.config
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        block = cfg.retrieve_template.format(text=text)
+        head = cfg.retrieve_template.partition("{text}")[0].replace("{{", "{").replace("}}", "}")
+        result_head = cfg.result_template.partition("{output}")[0].strip()
+        own = text.find(result_head) if result_head else -1
+        char_start, char_end = len(head), len(head) + (own if own >= 0 else len(text))
+        try:
+            encoded = self.tokenizer(block, add_special_tokens=False, return_offsets_mapping=True)
+        except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
+            return self.encode(block), None
+        inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if a >= char_start and b <= char_end and b > a]
+        return list(encoded["input_ids"]), ((inside[0], inside[-1] + 1) if inside else None)
 
     @staticmethod
     def _fill_post_entropy(row: RolloutRow) -> None:

@@ -54,6 +54,11 @@ class RetrievalEvent:
     similarity: float | None
     entropy_pre: float | None = None
     entropy_post: float | None = None
+    boundary: str = "tool_step"
+    """Where it was inserted: ``"tool_step"`` (after a completed tool step) or ``"plan"`` (after the first plan)."""
+    step_tokens: tuple[int, int] | None = None
+    """(start, end) in ``completion_ids`` of the stored step's own text (no preface, tags or tool result); ``None``
+    for the fallback text. What ``retrieved_token_loss_weight`` trains on."""
 
 
 @dataclass

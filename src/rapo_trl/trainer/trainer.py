@@ -50,6 +50,12 @@ from rapo_trl.trainer.dynamic_sampling import (
     summed_stats,
     weighted_rewards,
 )
+from rapo_trl.trainer.guided import (
+    RETRIEVED_WEIGHT_KEY,
+    failed_groups,
+    retrieved_token_loss,
+    retrieved_token_weights,
+)
 from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
@@ -177,6 +183,8 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout: PendingRollout | None = None
         """The last scored rollout (rows, mode, weighted rewards), for inspection."""
         self._pending_ratio_shift: PendingRatioShift | None = None
+        self._loss_logps: list[torch.Tensor] | None = None
+        """The loss forward's log-probs, kept while ``_compute_loss`` adds the retrieved-token loss."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
@@ -212,6 +220,12 @@ class RAPOTrainer(GRPOTrainer):
             return out
         out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
             pending.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
+        if self.args.retrieved_token_loss_weight > 0:
+            weights = retrieved_token_weights(pending.rows, out["advantages"], self.args.retrieved_token_loss_weight,
+                                              out["completion_ids"].size(1))
+            out[RETRIEVED_WEIGHT_KEY] = weights
+            metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
+                self.accelerator, [float((weights != 0).sum())])
         metrics.update(signal_metrics(pending.rewards, self.num_generations))
         for name, value in metrics.items():
             self._metrics["train"][name].append(value)
@@ -254,9 +268,14 @@ class RAPOTrainer(GRPOTrainer):
         mean = functools.partial(gathered_mean, self.accelerator)
         engine = self.rollout_engine
         replaced: dict[int, dict] = {}
+        prefixes = [prompt_text(p) + "\n" for p in prompts]
         with vllm_kv_cache_awake(self):
-            rows = engine.run(prompt_ids, [prompt_text(p) + "\n" for p in prompts], hybrid, retrieval_enabled=training)
-            stats = engine.last_stats
+            if training and "group_failed" in self.args.retrieve_when and engine.store is not None:
+                rows, stats, guided_share = self._guide_failed_groups(prompts, prompt_ids, prefixes, hybrid)
+                self._metrics[mode]["rapo/guided_group_share"].append(guided_share)
+            else:
+                rows = engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=training)
+                stats = engine.last_stats
             if training and self.args.dynamic_sampling:
                 resampled = self._resample_flat_groups(prompts, rows, hybrid)
                 rows, replaced, stats = resampled.rows, resampled.replaced, summed_stats(stats, resampled.stats)
@@ -274,6 +293,35 @@ class RAPOTrainer(GRPOTrainer):
             "logprobs": [row.logprobs for row in rows] if use_logprobs else None,
             "env_mask": [row.env_mask for row in rows],
         }
+
+    def _guide_failed_groups(self, prompts: list, prompt_ids: list, prefixes: list[str], hybrid: list[bool]):
+        """``retrieve_when`` "group_failed": the on-policy rows first, scored; then the hybrid rows, retrieving only
+        in groups whose on-policy rows all failed. Returns (rows in the step's order, summed stats, share of groups
+        guided)."""
+        inputs = self._step_inputs
+        if inputs is None or len(inputs) != len(prompts):
+            raise RolloutHandOverError("RAPO: retrieve_when 'group_failed' needs the step's input rows; rollout_func "
+                                       "ran outside _generate_and_score_completions or with other prompts.")
+        engine = self.rollout_engine
+        own = [i for i, flag in enumerate(hybrid) if not flag]
+        mixed = [i for i, flag in enumerate(hybrid) if flag]
+        first = engine.run([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
+                           retrieval_enabled=False)
+        first_stats = engine.last_stats
+        conversational = is_conversational({"prompt": prompts[0]})
+        # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
+        rewards = torch.full((len(prompts),), float("nan"), device=self.accelerator.device)
+        rewards[own] = self._score_rows([inputs[i] for i in own], first, conversational,
+                                        filler=(inputs[own[0]], first[0])).to(rewards.device)
+        failed = failed_groups(self.accelerator.gather(rewards), self.num_generations, self.args.group_failed_reward)
+        offset = self.accelerator.process_index * len(prompts)
+        guided = [bool(failed[(offset + i) // self.num_generations]) for i in mixed]
+        second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided,
+                            retrieval_enabled=True)
+        rows = [None] * len(prompts)
+        for index, row in zip(own + mixed, first + second):
+            rows[index] = row
+        return rows, summed_stats(first_stats, [engine.last_stats]), float(failed.float().mean())
 
     def _resample_flat_groups(self, prompts: list, rows: list, hybrid: list[bool]):
         """Dynamic sampling (`rapo_trl.trainer.dynamic_sampling`): this process's flat groups replaced by groups of
@@ -375,6 +423,25 @@ class RAPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
+        weights = inputs.get(RETRIEVED_WEIGHT_KEY)
+        if weights is None or not bool((weights != 0).any()):
+            return self._policy_loss(model, inputs)
+        self._loss_logps = []
+        try:
+            loss = self._policy_loss(model, inputs)
+            logps = self._loss_logps[-1]
+        finally:
+            self._loss_logps = None
+        # DAPO's token-mean normalizer (TRL's for loss_type dapo), whatever the loss type: a guided token weighs
+        # like a sampled token of the same advantage.
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        extra = retrieved_token_loss(logps, weights, self.args.retrieved_token_shaping, normalizer)
+        self._metrics["train"]["rapo/retrieved_token_loss"].append(self.accelerator.gather(extra.detach()).mean().item())
+        return loss + extra
+
+    def _policy_loss(self, model, inputs):
+        """TRL's loss with RAPO's shaped importance ratio."""
         shift = inputs.get("rapo_log_ratio_shift")
         if shift is None or not bool((shift != 0).any()):
             return super()._compute_loss(model, inputs)
@@ -409,6 +476,8 @@ class RAPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **side_inputs)
         logps, entropies, aux = scored
+        if self._loss_logps is not None:
+            self._loss_logps.append(logps)
         if self._pending_ratio_shift is not None:
             self._pending_ratio_shift.apply(logps)
         return logps, entropies, aux

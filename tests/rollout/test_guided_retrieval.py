@@ -1,0 +1,76 @@
+"""Guided retrieval in the engine: a retrieval at the plan boundary, and the span of a retrieved block that is the
+stored step's own text (what the retrieved-token loss trains)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rapo_trl.rollout import RolloutConfig
+from tests.helpers.fakes import FixedStore, encode, make_engine
+from tests.helpers.scripted import Turn
+
+STEP = "<think>reuse x</think>\n<python>x = 2\nprint(x * 3)</python>"
+STORED = STEP + "\n<result>\n6\n</result>\n"
+
+
+def plan_script():
+    return [Turn("<think>my plan</think>", 4), Turn("<python>1</python>", 2), Turn("<answer>7</answer>")]
+
+
+def test_plan_boundary_retrieves_before_the_first_tool_call(tiny_model):
+    engine, prompts, tok = make_engine(tiny_model, [plan_script(), plan_script()], store=FixedStore(),
+                                       retrieve_at=("plan", "tool_step"))
+    hybrid, plain = engine.run(prompts, hybrid=[True, False])
+    assert [s.kind for s in hybrid.segments] == ["policy", "retrieved", "policy", "tool", "retrieved", "policy", "end"]
+    assert [e.boundary for e in hybrid.retrievals] == ["plan", "tool_step"]
+    plan_event = hybrid.retrievals[0]
+    assert hybrid.completion_ids[: plan_event.start] == encode(tok, "<think>my plan</think>")
+    assert plan_event.entropy_pre is not None and plan_event.entropy_post is not None  # Z has both sides
+    # The row that may not retrieve stops at the plan too and simply goes on: same text, no forced tokens there.
+    assert [s.kind for s in plain.segments] == ["policy", "policy", "tool", "policy", "end"]
+    assert plain.retrievals == []
+
+
+def test_plan_only_retrieves_once_and_not_after_tool_steps(tiny_model):
+    engine, prompts, _ = make_engine(tiny_model, [plan_script()], store=FixedStore(), retrieve_at=("plan",))
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert [e.boundary for e in row.retrievals] == ["plan"]
+
+
+def test_plan_boundary_is_the_first_turns_only(tiny_model):
+    script = [Turn("<python>1</python>"), Turn("<think>later</think>"), Turn("<answer>7</answer>")]
+    engine, prompts, _ = make_engine(tiny_model, [script], store=FixedStore(), retrieve_at=("plan",))
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert row.retrievals == []  # the first turn ended at a tool call; a later </think> is no plan boundary
+
+
+def test_no_plan_stop_without_retrieval(tiny_model):
+    # Outside training (or with p = 0) the first turn is not cut at the plan: the rollout is plain on-policy.
+    engine, prompts, _ = make_engine(tiny_model, [[Turn("<think>my plan</think><python>1</python>"), Turn("end")]],
+                                     store=FixedStore(), retrieve_at=("plan",))
+    (row,) = engine.run(prompts, hybrid=[True], retrieval_enabled=False)
+    assert [s.kind for s in row.segments][:2] == ["policy", "tool"]
+
+
+def test_step_tokens_are_the_stored_steps_own_text(tiny_model):
+    engine, prompts, tok = make_engine(tiny_model, [[Turn("<python>1</python>"), Turn("<answer>7</answer>")]],
+                                       store=FixedStore(text=STORED))
+    (row,) = engine.run(prompts, hybrid=[True])
+    (event,) = row.retrievals
+    block = engine.config.retrieve_template.format(text=STORED)
+    assert row.completion_ids[event.start : event.end] == encode(tok, block)  # the block's one encoding
+    start, end = event.step_tokens
+    assert event.start < start < end < event.end
+    assert tok.decode(row.completion_ids[start:end]).strip() == STEP  # no preface, tags or tool result
+
+
+def test_fallback_text_has_no_step_tokens(tiny_model):
+    engine, prompts, _ = make_engine(tiny_model, [[Turn("<python>1</python>"), Turn("end")]],
+                                     store=FixedStore(text="Reason on your own.", fallback=True))
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert row.retrievals[0].step_tokens is None
+
+
+def test_unknown_boundary_is_refused():
+    with pytest.raises(ValueError, match="retrieve_at"):
+        RolloutConfig(retrieve_at=("after_answer",))

@@ -1,0 +1,124 @@
+"""Guided retrieval options in the trainer: retrieval only where the group's on-policy rollouts failed, and a loss
+on the retrieved steps' own tokens of rollouts with a positive advantage."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rapo_trl import RAPOConfig
+from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
+from rapo_trl.trainer.guided import (
+    RETRIEVED_WEIGHT_KEY,
+    failed_groups,
+    retrieved_token_loss,
+    retrieved_token_weights,
+)
+from tests.helpers.fakes import FixedStore
+from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
+
+STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"
+NAN = float("nan")
+
+
+def test_failed_groups_reads_only_scored_rows():
+    rewards = torch.tensor([NAN, NAN, 0.0, -1.0,   NAN, NAN, 0.0, 1.0,   NAN, NAN, NAN, NAN])
+    assert failed_groups(rewards, 4, threshold=0.0).tolist() == [True, False, False]
+    assert failed_groups(rewards, 4, threshold=1.0).tolist() == [True, True, False]
+
+
+def test_retrieved_token_weights_only_on_step_tokens_of_rows_above_the_group_mean():
+    def row(spans):
+        return RolloutRow(prompt_ids=[1], completion_ids=[0] * 12, retrievals=[
+            RetrievalEvent(after_step=0, start=a - 1, end=b + 1, is_fallback=False, record_id=None, reward=1.0,
+                           similarity=1.0, step_tokens=(a, b)) for a, b in spans])
+
+    rows = [row([(2, 5)]), row([(1, 3), (6, 9)]), row([(2, 5)]), row([])]
+    weights = retrieved_token_weights(rows, torch.tensor([0.5, 2.0, -1.0, 3.0]), weight=0.1, width=10)
+    assert weights[0].tolist() == pytest.approx([0, 0, 0.05, 0.05, 0.05, 0, 0, 0, 0, 0])
+    assert weights[1].tolist() == pytest.approx([0, 0.2, 0.2, 0, 0, 0, 0.2, 0.2, 0.2, 0])
+    assert not weights[2].any() and not weights[3].any()  # below the mean; no retrieval
+
+
+@pytest.mark.parametrize("shaping", [0.1, None])
+def test_retrieved_token_loss_value_and_gradient(shaping):
+    logps = torch.log(torch.tensor([[0.5, 0.01, 0.9]])).requires_grad_()
+    weights = torch.tensor([[0.0, 2.0, 1.0]])
+    loss = retrieved_token_loss(logps, weights, shaping, normalizer=4.0)
+    loss.backward()
+    p = torch.tensor([0.5, 0.01, 0.9])
+    if shaping is None:
+        expected, grad = -(2 * math.log(0.01) + math.log(0.9)) / 4, -weights[0] / 4
+    else:  # d/dlog p of p / (p + g) = g p / (p + g)^2
+        expected = -(2 * 0.01 / 0.11 + 0.9 / 1.0) / 4
+        grad = -weights[0] * shaping * p / (p + shaping) ** 2 / 4
+    assert loss.item() == pytest.approx(expected)
+    assert logps.grad[0].tolist() == pytest.approx(grad.tolist())
+
+
+def test_config_checks():
+    config = RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
+                        per_device_train_batch_size=4, retrieve_when="group_failed")
+    assert config.retrieve_when == ["tool_step", "group_failed"]  # a boundary is added
+    assert config.retrieval_boundaries == ("tool_step",)
+    assert RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=4,
+                      retrieve_when="plan+tool_step").retrieval_boundaries == ("plan", "tool_step")
+    for bad, match in ((dict(retrieve_when=["later"]), "retrieve_when"),
+                       (dict(retrieve_when=["group_failed"], num_hybrid_generations=4), "on-policy"),
+                       (dict(retrieve_when=["group_failed"], dynamic_sampling=True), "dynamic_sampling"),
+                       (dict(retrieved_token_loss_weight=-1.0), "retrieved_token_loss_weight"),
+                       (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping")):
+        with pytest.raises(ValueError, match=match):
+            RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
+                       **{"per_device_train_batch_size": 4, **bad})
+
+
+@pytest.mark.parametrize("threshold, guided", [(0.0, False), (2.0, True)])
+def test_group_failed_retrieves_only_when_the_on_policy_rows_failed(tiny_model_dir, tmp_path, threshold, guided):
+    store = FixedStore()
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0,
+                           retrieve_when=["tool_step", "group_failed"], group_failed_reward=threshold)
+    script(trainer)  # rows 2-3 (on-policy) roll out first and draw the first two scripts: rewards 1 and 2
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_inputs())
+    rows = trainer.last_rollout.rows
+    assert not rows[2].retrievals and not rows[3].retrievals
+    # hybrid rows roll out next (scripts 2 and 3; script 3 calls no tool, so has no boundary to retrieve at)
+    assert bool(rows[0].retrievals) == guided and rows[0].is_hybrid == rows[1].is_hybrid == guided
+    assert trainer._metrics["train"]["rapo/guided_group_share"][-1] == float(guided)
+    # rewards of the step are the rows' own: the on-policy rows scored 1 and 2 (the "7"s of scripts 0 and 1)
+    assert trainer.last_rollout.rewards[2:].tolist() == [1.0, 2.0]
+
+
+def test_retrieved_token_loss_is_added_to_the_policy_loss(tiny_model_dir, tmp_path):
+    def scored(weight):
+        trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(text=STORED), retrieve_prob=1.0,
+                               retrieved_token_loss_weight=weight)
+        script(trainer)
+        trainer.model.train()
+        torch.manual_seed(0)
+        return trainer, trainer._generate_and_score_completions(batch_inputs())
+
+    trainer, batch = scored(0.5)
+    weights = batch[RETRIEVED_WEIGHT_KEY]
+    rows = trainer.last_rollout.rows
+    for i, row in enumerate(rows):
+        learned = weights[i].nonzero().flatten().tolist()
+        if batch["advantages"][i] > 0 and row.retrievals:
+            spans = [range(*e.step_tokens) for e in row.retrievals]
+            assert learned == [t for span in spans for t in span]
+            assert trainer.processing_class.decode(batch["completion_ids"][i, learned[0]:learned[-1] + 1])
+        else:
+            assert learned == []
+    assert weights.any()  # a hybrid row above the group mean retrieved
+    loss, grads = loss_and_grads(trainer, batch)
+
+    plain, plain_batch = scored(0.0)
+    assert RETRIEVED_WEIGHT_KEY not in plain_batch
+    plain_loss, _ = loss_and_grads(trainer, {k: v for k, v in batch.items() if k != RETRIEVED_WEIGHT_KEY})
+    assert loss.item() != pytest.approx(plain_loss.item())
+    assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] == pytest.approx(
+        loss.item() - plain_loss.item(), abs=1e-6)
+    assert trainer._metrics["train"]["rapo/retrieved_tokens_learned"][-1] == float((weights != 0).sum())
