@@ -1,6 +1,7 @@
-"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one dynamic-sampling step where rank 0's
-group is flat and rank 1's is not, so rank 1 joins each round's scoring with no rows of its own. Each rank dumps
-what it computed."""
+"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one step where rank 0's group is flat (all
+rewards 0) and rank 1's is not. ``dynamic_sampling``: rank 0's group is replaced, and rank 1 joins each round's
+scoring with no rows of its own. ``group_failed`` (retrieve_when): only rank 0's hybrid rows may retrieve, judged
+from rewards gathered over both ranks. Each rank dumps what it computed."""
 
 import json
 import os
@@ -14,20 +15,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
-from tests.helpers.fakes import EchoTool  # noqa: E402
+from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
 
 
-def main(model_dir: str, out_dir: str) -> None:
+def main(model_dir: str, out_dir: str, mode: str) -> None:
+    option = dict(dynamic_sampling=True) if mode == "dynamic_sampling" else dict(
+        retrieve_when=["tool_step", "group_failed"], retrieve_prob=1.0)
     args = RAPOConfig(
         output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
-        num_generations=4, max_completion_length=24, max_turn_tokens=24, seed=0, save_strategy="no",
-        dynamic_sampling=True,
+        num_generations=4, max_completion_length=24, max_turn_tokens=24, seed=0, save_strategy="no", **option,
     )
     data = dataset()
     trainer = RAPOTrainer(AutoModelForCausalLM.from_pretrained(model_dir), answer_reward, args=args,
                           train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
-                          tools=[EchoTool()])
+                          tools=[EchoTool()], trace_store=FixedStore() if mode == "group_failed" else None)
     rank = trainer.accelerator.process_index
     trainer.model.train()
     torch.manual_seed(rank)
@@ -39,6 +41,8 @@ def main(model_dir: str, out_dir: str) -> None:
         "answers": [row["answer"] for row in inputs],
         "advantages": batch["advantages"].tolist(),
         "metrics": {k: v for k, v in metrics.items() if k.startswith(("dynamic_sampling/", "rapo/step_has_signal"))},
+        "hybrid": [row.is_hybrid for row in trainer.last_rollout.rows],
+        "guided_group_share": metrics.get("rapo/guided_group_share"),
     }
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
     if torch.distributed.is_initialized():
@@ -48,4 +52,4 @@ def main(model_dir: str, out_dir: str) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "dynamic_sampling")

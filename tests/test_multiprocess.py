@@ -12,12 +12,12 @@ import torch
 from rapo_trl.objective import group_normalize
 
 
-def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path) -> list[dict]:
+def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path, *extra: str) -> list[dict]:
     """What each rank of ``tests/<script_name>`` dumped."""
     script = Path(__file__).with_name(script_name)
     # torchrun: accelerate reads its WORLD_SIZE/RANK and runs MULTI_CPU with gloo.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), str(tiny_model_dir), str(tmp_path)]
+           str(script), str(tiny_model_dir), str(tmp_path), *extra]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -51,3 +51,12 @@ def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins
                                    "dynamic_sampling/replaced_share": 0.5, "dynamic_sampling/rounds": 1.0,
                                    "dynamic_sampling/extra_rollouts_per_group": 2.0, "rapo/step_has_signal": 1.0}
         assert any(a != 0 for a in rank["advantages"])
+
+
+@pytest.mark.slow
+def test_group_failed_guides_only_the_group_whose_on_policy_rows_failed(tiny_model_dir, tmp_path):
+    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29579, tiny_model_dir, tmp_path,
+                                 "group_failed")
+    # G = 4, rows 0-1 of each group hybrid; rank 0's prompt scores 0 everywhere (failed), rank 1's scores > 0
+    assert ranks[0]["hybrid"] == [True, True, False, False] and ranks[1]["hybrid"] == [False] * 4
+    assert ranks[0]["guided_group_share"] == ranks[1]["guided_group_share"] == 0.5  # gathered over both ranks

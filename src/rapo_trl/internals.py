@@ -59,6 +59,11 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(GRPO, "_compute_loss", "override: old log-probs lowered by the ratio shift (aligned generation reads "
              "them from the forward's output, right after the forward)", ("model", "inputs"),
              calls_in_order=("self._get_per_token_logps_and_entropies(", 'inputs.get("old_per_token_logps")')),
+    Internal(GRPO, "_compute_loss", "the retrieved-token loss is normalized as TRL's DAPO loss is (guided.py)",
+             ("model", "inputs"), calls_in_order=('inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
+                                                  "self.current_gradient_accumulation_steps / self.args.steps_per_generation")),
+    Internal(TRAINER, "current_gradient_accumulation_steps", "the retrieved-token loss's accumulation window",
+             attribute=True),
     Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the pending "
              "ratio shift; with share_prompt_forward scores as it does (labels, fused head) with each prompt run once",
              ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",

@@ -22,7 +22,10 @@ EVAL_COLUMNS = ("pass@1", "mean@k", "f1", "em", "format_ok", "tool_calls")
 RECIPE_FIELDS = (
     ("num_generations", "rollouts per question (G)"),
     ("num_hybrid_generations", "hybrid rollouts per group (may retrieve)"),
-    ("retrieve_prob", "retrieval probability after a tool step (p)"),
+    ("retrieve_prob", "retrieval probability at a step boundary (p)"),
+    ("retrieve_prob_schedule", "how p moves over training (to retrieve_prob_final)"),
+    ("retrieve_when", "where hybrid rollouts retrieve (tool_step: the paper)"),
+    ("retrieved_token_loss_weight", "loss weight on retrieved steps' own tokens (0: masked, the paper)"),
     ("retrieval_advantage_weight", "retrieval-reward weight on the advantage (a)"),
     ("importance_shaping_weight", "importance shaping weight (m)"),
     ("step_entropy", "step entropy estimator"),

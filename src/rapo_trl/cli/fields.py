@@ -131,8 +131,10 @@ def _class_fields(node: ast.ClassDef, dataclass: str):
 
 def _default(keywords: dict, constants: dict):
     if keywords.get("default_factory") is not None:
-        factory = ast.unparse(keywords["default_factory"])
-        return {"list": [], "dict": {}}.get(factory)
+        factory = keywords["default_factory"]
+        if isinstance(factory, ast.Lambda) and not factory.args.args:  # default_factory=lambda: ["tool_step"]
+            return _literal(factory.body)
+        return {"list": [], "dict": {}}.get(ast.unparse(factory))
     node = keywords.get("default")
     if node is None:
         return dataclasses.MISSING
