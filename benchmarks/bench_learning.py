@@ -50,6 +50,7 @@ import fcntl
 import gc
 import json
 import logging
+import math
 import os
 import platform
 import statistics
@@ -566,6 +567,8 @@ def report(results: Path) -> str:
             f"{statistics.fmean(m['wall_s'] for m in members):.0f} | {_other_evals(members)} |"
         )
     lines += stories_table(groups)
+    for series in sorted({r["settings"].get("series") for r in runs if r["settings"].get("series")}):
+        lines += series_table(runs, series)
     lines += ["", "Held-out questions per evaluation: " + ", ".join(sorted({str(r["eval_n"]) for r in runs})) + ".",
               "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
                                                f"{r['machine']['torch']}, trl {r['machine']['trl']}" for r in runs})) + ".",
@@ -579,6 +582,75 @@ def report(results: Path) -> str:
     text = "\n".join(lines) + "\n"
     (results / "learning.md").write_text(text)
     return text
+
+
+T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
+"""Student's t quantile (0.975) by number of seeds, for the interval of a mean over seeds."""
+
+
+def seed_interval(values: list[float]) -> tuple[float, float] | None:
+    """95% interval of the mean over seeds (Student's t; None for a single seed): training-run randomness, on top
+    of which each seed's own interval counts its questions."""
+    if len(values) < 2:
+        return None
+    mean, std = _mean_std(values)
+    half = T_975.get(len(values), 1.96) * std / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def series_table(runs: list[dict], series: str) -> list[str]:
+    """One series' arms side by side on the stories start (e.g. issue 33's GRPO / RAPO / guided options): fresh
+    reward-only mean@k per seed with its question-level interval, the mean over seeds with a t-interval, the gap to
+    GRPO, held-out stories, and what the options did (signal, guided groups, guided tokens trained)."""
+    members = [r for r in runs if r["settings"].get("series") == series and r["start"] == "stories" and "evals" in r]
+    if not members:
+        return []
+    arms: dict[str, list[dict]] = {}
+    for run in members:
+        arms.setdefault(run["arm"], []).append(run)
+
+    def final(run, name, metric):
+        values = run["evals"].get(name) or []
+        return values[-1].get(metric) if values and isinstance(values[-1], dict) else None
+
+    def fresh(run):
+        return final(run, FRESH, "mean@k")
+
+    grpo = [fresh(r) for r in arms.get("grpo", []) if fresh(r) is not None]
+    grpo_mean = statistics.fmean(grpo) if grpo else None
+    first = members[0]["evals"][FRESH][0]
+    k = first.get("k", "k")
+    lines = ["", f"### Series `{series}`: fresh reward-only questions (mean@{k}), {first.get('questions')} questions",
+             "", f"Before RL (the warm start): mean@{k} {first.get('mean@k', float('nan')):.3f}, greedy "
+             f"{first.get('pass@1', float('nan')):.3f}. Every arm: {members[0]['steps']} steps of the same rollouts "
+             "per step; seeds are the RL seed (the start and the questions are shared).", "",
+             f"| arm | seeds | {FRESH} mean@{k} per seed (95% CI) | mean ± std | 95% CI over seeds | vs GRPO (points) | "
+             f"{FRESH} greedy | heldout_stories mean@{k} | steps with signal | retrieval rate | guided groups | "
+             "guided tokens/step | wall s/run |",
+             "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    order = ["grpo", "rapo", *GUIDED_ARMS]
+    for arm in sorted(arms, key=lambda a: order.index(a) if a in order else len(order)):
+        runs_ = sorted(arms[arm], key=lambda r: r["seed"])
+        values = [fresh(r) for r in runs_]
+        per_seed = "; ".join(f"s{r['seed']} {v:.3f} ({lo:.3f}-{hi:.3f})" for r, v in zip(runs_, values)
+                             for lo, hi in [final(r, FRESH, "mean@k_ci95") or (float("nan"),) * 2])
+        mean, std = _mean_std(values)
+        interval = seed_interval(values)
+
+        def avg(key, runs_=runs_):
+            got = [r[key] for r in runs_ if r.get(key) is not None]
+            return f"{statistics.fmean(got):.2f}" if got else "-"
+
+        greedy = _mean_std([final(r, FRESH, "pass@1") for r in runs_])[0]
+        stories = [final(r, "heldout", "mean@k") for r in runs_]
+        lines.append(
+            f"| {arm} | {len(runs_)} | {per_seed} | {mean:.3f} ± {std:.3f} | "
+            f"{f'{interval[0]:.3f}-{interval[1]:.3f}' if interval else '-'} | "
+            f"{f'{100 * (mean - grpo_mean):+.1f}' if grpo_mean is not None and arm != 'grpo' else '-'} | "
+            f"{greedy:.3f} | {_mean_std([v for v in stories if v is not None])[0]:.3f} | {avg('steps_with_signal')} | "
+            f"{avg('retrieval_rate')} | {avg('guided_group_share')} | {avg('retrieved_tokens_learned')} | "
+            f"{statistics.fmean(r['wall_s'] for r in runs_):.0f} |")
+    return lines
 
 
 def stories_table(groups) -> list[str]:

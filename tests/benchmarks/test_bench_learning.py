@@ -42,3 +42,31 @@ def test_runs_with_dynamic_sampling_are_reported_as_their_own_variant():
     assert bench.variant({"arm": "sft", "settings": {**settings, "reward": "closeness"}}) == \
         "sft (time of grpo+closeness+dynamic)"
     assert bench.variant({"arm": "rapo", "settings": bench.settings(bench.parse_args([]))}) == "rapo"
+
+
+def _record(arm, seed, fresh_after, series="s33"):
+    evals = {"reward_only_fresh": [{"mean@k": 0.05, "pass@1": 0.02, "k": 4, "questions": 64},
+                                   {"mean@k": fresh_after, "mean@k_ci95": [fresh_after - 0.03, fresh_after + 0.04],
+                                    "pass@1": fresh_after, "k": 4}],
+             "heldout": [{"mean@k": 0.06}, {"mean@k": 0.07}]}
+    return {"arm": arm, "seed": seed, "start": "stories", "steps": 10, "evals": evals, "wall_s": 600.0,
+            "steps_with_signal": 0.5, "retrieval_rate": 0.4 if arm != "grpo" else 0.0,
+            "settings": {"series": series}}
+
+
+def test_a_series_table_puts_each_arm_beside_grpo_with_an_interval_over_seeds():
+    bench = _bench()
+    runs = [_record("grpo", s, v) for s, v in enumerate((0.06, 0.07, 0.08))]
+    runs += [_record("rapo_guided", s, v) for s, v in enumerate((0.10, 0.12, 0.14))]
+    runs += [_record("rapo", 0, 0.5, series="other")]  # another series: not in this table
+    lines = bench.series_table(runs, "s33")
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
+    assert set(rows) == {"arm", "grpo", "rapo_guided"}
+    guided = rows["rapo_guided"].split(" | ")
+    assert guided[1] == "3" and "s0 0.100 (0.070-0.140)" in guided[2]
+    assert guided[3] == "0.120 ± 0.020"
+    lo, hi = (float(x) for x in guided[4].split("-"))
+    assert (lo, hi) == (round(0.12 - 4.303 * 0.02 / 3 ** 0.5, 3), round(0.12 + 4.303 * 0.02 / 3 ** 0.5, 3))
+    assert guided[5] == "+5.0"  # points above GRPO's 0.070
+    assert bench.variant({"arm": "rapo", "settings": {"series": "s33"}}) == "rapo [s33]"
+    assert bench.arm_settings("rapo_plan", 8)["retrieve_when"] == ["plan", "tool_step"]
