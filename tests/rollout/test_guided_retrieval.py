@@ -31,6 +31,15 @@ def test_plan_boundary_retrieves_before_the_first_tool_call(tiny_model):
     assert plain.retrievals == []
 
 
+def test_plan_retrieval_queries_with_the_context_before_the_plan(tiny_model):
+    store = FixedStore()
+    engine, prompts, _ = make_engine(tiny_model, [plan_script()], store=store, retrieve_at=("plan", "tool_step"))
+    engine.run(prompts, query_prefixes=["QUESTION\n"], hybrid=[True])
+    plan_query, tool_query = store.queries[0][0], store.queries[1][0]
+    assert plan_query == "QUESTION\n"  # the key of a stored first step: the question, without the policy's plan
+    assert tool_query.startswith("QUESTION\n<think>my plan</think>") and "out(1)" in tool_query
+
+
 def test_plan_only_retrieves_once_and_not_after_tool_steps(tiny_model):
     engine, prompts, _ = make_engine(tiny_model, [plan_script()], store=FixedStore(), retrieve_at=("plan",))
     (row,) = engine.run(prompts, hybrid=[True])

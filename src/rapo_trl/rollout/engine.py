@@ -349,8 +349,13 @@ class HybridRolloutEngine:
         ]
         if not chosen:
             return
+        # A plan retrieval asks for the row's first step: stored first steps are keyed by the context before them
+        # (the question), so it queries with that. With the plan in the query, the nearest keys are those of
+        # second steps (question + first step), i.e. another question's answer step.
         contexts = [
-            prefixes[i] + self.tokenizer.decode(rows[i].completion_ids, skip_special_tokens=True) for i in chosen
+            prefixes[i] if boundaries[i] == "plan"
+            else prefixes[i] + self.tokenizer.decode(rows[i].completion_ids, skip_special_tokens=True)
+            for i in chosen
         ]
         from rapo_trl.store.retry import select_with_retry
 
