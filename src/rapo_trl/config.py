@@ -57,7 +57,8 @@ class RAPOConfig(GRPOConfig):
         `"tool_step"`: after each completed tool step (the paper and its reference code).
         `"plan"`: also once the policy closes its plan (`</think>`) in its first turn, before its first tool
         call, so the retrieved step arrives before the decisive call rather than after it (with one tool call,
-        a retrieval after it comes too late to shape the program).
+        a retrieval after it comes too late to shape the program). It queries the store with the context
+        before the plan, the key stored first steps have.
         `"group_failed"`: retrieve only in groups whose on-policy rollouts all failed (reward at or below
         `group_failed_reward`), as BREAD (arXiv 2506.17211) and Guide-GRPO (arXiv 2506.13923) guide only
         where the group fails: the group's on-policy rows are rolled out and scored first, then its hybrid
