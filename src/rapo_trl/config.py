@@ -303,12 +303,16 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")
         if self.dynamic_sampling_max_rounds < 1:
             raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
+        if self.dynamic_sampling:
+            self._require_whole_groups("dynamic_sampling replaces whole groups")
+
+    def _require_whole_groups(self, why: str) -> None:
+        """Each process's generation batch must hold whole groups (options that judge or replace a group there)."""
         rows_per_process = self.per_device_train_batch_size * (self.steps_per_generation or 1)
-        if self.dynamic_sampling and rows_per_process % self.num_generations:
+        if rows_per_process % self.num_generations:
             raise ValueError(
-                f"dynamic_sampling replaces whole groups, so each process must generate whole groups: "
-                f"per_device_train_batch_size * steps_per_generation ({rows_per_process}) must be a multiple of "
-                f"num_generations ({self.num_generations})."
+                f"{why}, so each process must generate whole groups: per_device_train_batch_size * "
+                f"steps_per_generation ({rows_per_process}) must be a multiple of num_generations ({self.num_generations})."
             )
 
     def _check_guided_retrieval(self) -> None:
@@ -329,12 +333,7 @@ class RAPOConfig(GRPOConfig):
                 raise ValueError(f"retrieve_when 'group_failed' judges a group by its on-policy rollouts: "
                                  f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
                                  f"num_generations ({self.num_generations}).")
-            rows_per_process = self.per_device_train_batch_size * (self.steps_per_generation or 1)
-            if rows_per_process % self.num_generations:
-                raise ValueError(
-                    f"retrieve_when 'group_failed' judges whole groups, so each process must generate whole groups: "
-                    f"per_device_train_batch_size * steps_per_generation ({rows_per_process}) must be a multiple of "
-                    f"num_generations ({self.num_generations}).")
+            self._require_whole_groups("retrieve_when 'group_failed' judges whole groups")
         if self.retrieved_token_loss_weight < 0:
             raise ValueError(f"retrieved_token_loss_weight must be >= 0, got {self.retrieved_token_loss_weight}.")
         if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
