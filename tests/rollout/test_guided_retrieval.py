@@ -26,8 +26,8 @@ def test_plan_boundary_retrieves_before_the_first_tool_call(tiny_model):
     plan_event = hybrid.retrievals[0]
     assert hybrid.completion_ids[: plan_event.start] == encode(tok, "<think>my plan</think>")
     assert plan_event.entropy_pre is not None and plan_event.entropy_post is not None  # Z has both sides
-    # The row that may not retrieve stops at the plan too and simply goes on: same text, no forced tokens there.
-    assert [s.kind for s in plain.segments] == ["policy", "policy", "tool", "policy", "end"]
+    # The row that may not retrieve stops at the plan too and goes on in the same step: no forced tokens there.
+    assert [s.kind for s in plain.segments] == ["policy", "tool", "policy", "end"]
     assert plain.retrievals == []
 
 

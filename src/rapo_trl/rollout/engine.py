@@ -211,8 +211,10 @@ class HybridRolloutEngine:
         prefixes = list(query_prefixes) if query_prefixes is not None else [""] * len(rows)
         can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
-        # end too; rows that are not retrieving just continue in the next turn.
+        # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
+        # policy step (``carried``), so on-policy rows are the rows they would be without the plan boundary.
         plan_turn = can_retrieve and "plan" in cfg.retrieve_at and any(row.is_hybrid for row in rows)
+        carried: dict[int, _HeldTurn] = {}  # row -> the part of its turn sampled before the plan stop
 
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
         # rollout only: the weights do not change until it ends.
@@ -220,7 +222,8 @@ class HybridRolloutEngine:
         active = list(range(len(rows)))
         while active:
             stats.turns += 1
-            budgets = [min(cfg.max_turn_tokens, cfg.max_completion_length - len(rows[i].completion_ids)) for i in active]
+            budgets = [min(cfg.max_turn_tokens - (carried[i].sampled if i in carried else 0),
+                           cfg.max_completion_length - len(rows[i].completion_ids)) for i in active]
             stops = self.stop_strings + ([cfg.plan_stop] if plan_turn and stats.turns == 1 else [])
             start = time.perf_counter()
             outputs = self.backend.generate(
@@ -239,13 +242,15 @@ class HybridRolloutEngine:
                     row.logprobs = (row.logprobs or [0.0] * step_start) + list(out.logprobs)
                 elif row.logprobs is not None:
                     row.logprobs.extend([0.0] * len(out.token_ids))
-                row.segments.append(
-                    Segment(
-                        "policy", step_start, len(row.completion_ids),
-                        step_entropy(out.entropy_full, out.entropy_topk, cfg.step_entropy, cfg.entropy_first_tokens),
-                    )
-                )
-                self._fill_post_entropy(row)
+                turn = carried.pop(i, _HeldTurn()).extended(out)
+                entropy = step_entropy(turn.entropy_full, turn.entropy_topk, cfg.step_entropy, cfg.entropy_first_tokens)
+                if turn.sampled > len(out.token_ids):  # the rest of a step cut at the plan: one step, not two
+                    step = row.segments[-1]
+                    step.end, step.entropy = len(row.completion_ids), entropy
+                    step_start = step.start
+                else:
+                    row.segments.append(Segment("policy", step_start, len(row.completion_ids), entropy))
+                    self._fill_post_entropy(row)
                 if out.finish == "eos":
                     row.finished = True
                 elif out.finish == "stop" and out.stop_string == cfg.answer_stop:
@@ -255,8 +260,9 @@ class HybridRolloutEngine:
                     row.truncated = True
                 elif plan_turn and stats.turns == 1 and out.stop_string == cfg.plan_stop:
                     planned.append(i)
+                    carried[i] = turn
                 else:
-                    text = self.tokenizer.decode(out.token_ids, skip_special_tokens=False)
+                    text = self.tokenizer.decode(row.completion_ids[step_start:], skip_special_tokens=False)
                     tag, content = extract_tool_call(text, out.stop_string)
                     calls.append((i, tag, content))
 
@@ -271,6 +277,11 @@ class HybridRolloutEngine:
                 start = time.perf_counter()
                 self._retrieve(rows, boundaries, prefixes)
                 stats.retrieval_seconds += time.perf_counter() - start
+            for i in planned:
+                if rows[i].segments[-1].kind != "policy":  # it retrieved: the plan was a step of its own
+                    del carried[i]
+                elif carried[i].sampled >= cfg.max_turn_tokens:  # no budget left: cut, as one long turn would be
+                    rows[i].truncated = True
 
             active = [i for i in active if not rows[i].finished and not rows[i].truncated]
         getattr(self.backend, "end_rollout", lambda: None)()
@@ -425,6 +436,19 @@ class HybridRolloutEngine:
 
     def set_state(self, state: dict) -> None:
         self.rng.setstate(_as_tuple(state["rng"]))
+
+
+@dataclass
+class _HeldTurn:
+    """The tokens of a policy turn sampled so far, counted, with their entropies (a turn may span a plan stop)."""
+
+    sampled: int = 0
+    entropy_full: list[float] = field(default_factory=list)
+    entropy_topk: list[float] = field(default_factory=list)
+
+    def extended(self, out) -> _HeldTurn:
+        return _HeldTurn(self.sampled + len(out.token_ids), self.entropy_full + list(out.entropy_full),
+                         self.entropy_topk + list(out.entropy_topk))
 
 
 def _as_tuple(value):
