@@ -12,13 +12,14 @@ import torch
 from rapo_trl.objective import group_normalize
 
 
-def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path, *extra: str) -> list[dict]:
+def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path, *extra: str,
+                         timeout: float = 600) -> list[dict]:
     """What each rank of ``tests/<script_name>`` dumped."""
     script = Path(__file__).with_name(script_name)
     # torchrun: accelerate reads its WORLD_SIZE/RANK and runs MULTI_CPU with gloo.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(script), str(tiny_model_dir), str(tmp_path), *extra]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
@@ -60,3 +61,11 @@ def test_group_failed_guides_only_the_group_whose_on_policy_rows_failed(tiny_mod
     # G = 4, rows 0-1 of each group hybrid; rank 0's prompt scores 0 everywhere (failed), rank 1's scores > 0
     assert ranks[0]["hybrid"] == [True, True, False, False] and ranks[1]["hybrid"] == [False] * 4
     assert ranks[0]["guided_group_share"] == ranks[1]["guided_group_share"] == 0.5  # gathered over both ranks
+
+
+@pytest.mark.slow
+def test_retrieved_token_loss_joins_the_gather_on_every_process(tiny_model_dir, tmp_path):
+    # Rank 0 has retrieved tokens to learn, rank 1 none: a term gathered only where it is non-zero hangs rank 0.
+    ranks = run_on_two_processes("multiprocess_token_loss_script.py", 29580, tiny_model_dir, tmp_path, timeout=240)
+    assert ranks[0]["metric"] == ranks[1]["metric"] != 0  # the mean over both ranks, logged on each
+    assert all(rank["loss"] == rank["loss"] for rank in ranks)  # finite on both

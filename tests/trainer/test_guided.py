@@ -17,7 +17,8 @@ from rapo_trl.trainer.guided import (
     retrieved_token_weights,
 )
 from tests.helpers.fakes import FixedStore
-from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
+from tests.helpers.scripted import Turn
+from tests.helpers.trainers import SCRIPTS, batch_inputs, loss_and_grads, rapo_trainer, script
 
 STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"
 NAN = float("nan")
@@ -122,3 +123,18 @@ def test_retrieved_token_loss_is_added_to_the_policy_loss(tiny_model_dir, tmp_pa
     assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] == pytest.approx(
         loss.item() - plain_loss.item(), abs=1e-6)
     assert trainer._metrics["train"]["rapo/retrieved_tokens_learned"][-1] == float((weights != 0).sum())
+
+
+@pytest.mark.parametrize("mask_truncated", [False, True])
+def test_retrieved_token_weights_follow_trls_truncation_mask(tiny_model_dir, tmp_path, mask_truncated):
+    # Row 0 (hybrid) retrieves after its tool call, then writes 7s until its turn budget runs out: the best reward
+    # of the group, and truncated. Under mask_truncated_completions TRL trains none of its tokens; neither may we.
+    scripts = [[Turn("<python>1</python>", 8), Turn("7 " * 40, 2)]] + [list(s) for s in SCRIPTS[1:]]
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(text=STORED), retrieve_prob=1.0,
+                           retrieved_token_loss_weight=0.5, mask_truncated_completions=mask_truncated)
+    script(trainer, scripts)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    row = trainer.last_rollout.rows[0]
+    assert row.truncated and row.retrievals and batch["advantages"][0] > 0
+    assert bool(batch[RETRIEVED_WEIGHT_KEY][0].any()) is not mask_truncated

@@ -146,3 +146,37 @@ def test_the_trainer_hands_each_micro_batch_one_groups_rows(tiny_model_dir, tmp_
     off = rapo_trainer(tiny_model_dir, tmp_path / "off", per_device_train_batch_size=2, gradient_accumulation_steps=1,
                        steps_per_generation=2)
     assert not off._regroups_micro_batches()  # two optimizer steps per generation: TRL's shuffle stays
+
+
+def _accumulated_loss(trainer, batch, split):
+    """The loss of one generation accumulated over micro-batches of the given rows, as TRL sums it."""
+    trainer.current_gradient_accumulation_steps = len(split)
+    total = 0.0
+    for rows in split:
+        index = torch.tensor(rows)
+        micro = {k: v[index] if isinstance(v, torch.Tensor) and v.ndim >= 1 and len(v) == 4 else v
+                 for k, v in batch.items()}
+        total += trainer.compute_loss(trainer.model, micro).item()
+    return total
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "dr_grpo", "bnpo"])
+def test_regrouping_only_where_the_split_leaves_the_update_unchanged(tiny_model_dir, tmp_path, loss_type):
+    # Two micro-batches of one generation: the group-order split and another one TRL's shuffle could draw. RAPO
+    # regroups exactly where the two accumulate to the same loss (bnpo normalises each micro-batch by its own tokens).
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                           loss_type=loss_type)
+    batch = _scored(trainer)
+    trainer.model.eval()  # no dropout: the two splits differ only in how rows are grouped
+    grouped = _accumulated_loss(trainer, batch, [[0, 1], [2, 3]])
+    shuffled = _accumulated_loss(trainer, batch, [[0, 2], [1, 3]])
+    assert trainer._regroups_micro_batches() == (grouped == pytest.approx(shuffled, abs=1e-7))
+    assert trainer._regroups_micro_batches() == (loss_type != "bnpo")
+
+
+@pytest.mark.parametrize("settings", [dict(top_entropy_quantile=0.5), dict(entropy_coef=0.05),
+                                      dict(use_adaptive_entropy=True)], ids=lambda s: next(iter(s)))
+def test_no_regrouping_where_tokens_are_selected_or_averaged_per_micro_batch(tiny_model_dir, tmp_path, settings):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                           **settings)
+    assert not trainer._regroups_micro_batches()

@@ -70,6 +70,10 @@ from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, g
 
 logger = logging.getLogger("rapo_trl.trainer")
 
+ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+"""TRL loss types whose accumulated loss is the same however a generation's rows are split into equal micro-batches:
+a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
+
 
 def load_frozen_weights_in_half(model, args: RAPOConfig, peft_config, quantization_config) -> None:
     """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
@@ -223,6 +227,7 @@ class RAPOTrainer(GRPOTrainer):
         if self.args.retrieved_token_loss_weight > 0:
             weights = retrieved_token_weights(pending.rows, out["advantages"], self.args.retrieved_token_loss_weight,
                                               out["completion_ids"].size(1))
+            weights = weights * out["completion_mask"]  # rows TRL masks (mask_truncated_completions) learn nothing
             out[RETRIEVED_WEIGHT_KEY] = weights
             metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
                 self.accelerator, [float((weights != 0).sum())])
@@ -249,10 +254,14 @@ class RAPOTrainer(GRPOTrainer):
 
     def _regroups_micro_batches(self) -> bool:
         """Micro-batches of consecutive rows (one group's prompt each) instead of TRL's shuffled ones, where that
-        leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer step."""
+        provably leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer
+        step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or averaged
+        per micro-batch (top-entropy tokens, the entropy bonus)."""
         args = self.args
         return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and self.num_iterations == 1
-                and args.steps_per_generation == args.gradient_accumulation_steps)
+                and args.steps_per_generation == args.gradient_accumulation_steps
+                and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
+                and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
         if self.pending_rollout is not None:
@@ -424,8 +433,9 @@ class RAPOTrainer(GRPOTrainer):
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
         weights = inputs.get(RETRIEVED_WEIGHT_KEY)
-        if weights is None or not bool((weights != 0).any()):
+        if weights is None:  # the term is off, or this is eval: the same on every process
             return self._policy_loss(model, inputs)
+        # Computed (zero where no row retrieved with A > 0) and gathered on every process, whatever its rows hold.
         self._loss_logps = []
         try:
             loss = self._policy_loss(model, inputs)
