@@ -251,12 +251,9 @@ class RAPOConfig(GRPOConfig):
         # Before TrainingArguments validates it: TRL's own default (bf16 unless fp16) refuses to start on a
         # CPU machine, so `RAPOConfig(output_dir=...)` would fail there as written.
         if self.bf16 is None and not self.fp16:
-            device = trainer_device(self.use_cpu)
-            precision = default_precision(device)
+            precision = default_precision(trainer_device(self.use_cpu))
             self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
-            if self.bf16 and device == "cpu":
-                # The CPU is the only device here; transformers refuses bf16 without a GPU unless use_cpu is set.
-                self.use_cpu = True
+        self._cpu_for_bf16()
         # Before GRPOConfig's own checks, which divide by num_generations (0: "integer modulo by zero") and
         # accept a negative max_completion_length that fails only once the model has loaded.
         if not isinstance(self.num_generations, int) or self.num_generations < 2:
@@ -314,6 +311,29 @@ class RAPOConfig(GRPOConfig):
                 f"{why}, so each process must generate whole groups: per_device_train_batch_size * "
                 f"steps_per_generation ({rows_per_process}) must be a multiple of num_generations ({self.num_generations})."
             )
+
+    def _cpu_for_bf16(self) -> None:
+        """bf16 where the CPU is the only device: transformers refuses it unless use_cpu is set, so it is set here,
+        for this machine only (``to_dict`` and pickles such as ``training_args.bin`` keep the value given)."""
+        self._use_cpu_given = self.__dict__.get("_use_cpu_given", self.use_cpu)
+        if self.bf16 and not self.use_cpu and trainer_device(False) == "cpu":
+            self.use_cpu = True
+
+    def to_dict(self):
+        d = super().to_dict()
+        d["use_cpu"] = self._use_cpu_given
+        return d
+
+    def __getstate__(self):
+        # The device is chosen again where the arguments are loaded: a GPU machine must not inherit this one's CPU.
+        state = dict(self.__dict__)
+        state["use_cpu"] = state.pop("_use_cpu_given", state["use_cpu"])
+        state.pop("_setup_devices", None)  # functools.cached_property: the device, computed again on use
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._cpu_for_bf16()
 
     def _check_guided_retrieval(self) -> None:
         when = self.retrieve_when

@@ -111,9 +111,22 @@ class SentenceTransformerEmbedder:
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self.model.encode(
-            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,  # callers (build-store, training) show their own progress
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def embed_newest(self, texts: Sequence[str]) -> np.ndarray:
+        """:meth:`embed`, a text over ``max_seq_length`` tokens cut on the left by the model's own tokenizer: the
+        newest text is what counts for a rollout's context (the step just written, the latest tool result)."""
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if tokenizer is None or not hasattr(tokenizer, "truncation_side"):
+            return self.embed(texts)
+        side, tokenizer.truncation_side = tokenizer.truncation_side, "left"
+        try:
+            return self.embed(texts)
+        finally:
+            tokenizer.truncation_side = side
 
 
 class CallableEmbedder:
@@ -134,6 +147,13 @@ class CallableEmbedder:
             )
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return vectors / np.maximum(norms, 1e-12)
+
+
+def embed_newest(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Vectors of rollout contexts (trace-store keys and queries): an embedder with a token limit keeps each text's
+    newest tokens (``embed_newest``) rather than its first ones; any other embeds the text whole."""
+    newest = getattr(embedder, "embed_newest", None)
+    return newest(texts) if newest is not None else embedder.embed(texts)
 
 
 _DEFAULT: SentenceTransformerEmbedder | None = None

@@ -83,3 +83,14 @@ def test_fallback_text_has_no_step_tokens(tiny_model):
 def test_unknown_boundary_is_refused():
     with pytest.raises(ValueError, match="retrieve_at"):
         RolloutConfig(retrieve_at=("after_answer",))
+
+
+def test_a_later_query_reads_a_retrieved_block_as_the_stored_step_alone(tiny_model):
+    store = FixedStore(text=STORED)
+    engine, prompts, _ = make_engine(tiny_model, [plan_script()], store=store, retrieve_at=("plan", "tool_step"))
+    (row,) = engine.run(prompts, query_prefixes=["QUESTION\n"], hybrid=[True])
+    tool_query = store.queries[1][0]
+    assert row.retrievals[0].text == STORED
+    assert tool_query.startswith("QUESTION\n<think>my plan</think>" + STORED)  # as an agent's context reads
+    assert "Additional context" not in tool_query and "<retrieve>" not in tool_query
+    assert "out(1)" in tool_query  # the policy's own step after it is still there

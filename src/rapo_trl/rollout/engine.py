@@ -363,11 +363,8 @@ class HybridRolloutEngine:
         # A plan retrieval asks for the row's first step: stored first steps are keyed by the context before them
         # (the question), so it queries with that. With the plan in the query, the nearest keys are those of
         # second steps (question + first step), i.e. another question's answer step.
-        contexts = [
-            prefixes[i] if boundaries[i] == "plan"
-            else prefixes[i] + self.tokenizer.decode(rows[i].completion_ids, skip_special_tokens=True)
-            for i in chosen
-        ]
+        contexts = [prefixes[i] if boundaries[i] == "plan" else prefixes[i] + self._context_text(rows[i])
+                    for i in chosen]
         from rapo_trl.store.retry import select_with_retry
 
         # A failing store (server down, timeout) is retried with backoff, then the rollout goes on
@@ -400,8 +397,20 @@ class HybridRolloutEngine:
                     entropy_pre=row.policy_steps[-1].entropy,
                     boundary=boundaries[i],
                     step_tokens=learnable,
+                    text=None if is_fallback else found.text,
                 )
             )
+
+    def _context_text(self, row: RolloutRow) -> str:
+        """The row's completion as a store key reads: an earlier retrieved block stands as the stored step's own text
+        (a key is an agent's context, which never holds the preface or ``<retrieve>`` tags); a fallback, as nothing."""
+        parts, at = [], 0
+        for event in row.retrievals:
+            parts += [self.tokenizer.decode(row.completion_ids[at:event.start], skip_special_tokens=True),
+                      event.text or ""]
+            at = event.end
+        parts.append(self.tokenizer.decode(row.completion_ids[at:], skip_special_tokens=True))
+        return "".join(parts)
 
     def _encode_retrieved(self, text: str) -> tuple[list[int], tuple[int, int] | None]:
         """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an

@@ -59,6 +59,9 @@ class RetrievalEvent:
     step_tokens: tuple[int, int] | None = None
     """(start, end) in ``completion_ids`` of the stored step's own text (no preface, tags or tool result); ``None``
     for the fallback text. What ``retrieved_token_loss_weight`` trains on."""
+    text: str | None = None
+    """The stored step as the store holds it (step and tool result), without the preface and tags; ``None`` for the
+    fallback. What later queries of the row read in the block's place."""
 
 
 @dataclass

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rapo_trl.embeddings import resolve_embedder
+from rapo_trl.embeddings import embed_newest, resolve_embedder
 from rapo_trl.store import lock as store_lock
 from rapo_trl.store.backend import (
     open_collection,
@@ -470,7 +470,8 @@ class TraceStore:
         }
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        # Keys and queries are contexts: past the embedder's token limit, their newest end is what is embedded.
+        vectors = np.asarray(embed_newest(self.embedder, texts), dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape != (len(texts), self.embedder.dimension):
             raise ValueError(
                 f"Embedder {self.embedder.name!r} returned vectors of shape {vectors.shape} for {len(texts)} "
