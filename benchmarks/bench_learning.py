@@ -231,8 +231,10 @@ def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tok
     if steps <= 0:
         return base
     if not (folder / "sft-warm-start" / "config.json").exists():
+        # Merged: the RL arms load it by path. (`rapo train` trains a LoRA warm start further instead: merged and
+        # loaded in bf16, part of its delta is rounded away.)
         warm_start(base, tokenizer, train_rows, store, str(folder), steps, args.sft_learning_rate, min_reward=1.0,
-                   **placement_args(), seed=0)
+                   **placement_args(), seed=0, merge=True)
     return str(folder / "sft-warm-start")
 
 

@@ -30,7 +30,7 @@ def _store_and_rows(tmp_path):
     return store, rows
 
 
-def test_warm_start_saves_a_merged_model_and_its_loss_curve(tiny_model_dir, tmp_path):
+def test_warm_start_saves_an_adapter_over_the_base_and_its_loss_curve(tiny_model_dir, tmp_path):
     import json
 
     from transformers import AutoTokenizer
@@ -41,8 +41,11 @@ def test_warm_start_saves_a_merged_model_and_its_loss_curve(tiny_model_dir, tmp_
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     path = warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=3, learning_rate=1e-3,
                       min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2)
-    history = json.loads((tmp_path / "out" / "sft-warm-start" / "sft_history.json").read_text())
-    assert path.endswith("sft-warm-start") and (tmp_path / "out" / "sft-warm-start" / "config.json").is_file()
+    folder = tmp_path / "out" / "sft-warm-start"
+    history = json.loads((folder / "sft_history.json").read_text())
+    assert path.endswith("sft-warm-start") and (folder / "adapter_model.safetensors").is_file()
+    assert json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_model_dir)
+    assert not (folder / "model.safetensors").exists()  # no merged copy of the model
     assert history["examples"] == 2  # q3 has no stored trajectory
     assert history["steps"] == 3 and [e["step"] for e in history["loss"]] == [1, 2, 3]
 
@@ -76,9 +79,12 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     assert run.returncode == 0, describe(run)
     out = work / "model-sft"
     warm, same_time = out / "sft-warm-start", out / "sft-same-time"
-    assert (warm / "model.safetensors").is_file()  # RAPO trains on the merged warm start
+    warm_adapter = json.loads((warm / "adapter_config.json").read_text())
+    assert not (warm / "model.safetensors").exists()  # RAPO trains the warm start's adapter further, unmerged
     adapter = json.loads((same_time / "adapter_config.json").read_text())
-    assert Path(adapter["base_model_name_or_path"]).resolve() == warm.resolve()
+    # the equal-time baseline trained the warm start's adapter further too, over the same base
+    assert adapter["base_model_name_or_path"] == warm_adapter["base_model_name_or_path"]
+    assert Path(adapter["base_model_name_or_path"]).resolve() != warm.resolve()
     assert (same_time / "adapter_model.safetensors").is_file() and (same_time / "sft_history.json").is_file()
     assert not (same_time / "model.safetensors").exists() and not (same_time / "config.json").exists()
 
@@ -98,24 +104,32 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     assert "mean@2" in run.stdout
 
 
-def test_a_bf16_warm_start_merges_over_the_fp32_base(tiny_model_dir, tmp_path):
+def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):
+    # Issue 40, fault 5: merged into the base and loaded in bf16 (as the RL run and `rapo eval` load it), the warm
+    # start's small delta was rounded away. RAPO now trains the warm start's adapter further over the bf16 base: the
+    # function it starts from is the one SFT trained, its adapter fp32 and bit for bit the saved one.
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from peft import LoraConfig
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
-    from rapo_trl.cli.warm_start import warm_start
+    from rapo_trl.cli.warm_start import load_adapter_for_training, warm_start
 
     store, rows = _store_and_rows(tmp_path)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0)
     path = warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=2, learning_rate=1e-2,
-                      min_reward=1.0, use_cpu=True, seed=0, bf16=True, batch_size=2)
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).state_dict()
-    merged = AutoModelForCausalLM.from_pretrained(path, dtype="auto").state_dict()
-    assert {tensor.dtype for tensor in merged.values()} == {torch.float32}
-    assert not (tmp_path / "out" / "sft-warm-start" / "adapter").exists()  # the merge's scratch adapter is gone
-    changed = {name for name in base if not torch.equal(base[name], merged[name])}
-    # The LoRA (all-linear) moved the projections; everything else is the fp32 base bit for bit, not a bf16 copy.
-    assert changed and all(name.endswith("proj.weight") for name in changed)
-    assert any(not torch.equal(base[n], base[n].to(torch.bfloat16).float()) for n in base if n not in changed)
+                      min_reward=1.0, use_cpu=True, seed=0, bf16=True, batch_size=2, lora=lora)
+    policy = load_adapter_for_training(str(tiny_model_dir), path, {"dtype": torch.bfloat16})
+    saved = load_file(f"{path}/adapter_model.safetensors")
+    trainable = {n: p for n, p in policy.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n and p.dtype == torch.float32 for n, p in trainable.items())
+    assert len(trainable) == len(saved)
+    for name, tensor in saved.items():
+        loaded = next(p for n, p in trainable.items() if n.replace(".default", "") == name)
+        assert torch.equal(loaded.detach(), tensor)
+    frozen = {p.dtype for n, p in policy.named_parameters() if not p.requires_grad}
+    assert frozen == {torch.bfloat16}  # the base as the run loads it; the delta never rounded into it
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import torch.distributed as dist  # noqa: E402
 rank = int(__import__("os").environ["RANK"])
 store, rows = _store_and_rows(work / f"rank{rank}")  # a store folder per process: no shared writes
 path = warm_start(model_dir, AutoTokenizer.from_pretrained(model_dir), rows, store, str(work / "out"), steps=1,
-                  learning_rate=1e-3, min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=1)
+                  learning_rate=1e-3, min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=1, merge=True)
 # every process may load the model once warm_start returns
 loadable = (Path(path) / "config.json").is_file() and (Path(path) / "sft_history.json").is_file()
 (work / f"rank{rank}.json").write_text(json.dumps({"writes": len(writes), "loadable": loadable}))

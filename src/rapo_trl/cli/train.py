@@ -57,22 +57,26 @@ def run(script, rapo_args, model_args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path, **tokenizer_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    policy, peft_config, warm = model_path, get_peft_config(model_args), None
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
         sft = dict(tokenizer=tokenizer, rows=demo_rows, store=store, output_dir=rapo_args.output_dir,
                    steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
                    use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
-                   batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs)
-        model_path = warm_start(model_path, **sft)
+                   batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
+        # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
+        # weights); a run that trains every weight starts from the merge.
+        warm = warm_start(model_path, merge=peft_config is None, **sft)
+        policy, peft_config = _warm_policy(model_path, warm, peft_config, rapo_args, model_args)
     trainer = RAPOTrainer(
-        model_path,
+        policy,
         reward_funcs,
         args=rapo_args,
         train_dataset=rows,
         processing_class=tokenizer,
-        quantization_config=get_quantization_config(model_args),
-        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
+        peft_config=peft_config,
         trace_store=store,
         tools=tools,
     )
@@ -81,8 +85,8 @@ def run(script, rapo_args, model_args) -> dict:
     if script.sft_same_time:
         # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained.
         # Only evaluated, never trained on: kept as a LoRA adapter over the warm start, not a second full copy.
-        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time", merge=False,
-                   **sft)
+        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time",
+                   start_adapter=warm if get_peft_config(model_args) is not None else None, **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id
@@ -94,6 +98,26 @@ def run(script, rapo_args, model_args) -> dict:
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     return result.metrics
+
+
+def _warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args):
+    """What RAPO trains after a warm start, and the peft_config it is handed: with LoRA, the base loaded as the run
+    would load it (its half type, its quantization) with the warm start's adapter on it, trainable; otherwise the
+    merged warm start by path."""
+    if peft_config is None:
+        return warm, None
+    from trl import get_quantization_config
+
+    from rapo_trl.cli.warm_start import load_adapter_for_training
+    from rapo_trl.trainer.trainer import load_frozen_weights_in_half
+
+    quantization = get_quantization_config(model_args)
+    load_frozen_weights_in_half(model_path, rapo_args, peft_config, quantization)
+    kwargs = {**(rapo_args.model_init_kwargs or {}),
+              **({"quantization_config": quantization} if quantization is not None else {})}
+    policy = load_adapter_for_training(model_path, warm, kwargs)
+    rapo_args.model_init_kwargs = None  # used here; TRL would warn that a loaded model ignores them
+    return policy, None
 
 
 def _save_history_and_plots(trainer, output_dir: str) -> None:

@@ -3,7 +3,9 @@
 Very small models (SmolLM2-135M) almost never write a closing tool tag on their own, so they never
 reach a tool step, and a hybrid rollout only retrieves after one. A short SFT on the off-policy
 agent's trajectories (reassembled from the trace store, so any agent's store works) teaches the tag
-protocol; RAPO then trains a fresh LoRA on top of the merged warm-start model.
+protocol. With LoRA, RAPO then trains that same adapter further over the base it was trained on: the warm start is
+never merged into half-precision weights, where rounding (at load, or in bf16 autocast) would eat much of its small
+delta. A run that trains every weight merges it (in fp32) instead.
 """
 
 from __future__ import annotations
@@ -72,6 +74,16 @@ def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwa
     return merged
 
 
+def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: dict):
+    """The base loaded as a run loads it (``model_init_kwargs``, its half type included) with ``adapter`` on it,
+    trainable: the warm start's LoRA, trained further."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_path, **model_init_kwargs)
+    return PeftModel.from_pretrained(base, adapter, is_trainable=True)
+
+
 WARM_START_KEY_FILE = "warm_start_key.json"
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
 _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
@@ -110,15 +122,17 @@ def cached_warm_start(target: Path, key: str) -> bool:
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
-               merge: bool = True, model_init_kwargs: dict | None = None) -> str:
+               merge: bool = False, model_init_kwargs: dict | None = None, lora: dict | None = None,
+               start_adapter: str | None = None) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
-    baseline). With ``merge`` the LoRA is merged and the full model saved (a base for RAPO to train on);
-    without it only the adapter is saved, with ``model_path`` as its base (a model that is only evaluated,
-    such as the equal-time baseline, then costs no second full copy). The loss per step goes to
-    ``sft_history.json`` beside the model. ``bf16``/``fp16`` are the RAPO run's precision (``None``: from
-    the hardware, as `RAPOConfig` does). ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
+    baseline). The adapter is saved with ``model_path`` as its base; ``start_adapter`` (an adapter folder over the
+    same base) is trained further instead of a fresh LoRA of shape ``lora`` (``LoraConfig`` fields; the RL recipe's,
+    so RAPO can go on training it). With ``merge`` the LoRA is merged over the fp32 base and the full model saved
+    (a base for a run that trains every weight). The loss per step goes to ``sft_history.json`` beside the model.
+    ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
+    ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
     """
     if bf16 is None and not fp16:
         from rapo_trl.hardware import default_precision, trainer_device
@@ -143,7 +157,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused
         key = warm_start_key(model_path, examples, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
                              seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
-                             model_init_kwargs=model_init_kwargs or {})
+                             lora=lora.to_dict() if hasattr(lora, "to_dict") else lora or LORA,
+                             start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {})
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
             print(f"Warm start reused from {target} (same model, examples, settings and package versions).")
@@ -162,10 +177,13 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         disable_tqdm=max_seconds is not None,  # a clock-bounded run has no step count for a progress bar
     )
     stop = _StopAfter(max_seconds) if max_seconds is not None else None
+    if start_adapter is None:
+        model, peft_config = model_path, lora if isinstance(lora, LoraConfig) else LoraConfig(**(lora or LORA))
+    else:
+        model, peft_config = load_adapter_for_training(model_path, start_adapter, init_kwargs), None
     trainer = SFTTrainer(
-        model_path, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-        peft_config=LoraConfig(**LORA),
-        callbacks=[stop.callback] if stop else None,
+        model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
+        peft_config=peft_config, callbacks=[stop.callback] if stop else None,
     )
     started = time.perf_counter()
     trainer.train()
@@ -197,6 +215,8 @@ def _save(trainer, tokenizer, target: Path, model_path: str, merge: bool, model_
         del merged
     else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path
         model = trainer.accelerator.unwrap_model(trainer.model)
+        for stale in ("config.json", "model.safetensors"):  # a merged warm start of an earlier version
+            (target / stale).unlink(missing_ok=True)
         model.peft_config["default"].base_model_name_or_path = model_path
         model.save_pretrained(target)
     tokenizer.save_pretrained(target)
