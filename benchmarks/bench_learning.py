@@ -44,27 +44,21 @@ seeds may run at different times. Held-out pass@1 is greedy, with tools, without
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import fcntl
 import gc
 import json
 import logging
 import math
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded (tests load it by path)
+from common import RESULTS, locked, machine_info, update_results, use_offline_environment, with_notes  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results"
+use_offline_environment()  # before torch, transformers and chromadb are imported
+
 FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
 SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
@@ -128,33 +122,12 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-DEVICE = "cpu"
-"""Where every model of the run trains and evaluates (``--device``); set once by ``main``."""
-
-
-PRECISION = "fp32"
-"""``--precision``: ``fp32`` (the runs recorded before issue 31) or ``rule`` (``rapo_trl.hardware``: bf16 on a CPU
-with AVX512-BF16/AMX or a bf16 GPU); set once by ``main``."""
-
-
-def placement_args() -> dict:
-    """Trainer/warm-start device and precision flags: fp32 or the hardware rule (``--precision``)."""
-    bf16 = False if PRECISION == "fp32" else None
-    return {"use_cpu": True, "bf16": bf16} if DEVICE == "cpu" else {"use_cpu": False, "bf16": bf16}
+def placement_args(args) -> dict:
+    """Trainer/warm-start device and precision flags: ``--device``, and fp32 (the runs recorded before issue 31)
+    or the hardware rule (``--precision rule``: bf16 on a CPU with AVX512-BF16/AMX or a bf16 GPU)."""
+    return {"use_cpu": args.device == "cpu", "bf16": False if args.precision == "fp32" else None}
 
 # ------------------------------------------------------------------ shared setup (cached in --workdir)
-
-
-@contextlib.contextmanager
-def locked(path: Path):
-    """An exclusive lock on ``path`` (a sidecar file), so parallel processes set up and append one at a time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def rows_for(split: str, n: int, difficulty: int, seed: int = 0):
@@ -234,7 +207,7 @@ def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tok
         # Merged: the RL arms load it by path. (`rapo train` trains a LoRA warm start further instead: merged and
         # loaded in bf16, part of its delta is rounded away.)
         warm_start(base, tokenizer, train_rows, store, str(folder), steps, args.sft_learning_rate, min_reward=1.0,
-                   **placement_args(), seed=0, merge=True)
+                   **placement_args(args), seed=0, merge=True)
     return str(folder / "sft-warm-start")
 
 
@@ -296,7 +269,8 @@ def _pass1(score) -> float:
     return score["pass@1"] if isinstance(score, dict) else score
 
 
-def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0) -> dict:
+def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0,
+                 device: str = "cpu") -> dict:
     """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
     cache = workdir / f"eval0-{start}.json"
     found = json.loads(cache.read_text()) if cache.exists() else {}
@@ -306,7 +280,7 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
     if missing:
         from rapo_trl.rollout.agent import load_policy
 
-        model, tokenizer = load_policy(model_path, device=DEVICE)
+        model, tokenizer = load_policy(model_path, device=device)
         for name in missing:
             k = samples if name in SAMPLED_SETS else 0
             result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", k)
@@ -372,7 +346,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         rewards.append(numeric_closeness_reward)
         weights.append(args.closeness_weight)
     config = RAPOConfig(
-        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), **placement_args(), seed=seed,
+        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), **placement_args(args), seed=seed,
         max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
         gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
@@ -431,7 +405,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
            if series(f"rapo/{name}")},
         "train_rewards_positive": sum(1 for e in logs if e.get("reward", 0) > 0),
         "settings": {**settings(args), **({"options": GUIDED_ARMS[arm]} if arm in GUIDED_ARMS else {})},
-        "machine": machine(),
+        "machine": machine_info(),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -464,10 +438,10 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
     folder = workdir / f"run-{start}-sft-{seed}"
     started = time.perf_counter()
     trained = warm_start(model_path, tokenizer, sft_rows, store, str(folder), args.steps, args.sft_learning_rate,
-                         min_reward=1.0, **placement_args(), seed=seed, max_seconds=seconds,
+                         min_reward=1.0, **placement_args(args), seed=seed, max_seconds=seconds,
                          folder="sft-same-time")
     wall = time.perf_counter() - started
-    model, tokenizer = load_policy(trained, device=DEVICE)
+    model, tokenizer = load_policy(trained, device=args.device)
     started = time.perf_counter()
     samples = args.samples if start == "stories" else 0
     detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets,
@@ -488,28 +462,14 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
         "step_time_split_s": {"generate": 0.0, "tools": 0.0, "retrieval": 0.0, "loss_and_other": round(wall, 1)},
         "retrieval_rate": 0.0, "z_positive_share": None, "truncated_rate": None, "skipped_retrievals": 0.0,
         "settings": {**settings(args), "sft_seconds": round(seconds, 1)},
-        "machine": machine(),
+        "machine": machine_info(),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
-def machine() -> dict:
-    import torch
-    import transformers
-    import trl
-
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-            "load_avg": [round(x, 2) for x in os.getloadavg()],
-            **({"device": torch.cuda.get_device_name(0)} if DEVICE == "cuda" else {})}
-
-
 def append_run(results: Path, record: dict) -> None:
-    path = results / "learning.json"
-    with locked(path):
-        data = json.loads(path.read_text()) if path.exists() else {"task": TASK, "model": MODEL, "runs": []}
-        data["runs"].append(record)
-        path.write_text(json.dumps(data, indent=1))
+    update_results(results / "learning.json", lambda data: data["runs"].append(record),
+                   empty=lambda: {"task": TASK, "model": MODEL, "runs": []})
 
 
 # ------------------------------------------------------------------ report
@@ -578,10 +538,7 @@ def report(results: Path) -> str:
     for start in sorted({s for s, _, _ in groups}):
         png = draw(groups, start, results)
         lines.append(f"![{start} start]({png.name})")
-    notes = results / "learning_notes.md"  # hand-written reading of the figures, kept across redraws
-    if notes.is_file():
-        lines += ["", notes.read_text().rstrip()]
-    text = "\n".join(lines) + "\n"
+    text = with_notes("\n".join(lines) + "\n", results / "learning_notes.md")
     (results / "learning.md").write_text(text)
     return text
 
@@ -764,24 +721,39 @@ def main(argv=None) -> int:
         return 0
     import torch
 
+    from rapo_trl.tools import PythonTool
+
     torch.set_num_threads(args.threads)
-    global DEVICE, PRECISION
-    DEVICE, PRECISION = args.device, args.precision
     logging.basicConfig(level=logging.WARNING)
+    tools = [PythonTool()]
+    plans = prepare_starts(args, Path(args.workdir), tools)
+    for start in args.starts:
+        for seed in args.seeds:
+            for arm in args.arms:
+                print(f"== {start} start, {arm}, seed {seed}", flush=True)
+                record = run_arm(args, Path(args.workdir), start, arm, seed, plans[start], tools, results)
+                append_run(results, record)
+                print(f"   held-out pass@1 {record['eval_pass1']}, others {record['extra_evals']} in "
+                      f"{record['wall_s']:.0f}s", flush=True)
+                report(results)
+    print(report(results))
+    return 0
+
+
+def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
+    """Per start: the rows SFT imitates (via the store), the rows RL trains on, the store, the start's model,
+    the evaluation sets and the start's scores on them. Built once and cached in ``workdir``; the lock lets
+    processes running other seeds wait for it instead of building it twice."""
     from transformers import AutoTokenizer
 
     from rapo_trl.models import smollm2_path
-    from rapo_trl.tools import PythonTool
 
-    workdir = Path(args.workdir)
     base = str(smollm2_path())
     tokenizer = AutoTokenizer.from_pretrained(base)
-    tools = [PythonTool()]
     train_rows = rows_for("train", args.train_size, args.difficulty)
     eval_rows = rows_for("eval", args.eval_size, args.eval_difficulty)
     assert not set(eval_rows["question"]) & set(train_rows["question"])
     budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    # Per start: the rows SFT imitates (via the store), the rows RL trains on, the store, the evaluation sets.
     plans = {}
     with locked(workdir / "setup"):
         for name in args.starts:
@@ -800,24 +772,17 @@ def main(argv=None) -> int:
             path = sft_start(workdir, name, steps, args, sft_rows, store, tokenizer, base)
             plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, eval_sets=eval_sets,
                                initial=initial_eval(workdir, name, path, eval_sets, tools, budgets,
-                                                    args.samples if name == "stories" else 0))
-    for start in args.starts:
-        plan = plans[start]
-        for seed in args.seeds:
-            for arm in args.arms:
-                print(f"== {start} start, {arm}, seed {seed}", flush=True)
-                if arm == "sft":
-                    record = run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"],
-                                     plan["store"], tools, plan["initial"], sft_seconds(args, results, start))
-                else:
-                    record = run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"],
-                                     plan["eval_sets"], plan["store"], tools, plan["initial"])
-                append_run(results, record)
-                print(f"   held-out pass@1 {record['eval_pass1']}, others {record['extra_evals']} in "
-                      f"{record['wall_s']:.0f}s", flush=True)
-                report(results)
-    print(report(results))
-    return 0
+                                                    args.samples if name == "stories" else 0, args.device))
+    return plans
+
+
+def run_arm(args, workdir: Path, start: str, arm: str, seed: int, plan: dict, tools, results: Path) -> dict:
+    """One run's record: the equal-time SFT baseline, or an RL arm from the start."""
+    if arm == "sft":
+        return run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"], plan["store"],
+                       tools, plan["initial"], sft_seconds(args, results, start))
+    return run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"], plan["eval_sets"], plan["store"],
+                   tools, plan["initial"])
 
 
 if __name__ == "__main__":

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
+from common import machine_info, machine_line, markdown_table, use_offline_environment  # noqa: E402
+
+use_offline_environment()  # inherited by each setting's process
 
 GROUP = 8  # rows per prompt in the demo recipe
 SETTINGS = [("fp32", False, 1), ("bf16", False, 1), ("bf16", True, 2), ("bf16", True, 4), ("fp32", False, 8),
@@ -93,20 +97,17 @@ def main() -> None:
                               precision, str(int(share)), str(rows_n)], capture_output=True, text=True, check=True)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(results[-1], flush=True)
-    import torch
-
-    head = "| precision | prompt once | rows | prompts | prompt len | completion len | s | s/row | peak RSS MB |"
-    lines = [head, "|---" * 9 + "|"]
-    for r in results:
-        lines.append(f"| {r['precision']} | {r['prompt_once']} | {r['rows']} | {r['prompts']} | {r['prompt_len']} | "
-                     f"{r['completion_len']} | {r['seconds']} | {r['seconds_per_row']} | {r['peak_rss_mb']} |")
+    machine = machine_info()
+    head = ["precision", "prompt once", "rows", "prompts", "prompt len", "completion len", "s", "s/row", "peak RSS MB"]
+    keys = ["precision", "prompt_once", "rows", "prompts", "prompt_len", "completion_len", "seconds", "seconds_per_row",
+            "peak_rss_mb"]
+    lines = markdown_table(head, [[r[k] for k in keys] for r in results])
     text = ("# One loss micro-batch, forward + backward\n\n" + "\n".join(lines) + "\n\n"
-            f"Model `{args.model}` + LoRA r16, {results[0]['threads']} threads, {platform.platform()}, torch "
-            f"{torch.__version__}. Command: `.venv/bin/python benchmarks/bench_loss_microbatch.py --rollouts ...`\n")
+            f"Model `{args.model}` + LoRA r16, {results[0]['threads']} threads, {machine['platform']}; "
+            f"{machine_line(machine)}. Command: `.venv/bin/python benchmarks/bench_loss_microbatch.py --rollouts ...`\n")
     Path(args.results).with_suffix(".md").write_text(text)
-    Path(args.results).with_suffix(".json").write_text(json.dumps({"platform": platform.platform(),
-                                                                   "torch": torch.__version__, "runs": results},
-                                                                  indent=2))
+    Path(args.results).with_suffix(".json").write_text(json.dumps(
+        {"platform": machine["platform"], "torch": machine["torch"], "machine": machine, "runs": results}, indent=2))
     print(text)
 
 

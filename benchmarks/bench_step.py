@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -36,12 +34,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-for _key, _value in (("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"),
-                     ("TOKENIZERS_PARALLELISM", "false"), ("ANONYMIZED_TELEMETRY", "False")):
-    os.environ.setdefault(_key, _value)  # nothing loads from a hub here; inherited by the arms' processes
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
+from common import RESULTS, machine_info, markdown_table, use_offline_environment, with_notes  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+use_offline_environment()  # nothing loads from a hub here; inherited by the arms' processes
 ARMS = ("old_recipe", "rapo", "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
 # The demo recipe's settings before issue 31, as rapo train flags (the rest of the recipe is shared).
@@ -229,22 +225,12 @@ def summarise(raw: dict, skip_first: bool) -> dict:
     return summary
 
 
-def machine() -> dict:
-    import torch
-    import transformers
-    import trl
-
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "trl": trl.__version__,
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
 def table(report: dict) -> str:
     runs = report["runs"]
     cuda = any("peak_cuda_mb" in r for r in runs.values())
     head = ["arm", "precision", "rollouts/step", "step s", *[f"{p} s" for p in PHASES], "loss s", "gen tok/s",
             "rollouts/h", "completion tok/h", "peak RSS MB", *(["peak CUDA MB"] if cuda else []), "batch"]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    rows = []
     for arm, r in runs.items():
         b = r["batch"]
         batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
@@ -254,8 +240,8 @@ def table(report: dict) -> str:
                  str(r["generate_tokens_per_s"] or "-"), str(r.get("rollouts_per_hour") or "-"),
                  str(r.get("completion_tokens_per_hour") or "-"), str(r["peak_rss_mb"]),
                  *([str(r.get("peak_cuda_mb", "-"))] if cuda else []), batch]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return "\n".join(markdown_table(head, rows))
 
 
 def main() -> None:
@@ -294,7 +280,7 @@ def main() -> None:
     if args.keep_rollouts and rollouts.is_file():
         Path(args.keep_rollouts).write_text(rollouts.read_text())
     runs = {arm: summarise(raw[arm], skip_first=True) for arm in args.arms if arm in raw}
-    report = {"baseline": BASELINE, "candidate": CANDIDATE, "recipe": args.recipe, "machine": machine(),
+    report = {"baseline": BASELINE, "candidate": CANDIDATE, "recipe": args.recipe, "machine": machine_info(),
               "model": raw[order[0]]["model"], "steps": args.steps, "set": args.set, "runs": runs, "raw": raw}
     if "rapo" in runs:
         report["steps_per_hour"] = {arm: round(3600 / r["step_s"], 1) for arm, r in runs.items() if arm != "grpo"}
@@ -328,9 +314,7 @@ def write_markdown(report: dict, stem: Path) -> None:
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
             + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
             + (f" --set {' '.join(report['set'])}" if report.get("set") else "") + "`\n")
-    notes = stem.parent / f"{stem.name}_notes.md"  # hand-written profile and reading, kept across re-runs
-    if notes.is_file():
-        text += "\n" + notes.read_text()
+    text = with_notes(text, stem.parent / f"{stem.name}_notes.md")  # hand-written profile and reading
     stem.with_suffix(".md").write_text(text)
     print(text)
 

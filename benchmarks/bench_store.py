@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
+from common import machine_info, markdown_table, native_bf16, use_offline_environment  # noqa: E402
+
+use_offline_environment()  # before sentence-transformers and chromadb are imported
 
 import numpy as np  # noqa: E402
 
@@ -141,40 +142,6 @@ def recall_at_k(store_vectors: np.ndarray, queries: np.ndarray, found: list[list
     return float(np.sum(hits) / (k * len(found)))
 
 
-def native_bf16() -> bool:
-    """Whether the CPU computes bf16 natively (else torch emulates it, slower than fp32)."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            flags = handle.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def machine_info() -> dict:
-    import chromadb
-    import sentence_transformers
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            cpu = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "native_bf16": native_bf16(),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "chromadb": chromadb.__version__,
-        "torch": torch.__version__,
-        "sentence-transformers": sentence_transformers.__version__,
-        "numpy": np.__version__,
-    }
-
-
 def reopen(store_dir, embedder, config):
     """A fresh client on the store, so index settings changed on disk take effect."""
     from chromadb.api.shared_system_client import SharedSystemClient
@@ -227,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     from rapo_trl.embeddings import SentenceTransformerEmbedder
     from rapo_trl.store import StoreConfig, TraceStore
 
-    info = machine_info()
+    info = machine_info("chromadb", "sentence-transformers", "numpy")
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items()))
     print(f"config: records={args.records} sizes={sizes} embed_sample={args.embed_sample} "
           f"search_reps={args.search_reps} embed_reps={args.embed_reps} batch={batch}", flush=True)
@@ -391,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     total = built
     print()
     print(f"## Trace store benchmark ({'quick' if args.quick else 'synthetic-only' if args.synthetic_only else 'full'})")
-    print(f"machine: {info['cpu']}, {info['cores']} cores, native bf16 {info['native_bf16']} (load avg {info['load_avg_1m']} at start), "
+    print(f"machine: {info['cpu']}, {info['cpus']} cores, native bf16 {info['native_bf16']} (load avg {info['load_avg'][0]} at start), "
           f"python {info['python']}, chromadb {info['chromadb']}, torch {info['torch']}, "
           f"sentence-transformers {info['sentence-transformers']}, numpy {info['numpy']}")
     if args.synthetic_only:
@@ -402,16 +369,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data: {total} synthetic step records ({len({r.question_id for r in records})} questions x 5 "
               f"trajectories, math + search QA), keys {key_chars:.0f} chars, values {value_chars:.0f} chars mean; "
               f"{len(sample_keys)} keys embedded by MiniLM, the rest synthetic vectors clustered around them.")
+        build_s = embed_full_s + index_s + check_s
+        steps = [[f"embed keys, MiniLM {name} (probe)", count, f"{count / rate:.1f}", f"{rate:.1f}", "measured"]
+                 for name, (rate, _, count) in rates.items()]
+        steps += [
+            [f"embed keys, MiniLM {precision}", len(sample_keys), f"{len(sample_keys) / key_rate:.1f}",
+             f"{key_rate:.1f}", "measured"],
+            [f"embed keys, MiniLM {precision}", total, f"{embed_full_s:.0f}", f"{key_rate:.1f}", "extrapolated"],
+            ["index (Chroma add + id check)", total, f"{index_s + check_s:.1f}", f"{total / (index_s + check_s):.0f}",
+             "measured"],
+            ["**build total**", total, f"{build_s:.0f}", f"{total / build_s:.1f}", "embed extrapolated + index measured"],
+        ]
         print()
-        print("| build step | records | seconds | records/s | note |")
-        print("|---|---:|---:|---:|---|")
-        for name, (rate, _, count) in rates.items():
-            print(f"| embed keys, MiniLM {name} (probe) | {count} | {count / rate:.1f} | {rate:.1f} | measured |")
-        print(f"| embed keys, MiniLM {precision} | {len(sample_keys)} | {len(sample_keys) / key_rate:.1f} | {key_rate:.1f} | measured |")
-        print(f"| embed keys, MiniLM {precision} | {total} | {embed_full_s:.0f} | {key_rate:.1f} | extrapolated |")
-        print(f"| index (Chroma add + id check) | {total} | {index_s + check_s:.1f} | {total / (index_s + check_s):.0f} | measured |")
-        print(f"| **build total** | {total} | {embed_full_s + index_s + check_s:.0f} | "
-              f"{total / (embed_full_s + index_s + check_s):.1f} | embed extrapolated + index measured |")
+        print("\n".join(markdown_table(["build step", "records", "seconds", "records/s", "note"], steps, "lrrrl")))
     print(f"\nstore on disk at {total} records: {size_bytes / 1e6:.0f} MB")
     print()
     print(f"select, batch of {batch} contexts (ef_search={default_ef}, top_k=3), search part, {args.search_reps} "
@@ -432,10 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     if sweep:
         print(f"ef_search sweep at {built} records (select_embedded of {batch} vectors, p50; set on disk, store reopened):")
         print()
-        print("| ef_search | search p50 ms | recall@3 real q | recall@3 synth q |")
-        print("|---:|---:|---:|---:|")
-        for ef, ms, rr, rs in sweep:
-            print(f"| {ef} | {ms:.1f} | {rr:.3f} | {rs:.3f} |")
+        print("\n".join(markdown_table(["ef_search", "search p50 ms", "recall@3 real q", "recall@3 synth q"],
+                                       [[ef, f"{ms:.1f}", f"{rr:.3f}", f"{rs:.3f}"] for ef, ms, rr, rs in sweep],
+                                       "rrrr")))
     last = rows[-1][3]
     print(f"\nfloor (search p50 <= 30 ms at {rows[-1][0]} records, wall under load {rows[-1][8]:.1f}): "
           + ", ".join(f"{v} {'met' if last[v][0] <= 30.0 else 'NOT met'} ({last[v][0]:.1f} ms)" for v in variants))

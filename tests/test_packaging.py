@@ -80,6 +80,24 @@ def test_wheel_holds_the_package_its_data_and_its_command(dist):
     assert metadata["Description-Content-Type"].startswith("text/markdown")
 
 
+def test_wheel_carries_the_story_data_and_the_package_unpacked_from_it_loads_it(dist, tmp_path):
+    """The word_problems stories are data files (rapo_trl/data/stories/*.yaml): the wheel must carry every one,
+    and the package as a wheel installs it (not this checkout) must find them through importlib.resources."""
+    (wheel,) = dist.glob("rapo_trl-*.whl")
+    stories = sorted(path.name for path in (ROOT / "src" / "rapo_trl" / "data" / "stories").glob("*.yaml"))
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {name for name in archive.namelist() if name.startswith("rapo_trl/data/stories/")}
+        archive.extractall(tmp_path)
+    assert stories and shipped == {f"rapo_trl/data/stories/{name}" for name in stories}
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from rapo_trl.tasks import story_data; "
+            "assert story_data.__file__.startswith(sys.argv[1]), story_data.__file__; "
+            "print(sum(map(len, story_data.load_stories(*sys.argv[2:]).values())))")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path), *(Path(name).stem for name in stories)],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout.split()[-1]) > 100
+
+
 # The text every copy of a license starts with, by the SPDX id pyproject.toml declares.
 LICENSE_TITLES = {"Apache-2.0": ("Apache License", "Version 2.0, January 2004")}
 

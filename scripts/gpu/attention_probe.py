@@ -14,7 +14,7 @@ import rapo_trl.models as models
 from rapo_trl.rollout import SamplingSettings, TransformersBackend
 
 folder = tempfile.mkdtemp()
-models._qwen25_chat_template = lambda: ""  # the template comes from trl, which this probe does not need
+models.qwen25_chat_template = lambda: ""  # the template comes from trl, which this probe does not need
 models.build_tiny_model(folder)
 tok = AutoTokenizer.from_pretrained(folder)
 config = LlamaConfig(vocab_size=len(tok), hidden_size=576, intermediate_size=1536, num_hidden_layers=int(os.environ.get("PROBE_LAYERS", 30)),

@@ -110,9 +110,9 @@ c)
   timed 120 "SmolLM2: join, sha256, convert" $PY scripts/gpu/land_payload.py smollm2 "$SITE" .gpu/c "$STASH" \
     || { say "SmolLM2 did not land: nothing of step c can run"; finish; exit 4; }
   touch "$SITE/.step-c"
-  [ -n "$LITE" ] || timed 150 "engine vs generate ($DEV, $DTYPE)" $PY benchmarks/bench_rollout.py --engine-vs-generate \
-    --ev-device "$DEV" --ev-dtype "$DTYPE" --ev-rows 8 16 64 --generations 8 \
-    --ev-repeats 2 --ev-warmup --threads 8 --out "$WORK/rollout_gpu.md"
+  [ -n "$LITE" ] || timed 150 "engine vs generate ($DEV, $DTYPE)" $PY benchmarks/bench_engine_vs_generate.py \
+    --device "$DEV" --dtype "$DTYPE" --rows 8 16 64 --generations 8 \
+    --repeats 2 --warmup --threads 8 --out "$WORK/rollout_gpu.md"
   timed 60 "demo store (build-store)" $PY -m rapo_trl.cli build-store --config configs/demo_cpu.yaml
   for g in 8 16; do
     timed $([ -n "$LITE" ] && echo 170 || echo 100) "step split G=$g ($DEV)" $PY benchmarks/bench_step.py \

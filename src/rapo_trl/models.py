@@ -86,7 +86,9 @@ def smollm2_path(cache_dir: str | os.PathLike | None = None) -> Path:
     return target
 
 
-def _qwen25_chat_template() -> str:
+def qwen25_chat_template() -> str:
+    """TRL's Qwen2.5 ChatML template (it renders tools and tool calls): the tiny tokenizer's, and what a benchmark
+    gives a copy of a tokenizer whose own template cannot render tool calls."""
     import trl
 
     return (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
@@ -118,7 +120,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024):
         pad_token="<|endoftext|>",
         additional_special_tokens=["<|im_start|>"],
     )
-    tokenizer.chat_template = _qwen25_chat_template()
+    tokenizer.chat_template = qwen25_chat_template()
     return tokenizer
 
 

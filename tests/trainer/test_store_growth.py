@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.rollout.types import RetrievalEvent
-from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, policy_view
+from rapo_trl.trainer.store_growth import best_of_each_group, configure_store
 
 
 def test_best_of_each_group_on_this_process_above_the_minimum():

@@ -1,4 +1,4 @@
-"""Opening Chroma: an embedded persistent client or a server client, and our collection with its
+"""Opening (and closing) Chroma: an embedded persistent client or a server client, and our collection with its
 embedder check. Chroma never embeds anything here (``embedding_function=None``): its default
 function downloads a model and fails offline, so every vector comes from our embedder."""
 
@@ -8,8 +8,9 @@ import os
 import time
 from pathlib import Path
 
+from rapo_trl.store import lock as store_lock
 from rapo_trl.store.config import StoreConfig
-from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError
+from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError, TraceStoreError
 
 STORE_FORMAT = 1
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -127,3 +128,30 @@ def check_embedder(metadata: dict, embedder, where: str) -> None:
             f"embedder {given[0]!r} (dimension {given[1]}) was given. Open it with the same embedder, "
             "or build a new collection."
         )
+
+
+class ClosedCollection:
+    """Stands in for the collection of a closed store: any use says so (not a Chroma internal error)."""
+
+    def __init__(self, location: str):
+        self._location = location
+
+    def __getattr__(self, name):
+        raise TraceStoreError(f"The trace store at {self._location} was closed; open it again to use it.")
+
+
+def close_embedded(path: Path, token: object, client) -> None:
+    """Close an embedded store's Chroma client, then drop its share of the folder lock (in that
+    order: once the lock is gone another process may write, and a cached client would be stale)."""
+    try:
+        if client is not None:
+            client.close()
+    finally:
+        store_lock.release(path, token)
+
+
+def directory_size(path: Path) -> int:
+    """Bytes under an embedded store's folder."""
+    return sum(
+        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
+    )

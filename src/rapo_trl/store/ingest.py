@@ -1,11 +1,13 @@
-"""Validating trajectories before anything is written, and keeping the top-K per question."""
+"""Validating trajectories before anything is written, keeping the top-K per question, and cutting the
+records into write batches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from rapo_trl.store.steps import reward_problem, trajectory_problem
+from rapo_trl.store.steps import StepRecord, reward_problem, trajectory_problem
 
 _SHOWN_PROBLEMS = 5
 
@@ -82,3 +84,26 @@ def keep_top_k(rows: list[Trajectory], k: int | None) -> list[Trajectory]:
         ranked = sorted(group, key=lambda row: -row.reward)  # stable: ties keep input order
         kept.extend(ranked if k is None else ranked[:k])
     return kept
+
+
+def is_finite(value) -> bool:
+    """Whether ``value`` is a finite number (a policy's reward may be anything a reward function returned)."""
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def question_aligned_batches(records: Sequence[StepRecord], size: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` slices of about ``size`` records that do not split a question's records
+    (unless one question alone exceeds ``size``): a build killed between writes leaves whole questions."""
+    start = 0
+    while start < len(records):
+        stop = min(start + size, len(records))
+        if stop < len(records):
+            boundary = stop
+            while boundary > start and records[boundary - 1].question_id == records[boundary].question_id:
+                boundary -= 1
+            stop = boundary if boundary > start else stop
+        yield start, stop
+        start = stop

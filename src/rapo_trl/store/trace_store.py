@@ -8,7 +8,6 @@ nothing twice and embeds nothing twice.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -20,15 +19,17 @@ import numpy as np
 from rapo_trl.embeddings import embed_newest, resolve_embedder
 from rapo_trl.store import lock as store_lock
 from rapo_trl.store.backend import (
+    ClosedCollection,
+    close_embedded,
+    directory_size,
     open_collection,
     open_http_client,
     open_persistent_client,
     prepare_store_dir,
 )
 from rapo_trl.store.config import StoreConfig
-from rapo_trl.store.errors import TraceStoreError
+from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_trajectories
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
-from rapo_trl.store.ingest import validate_trajectories
 from rapo_trl.store.local_index import LocalIndex
 from rapo_trl.store.retry import clean_text
 from rapo_trl.store.selection import Retrieved, best_candidate, fallback, retrieved
@@ -68,11 +69,11 @@ class TraceStore:
                 before_create=lambda: store_lock.hold(path, token, exclusive=True),
             )  # fmt: skip
         except BaseException:
-            _close_embedded(path, token, client)
+            close_embedded(path, token, client)
             raise
         self.path: Path | None = path
         self._lock_token = token
-        self._closer = weakref.finalize(self, _close_embedded, path, token, client)
+        self._closer = weakref.finalize(self, close_embedded, path, token, client)
 
     @classmethod
     def connect(
@@ -124,7 +125,7 @@ class TraceStore:
             self._closer()
         elif self.path is None and hasattr(self.client, "close"):
             self.client.close()
-        self.collection = _Closed(self.location)
+        self.collection = ClosedCollection(self.location)
 
     def __enter__(self) -> TraceStore:
         return self
@@ -370,7 +371,7 @@ class TraceStore:
         """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
         best completions per question whose reward is above ``min_reward``. Malformed completions
         are skipped, never raised on, so a training step cannot fail here."""
-        keep = [i for i, reward in enumerate(rewards) if _finite(reward) and float(reward) > min_reward]
+        keep = [i for i, reward in enumerate(rewards) if is_finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
         return self.add_trajectories(
@@ -401,7 +402,7 @@ class TraceStore:
                     f"Got embeddings of shape {embeddings.shape} for {len(records)} records; the store's "
                     f"embedder {self.embedder.name!r} has dimension {self.embedder.dimension}."
                 )
-        batches = list(_question_aligned_batches(records, self.config.write_batch_size))
+        batches = list(question_aligned_batches(records, self.config.write_batch_size))
         show = self.config.show_progress if show_progress is None else show_progress
         timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
         added = 0
@@ -579,54 +580,6 @@ class TraceStore:
             "dimension": int(self.embedder.dimension),
             "collection": self.collection_name,
             "location": self.location,
-            "size_bytes": _directory_size(self.path) if self.path is not None else None,
+            "size_bytes": directory_size(self.path) if self.path is not None else None,
             "index": (self.collection.configuration or {}).get("hnsw"),
         }
-
-
-class _Closed:
-    """Stands in for the collection of a closed store: any use says so (not a Chroma internal error)."""
-
-    def __init__(self, location: str):
-        self._location = location
-
-    def __getattr__(self, name):
-        raise TraceStoreError(f"The trace store at {self._location} was closed; open it again to use it.")
-
-
-def _close_embedded(path: Path, token: object, client) -> None:
-    """Close an embedded store's Chroma client, then drop its share of the folder lock (in that
-    order: once the lock is gone another process may write, and a cached client would be stale)."""
-    try:
-        if client is not None:
-            client.close()
-    finally:
-        store_lock.release(path, token)
-
-
-def _finite(value) -> bool:
-    try:
-        return bool(np.isfinite(float(value)))
-    except (TypeError, ValueError):
-        return False
-
-
-def _question_aligned_batches(records: Sequence[StepRecord], size: int) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` slices of about ``size`` records that do not split a question's records
-    (unless one question alone exceeds ``size``): a build killed between writes leaves whole questions."""
-    start = 0
-    while start < len(records):
-        stop = min(start + size, len(records))
-        if stop < len(records):
-            boundary = stop
-            while boundary > start and records[boundary - 1].question_id == records[boundary].question_id:
-                boundary -= 1
-            stop = boundary if boundary > start else stop
-        yield start, stop
-        start = stop
-
-
-def _directory_size(path: Path) -> int:
-    return sum(
-        os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
-    )

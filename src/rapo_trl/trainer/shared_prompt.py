@@ -23,7 +23,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import split_tensor_dict
 
-from rapo_trl.rollout.backends.kv_decode import _inner_model, cache_argument
+from rapo_trl.rollout.backends.kv_decode import cache_argument, unwrapped_model
 
 
 def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
@@ -42,7 +42,7 @@ def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prom
 
 def shared_prompt_unavailable(model) -> str | None:
     """Why ``model`` cannot score with a shared prompt cache, in words, or None when it can."""
-    inner = _inner_model(model)
+    inner = unwrapped_model(model)
     if getattr(inner.config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
     if cache_argument(model) is None:
@@ -67,7 +67,7 @@ def score_with_shared_prompt(model, input_ids, attention_mask, logits_to_keep: i
     first, inverse = groups
     prompt_len = input_ids.size(1) - logits_to_keep
     head = prompt_len - 1  # the prompt's last token runs with the completion: its output scores the first token
-    cache = DynamicCache(config=_inner_model(model).config.get_text_config())
+    cache = DynamicCache(config=unwrapped_model(model).config.get_text_config())
     name = cache_argument(model)
     model(input_ids=input_ids[first, :head], attention_mask=attention_mask[first, :head], use_cache=True,
           logits_to_keep=1, **{name: cache})

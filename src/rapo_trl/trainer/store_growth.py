@@ -6,6 +6,7 @@ import hashlib
 
 import torch
 
+from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.store.steps import prompt_text
 
@@ -40,16 +41,6 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
         if 0 <= local < n_local and float(rewards[best]) >= min_reward:
             chosen.append((local, float(rewards[best])))
     return chosen
-
-
-def policy_view(row: RolloutRow, keep_retrieved: bool = False) -> list[int]:
-    """Completion ids with retrieved spans removed (by token span, not by pattern)."""
-    if keep_retrieved or not row.retrievals:
-        return row.completion_ids
-    keep = [True] * len(row.completion_ids)
-    for event in row.retrievals:
-        keep[event.start : event.end] = [False] * (event.end - event.start)
-    return [t for t, k in zip(row.completion_ids, keep) if k]
 
 
 def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer) -> None:

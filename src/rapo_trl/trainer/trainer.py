@@ -29,6 +29,7 @@ from rapo_trl.config import RAPOConfig
 from rapo_trl.hardware import frozen_weights_dtype
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
+from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import HybridRolloutEngine
 from rapo_trl.rollout.engine import is_hybrid_row
 from rapo_trl.signal_monitor import SignalMonitor
@@ -66,7 +67,7 @@ from rapo_trl.trainer.shared_prompt import (
     score_with_shared_prompt,
     shared_prompt_unavailable,
 )
-from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store, policy_view
+from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
 

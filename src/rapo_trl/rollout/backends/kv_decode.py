@@ -114,8 +114,10 @@ class _PreallocatedLayer(DynamicLayer):
         self._length = self.keys.shape[-2]
 
 
-def _inner_model(model):
-    """The transformers model under a PEFT wrapper (the one that owns the generation utilities)."""
+def unwrapped_model(model):
+    """The transformers model under a PEFT wrapper (the one that owns the generation utilities and the config).
+
+    Public because the loss's shared-prompt forward (``trainer/shared_prompt.py``) unwraps the same way."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
@@ -130,7 +132,7 @@ def stock_generate(model) -> bool:
     GenerationMixin.generate`` true (both are the mock), so the class attribute is also compared with the function
     transformers defined, captured when this module was imported.
     """
-    inner = _inner_model(model)
+    inner = unwrapped_model(model)
     if "generate" in vars(model) or "generate" in vars(inner):
         return False
     if not isinstance(inner, GenerationMixin):
@@ -143,7 +145,7 @@ def stock_generate(model) -> bool:
 
 def cache_argument(model) -> str | None:
     """The name under which ``model``'s ``forward`` takes the KV cache (one of ``CACHE_ARGUMENTS``), or None."""
-    parameters = inspect.signature(_inner_model(model).forward).parameters
+    parameters = inspect.signature(unwrapped_model(model).forward).parameters
     return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
 
 
@@ -155,7 +157,7 @@ def kv_decode_unavailable(model) -> str | None:
     known name and the other arguments the loop passes, full-attention dynamic cache layers, and the generation
     helpers it reuses.
     """
-    inner = _inner_model(model)
+    inner = unwrapped_model(model)
     if not stock_generate(model):  # a patched generate must be the one used
         return "model.generate is patched or wrapped (on the model, its class or GenerationMixin), so it runs as is"
     config = inner.config
@@ -341,7 +343,7 @@ class KVCacheDecoder:
         ``logits_processor`` holds the caller's custom processors (e.g. an entropy recorder); it is
         merged with the config's the way ``generate`` merges them.
         """
-        inner = _inner_model(model)
+        inner = unwrapped_model(model)
         self._cache_argument = cache_argument(model)
         if self._cache_argument is None:
             raise ValueError(f"KVCacheDecoder: {kv_decode_unavailable(model)}")

@@ -1,0 +1,158 @@
+"""What every benchmark script shares: offline settings, the machine a result was measured on, a JSON result
+store several processes may append to, and the pieces of the markdown reports.
+
+Imported as ``common`` (each script puts its own folder first on ``sys.path``, so it also works when a test
+loads a script by path). Nothing here imports torch or the package at import time: the scripts set the
+environment first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import platform
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+OFFLINE_ENVIRONMENT = {
+    "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false", "ANONYMIZED_TELEMETRY": "False", "TRL_EXPERIMENTAL_SILENCE": "1",
+}
+"""Nothing a benchmark loads comes from a hub; set before torch, transformers or chromadb are imported (child
+processes inherit it). A value already in the environment wins."""
+
+
+def use_offline_environment() -> None:
+    for key, value in OFFLINE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+
+
+# ------------------------------------------------------------------ the machine
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def native_bf16() -> bool:
+    """Whether the CPU computes bf16 natively (else torch emulates it, slower than fp32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def machine_info(*packages: str) -> dict:
+    """Where and with what a result was measured: date, CPU, load, GPU, Python, and the versions of torch,
+    transformers, trl and ``packages``. One record format for every benchmark, so results compare."""
+    import torch
+
+    versions = {name: _version(name) for name in ("torch", "transformers", "trl", *packages)}
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "native_bf16": native_bf16(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": platform.python_version(),
+        **versions,
+    }
+
+
+def machine_line(machine: dict) -> str:
+    """One sentence naming a :func:`machine_info` record (or an older record of one benchmark's own format)."""
+    cpu = machine.get("cpu") or machine.get("platform", "unknown machine")
+    if "cpus" in machine and "cores" not in cpu:
+        cpu += f", {machine['cpus']} cores" + (f" (torch threads: {machine['torch_threads']})"
+                                               if "torch_threads" in machine else "")
+    gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
+    versions = ", ".join(f"{name} {machine[name]}" for name in ("torch", "transformers", "trl") if name in machine)
+    return f"{cpu}{gpu}; Python {machine.get('python', '?')}, {versions}"
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def command_line() -> str:
+    """How this process was started, for a report's provenance."""
+    return " ".join([Path(sys.executable).name, *sys.argv])
+
+
+# ------------------------------------------------------------------ the result store
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive lock on ``path`` (a sidecar file), so parallel processes set up and append one at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(str(path) + ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def update_results(path: Path, change: Callable[[dict], None], empty: Callable[[], dict] = dict) -> dict:
+    """Read the JSON results at ``path`` (``empty()`` when there are none), apply ``change`` in place and write
+    them back, all under the lock: processes running seeds or settings side by side each add their own."""
+    with locked(path):
+        data = json.loads(path.read_text()) if path.exists() else empty()
+        change(data)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+# ------------------------------------------------------------------ reports
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence], align: str | None = None) -> list[str]:
+    """A markdown table's lines; ``align`` gives each column ``l`` or ``r`` (default: all left)."""
+    align = align or "l" * len(head)
+    if len(align) != len(head):
+        raise ValueError(f"{len(head)} columns but alignment {align!r}")
+    lines = ["| " + " | ".join(head) + " |", "|" + "".join("---:|" if a == "r" else "---|" for a in align)]
+    for row in rows:
+        if len(row) != len(head):
+            raise ValueError(f"a row of {len(row)} cells for {len(head)} columns: {row!r}")
+        lines.append("| " + " | ".join(str(cell) for cell in row) + " |")
+    return lines
+
+
+def with_notes(text: str, notes: Path) -> str:
+    """``text`` followed by a hand-written reading of the figures kept beside it (``notes``), when there is one:
+    the notes survive every redraw of the report."""
+    return text.rstrip("\n") + "\n\n" + notes.read_text().rstrip() + "\n" if notes.is_file() else text
+
+
+def splice_block(text: str, block: str, name: str) -> str:
+    """``text`` with its block ``name`` (between ``<!-- name -->`` and ``<!-- /name -->``) replaced by ``block``,
+    or ``block`` put first when it has none: two benchmarks write one report without erasing each other's
+    part or the notes around them."""
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    block = f"{begin}\n{block.strip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
+    return block + "\n\n" + text if text else block + "\n"
