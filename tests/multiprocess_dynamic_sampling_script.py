@@ -20,13 +20,14 @@ from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: 
 
 
 def main(model_dir: str, out_dir: str, mode: str) -> None:
-    option = dict(dynamic_sampling=True) if mode == "dynamic_sampling" else dict(
+    option = dict(dynamic_sampling=True) if mode in ("dynamic_sampling", "both_flat") else dict(
         retrieve_when=["tool_step", "group_failed"], retrieve_prob=1.0)
     args = RAPOConfig(
         output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
         num_generations=4, max_completion_length=24, max_turn_tokens=24, seed=0, save_strategy="no", **option,
     )
-    data = dataset()
+    # both_flat: both ranks' prompts are flat and two prompts can replace them; each must take another one.
+    data = dataset(n=4, flat=(0, 1)) if mode == "both_flat" else dataset()
     trainer = RAPOTrainer(AutoModelForCausalLM.from_pretrained(model_dir), answer_reward, args=args,
                           train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           tools=[EchoTool()], trace_store=FixedStore() if mode == "group_failed" else None)
@@ -38,6 +39,7 @@ def main(model_dir: str, out_dir: str, mode: str) -> None:
     metrics = {name: values[-1] for name, values in trainer._metrics["train"].items()}
     dump = {
         "replaced": sorted(trainer.last_rollout.replaced),
+        "replacement_prompts": sorted({row["answer"] for row in trainer.last_rollout.replaced.values()}),
         "answers": [row["answer"] for row in inputs],
         "advantages": batch["advantages"].tolist(),
         "metrics": {k: v for k, v in metrics.items() if k.startswith(("dynamic_sampling/", "rapo/step_has_signal"))},

@@ -46,6 +46,8 @@ def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins
     assert ranks[0]["replaced"] == [0, 1, 2, 3] and ranks[1]["replaced"] == []
     assert len(set(ranks[0]["answers"])) == 1 and ranks[0]["answers"][0].startswith("vary:")
     assert ranks[0]["answers"][0] != "vary:1" and ranks[1]["answers"] == ["vary:1"] * 4
+    tokens = [rank["metrics"].pop("dynamic_sampling/extra_completion_tokens") for rank in ranks]
+    assert tokens[0] == tokens[1] > 0  # rank 0's extra rollouts, summed over both ranks
     for rank in ranks:  # gathered over both processes: the same on each
         assert rank["metrics"] == {"dynamic_sampling/signal_share_before": 0.5,
                                    "dynamic_sampling/signal_share_after": 1.0,
@@ -69,3 +71,13 @@ def test_retrieved_token_loss_joins_the_gather_on_every_process(tiny_model_dir, 
     ranks = run_on_two_processes("multiprocess_token_loss_script.py", 29580, tiny_model_dir, tmp_path, timeout=240)
     assert ranks[0]["metric"] == ranks[1]["metric"] != 0  # the mean over both ranks, logged on each
     assert all(rank["loss"] == rank["loss"] for rank in ranks)  # finite on both
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_never_gives_two_processes_the_same_prompt(tiny_model_dir, tmp_path):
+    # Both ranks' groups are flat and two prompts of the training set have signal: one each, never the same one.
+    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29582, tiny_model_dir, tmp_path,
+                                 "both_flat")
+    assert ranks[0]["replaced"] == ranks[1]["replaced"] == [0, 1, 2, 3]
+    assert ranks[0]["replacement_prompts"] != ranks[1]["replacement_prompts"]
+    assert {*ranks[0]["replacement_prompts"], *ranks[1]["replacement_prompts"]} == {"vary:2", "vary:3"}

@@ -161,6 +161,8 @@ def test_a_flat_group_is_replaced_and_scored_with_the_replacement_prompts_own_an
     assert metrics["dynamic_sampling/signal_share_after"] == 1.0
     assert metrics["dynamic_sampling/rounds"] == 1.0 and metrics["dynamic_sampling/extra_rollouts_per_group"] == G
     assert metrics["rapo/step_has_signal"] == 1.0 and metrics["frac_reward_zero_std"] == 0.0
+    # the replacement group's tokens were rolled out in an extra round: counted, though TRL's counts start after
+    assert metrics["dynamic_sampling/extra_completion_tokens"] == sum(len(r.completion_ids) for r in rows)
 
 
 def test_groups_still_flat_after_the_last_round_are_kept(tiny_model_dir, tmp_path):

@@ -81,6 +81,9 @@ class Resampled:
     """Extra rollout rounds run (the same on every process)."""
     extra_rows: int = 0
     """Rows rolled out in those rounds on this process."""
+    extra_completion_tokens: int = 0
+    """Completion tokens of those rows, kept or not (TRL's token counts see only the rows trained on); counted by
+    the caller's ``rollout``."""
     stats: list[RolloutStats] = field(default_factory=list)
     """The rollout engine's stats of each extra round that rolled out rows here."""
 
@@ -167,9 +170,11 @@ def reward_logs_left_alone(trainer):
         trainer._pending_metrics.update(metrics)
 
 
-def dynamic_sampling_metrics(result: Resampled, mean) -> dict[str, float]:
-    """``dynamic_sampling/*`` over every process's groups (``mean`` gathers, so every process calls it)."""
+def dynamic_sampling_metrics(result: Resampled, mean, total) -> dict[str, float]:
+    """``dynamic_sampling/*`` over every process's groups (``mean`` and ``total`` gather, so every process calls
+    it)."""
     return {
+        "dynamic_sampling/extra_completion_tokens": total(float(result.extra_completion_tokens)),
         "dynamic_sampling/signal_share_before": mean([float(s) for s in result.signal_before]),
         "dynamic_sampling/signal_share_after": mean([float(s) for s in result.signal_after]),
         "dynamic_sampling/replaced_share": mean([float(a and not b) for a, b in

@@ -26,6 +26,12 @@ def gathered_mean(accelerator, values: Sequence[float], weights: Sequence[float]
     return total / count if count else 0.0
 
 
+def gathered_sum(accelerator, value: float) -> float:
+    """``value`` summed over processes; every process must call it (it gathers)."""
+    stacked = accelerator.gather(torch.tensor([float(value)], dtype=torch.float32, device=accelerator.device))
+    return float(stacked.sum())
+
+
 def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: int, retrieve_prob: float,
                     mean: Mean) -> dict[str, float]:
     """What the rollout did: retrieval, tools, truncation and time per phase."""

@@ -20,6 +20,7 @@ import logging
 import os
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_decorator
@@ -57,7 +58,7 @@ from rapo_trl.trainer.guided import (
     retrieved_token_loss,
     retrieved_token_weights,
 )
-from rapo_trl.trainer.metrics import gathered_mean, rollout_metrics, signal_metrics
+from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
 from rapo_trl.trainer.rewards import bind_tool_tags
 from rapo_trl.trainer.shared_prompt import (
@@ -289,7 +290,8 @@ class RAPOTrainer(GRPOTrainer):
             if training and self.args.dynamic_sampling:
                 resampled = self._resample_flat_groups(prompts, rows, hybrid)
                 rows, replaced, stats = resampled.rows, resampled.replaced, summed_stats(stats, resampled.stats)
-                for name, value in dynamic_sampling_metrics(resampled, mean).items():
+                total = functools.partial(gathered_sum, self.accelerator)
+                for name, value in dynamic_sampling_metrics(resampled, mean, total).items():
                     self._metrics[mode][name].append(value)
         self.pending_rollout = PendingRollout(rows, mode, replaced=replaced)
         metrics = rollout_metrics(rows, stats, engine.store_errors, engine.config.retrieve_prob, mean)
@@ -346,14 +348,20 @@ class RAPOTrainer(GRPOTrainer):
         engine = self.rollout_engine
 
         def draw(n, round_, exclude):
-            drawn = self._prompt_draw(n, step=self.state.global_step, process=self.accelerator.process_index,
-                                      round_=round_, exclude=exclude)
+            # One draw for all processes, each taking its slice, never a prompt any process holds or drew: two
+            # processes never train the same prompt in one step (every process draws in every round).
+            counts = gather_object([n])
+            everyone = set().union(*gather_object([sorted(exclude)]))
+            rank = self.accelerator.process_index
+            drawn = self._prompt_draw(sum(counts), step=self.state.global_step, process=0, round_=round_,
+                                      exclude=everyone)[sum(counts[:rank]):sum(counts[:rank + 1])]
             return [{column: row[column] for column in columns} for row in drawn]
 
         def rollout(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
             ids, _, _ = self._tokenize_prompts(texts)
             new_rows = engine.run(ids, [prompt_text(p) + "\n" for p in texts], flags, retrieval_enabled=True)
+            extra_tokens.append(sum(len(row.completion_ids) for row in new_rows))
             return new_rows, engine.last_stats
 
         def score(candidates, candidate_rows):
@@ -362,11 +370,13 @@ class RAPOTrainer(GRPOTrainer):
         def total_flat(n):
             return int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).sum())
 
+        extra_tokens: list[int] = []
         resampled = resample_flat_groups(
             rows, inputs, hybrid, self._score_rows(list(inputs), rows, conversational), self.num_generations,
             self.args.dynamic_sampling_max_rounds, draw, rollout, score, total_flat)
         for index, row in resampled.replaced.items():
             inputs[index] = row
+        resampled.extra_completion_tokens = sum(extra_tokens)
         return resampled
 
     def _score_rows(self, inputs: list[dict], rows: list, conversational: bool, filler=None) -> torch.Tensor:
