@@ -1,5 +1,6 @@
 """The shipped YAML recipes only use known fields with the right types."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,20 @@ def test_type_check_names_the_bad_key():
         check_config_types({"max_steps": "ten"}, (RAPOConfig,))
     with pytest.raises(ValueError, match="unknown key 'retrive_prob'"):
         check_config_types({"retrive_prob": 0.5}, (RAPOConfig,))
+
+
+def test_the_docs_state_the_demo_recipes_questions_and_rollouts_per_step():
+    """Every page describing the demo recipe's RL step gives its questions x rollouts (docs/demo.md once
+    said 1 question where the recipe runs 2). benchmarks.md is left out: it also states older recipes."""
+    recipe = yaml.safe_load((CONFIGS[0].parent / "demo_cpu.yaml").read_text())
+    rows = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
+    questions, rollouts = rows // recipe["num_generations"], recipe["num_generations"]
+    words = {"one": 1, "two": 2, "three": 3, "four": 4}
+    root = CONFIGS[0].parent.parent
+    found = []
+    for page in ("README.md", "docs/demo.md", "docs/design.md"):
+        text = (root / page).read_text()
+        for count, per in re.findall(r"\b(\d+|one|two|three|four)\s+questions?\s+x\s+(?:G\s*=\s*)?(\d+)", text):
+            found.append((page, int(words.get(count, count)), int(per)))
+    assert {page for page, *_ in found} == {"README.md", "docs/demo.md", "docs/design.md"}, found
+    assert [f for f in found if f[1:] != (questions, rollouts)] == [], (questions, rollouts)

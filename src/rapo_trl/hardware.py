@@ -22,6 +22,11 @@ import os
 from dataclasses import dataclass
 
 PRECISIONS = ("bf16", "fp16", "fp32")
+# default_precision's rule in words, for the command line's help (``--device``, ``--dtype``).
+PRECISION_RULE = (
+    "bf16 where the device computes it natively (a GPU from Ampere on, MPS on macOS 14+, a CPU with "
+    "AVX512-BF16/AMX), else fp16 on a GPU and fp32 on MPS or the CPU"
+)
 _PRECISION_ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16",
     "fp16": "fp16", "float16": "fp16", "half": "fp16",

@@ -66,3 +66,21 @@ def test_every_recipe_command_help_shows_config(command):
     assert run.stdout.startswith(f"usage: rapo {command} [-h] [--config FILE.yaml]"), run.stdout[:300]
     options = run.stdout.split("\noptions:\n", 1)[1]
     assert "--config FILE.yaml YAML recipe" in " ".join(options.split()), options[:600]
+
+
+def test_eval_help_states_one_precision_rule_under_device_and_dtype():
+    """`--device` once said the CPU runs fp32 while `--dtype` said bf16 on CPUs with AVX512-BF16: both now
+    give default_precision's rule, and neither another one."""
+    from rapo_trl.hardware import PRECISION_RULE
+
+    run = rapo("eval", "--help")
+    assert run.returncode == 0, describe(run)
+    options = " ".join(run.stdout.split())
+    sections = {}
+    for option in ("--device DEVICE", "--dtype {auto,bfloat16,float16,float32}"):
+        start = options.index(option)
+        sections[option] = options[start:options.index(" --", start + len(option))]
+    rule = " ".join(PRECISION_RULE.split())
+    for option, text in sections.items():
+        assert rule in text, (option, text)
+        assert "CPU (fp32)" not in text and "fp16 without bf16" not in text, (option, text)

@@ -213,7 +213,9 @@ def test_host_files_are_out_of_sight():
     listing = eval(lines[-1])  # noqa: S307 - our own code's repr of a list of names
     assert set(listing) <= {"usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32", "etc", "dev", "proc", "tmp",
                             *(part for part in {str(p).split("/")[1] for p in REPORT["visible"]})}  # fmt: skip
-    assert here.parts[1] not in listing or here.parts[1] in {p.split("/")[1] for p in REPORT["visible"]}
+    # The checkout's top folder is absent unless the view shows part of it (a venv inside it) or it is
+    # /tmp (a clone made by mktemp), which the view replaces by the call's private tmpfs.
+    assert here.parts[1] not in listing or here.parts[1] in {"tmp", *(p.split("/")[1] for p in REPORT["visible"])}
 
 
 def test_installed_packages_still_import_in_the_view():

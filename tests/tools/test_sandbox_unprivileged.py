@@ -1,7 +1,9 @@
 """The sandbox bootstrap as a normal (non-root) user: the path a laptop or a rootless container takes.
 
 Needs root here only to become ``nobody`` for the test, and a system ``python3`` that ``nobody`` can run
-(the bootstrap is standard-library only). Skipped where either is missing.
+(the bootstrap is standard-library only). Skipped where either is missing. ``nobody`` runs a copy of the
+bootstrap in a folder it can read, as a normal user runs the one in their own checkout: this checkout may
+sit below a folder closed to others (a clone in ``/root``, mode 0700).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rapo_trl.tools import python_tool
+from rapo_trl.tools import PythonTool, ToolError, python_tool
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -79,7 +81,10 @@ def test_bootstrap_as_normal_user(open_dir):
         "max_disk_mb": 8,
         "show_last_expression": True,
     }
-    child = Path(python_tool.__file__).with_name("_sandbox_child.py")
+    # A normal user's own bootstrap: readable by them wherever this checkout lies.
+    child = tmp_path / "_sandbox_child.py"
+    shutil.copyfile(Path(python_tool.__file__).with_name("_sandbox_child.py"), child)
+    child.chmod(0o644)
     result = subprocess.run(
         [SYSTEM_PYTHON, "-I", "-B", str(child), json.dumps(config)],
         cwd="/",
@@ -114,3 +119,26 @@ def test_bootstrap_as_normal_user(open_dir):
         assert report["network"] == "socket-patch"
         assert Path(report["workdir"]).name.startswith(f"rapo-python-{os.getpid()}-")  # PythonTool removes it
         shutil.rmtree(report["workdir"], ignore_errors=True)
+
+
+def test_a_root_caller_whose_bootstrap_is_closed_to_others_still_runs_the_code_under_its_own_uid(monkeypatch):
+    """The product's path from a checkout in a 0700 folder: the bootstrap starts as the caller (root), is
+    read before it drops to the call's uid, and nothing after the drop reads it again (a traceback
+    included), so the sandbox works with the bootstrap closed to that uid."""
+    closed = Path(tempfile.mkdtemp(prefix="rapo-closed-"))
+    try:
+        closed.chmod(0o700)
+        child = closed / "_sandbox_child.py"
+        shutil.copyfile(Path(python_tool.__file__).with_name("_sandbox_child.py"), child)
+        child.chmod(0o600)
+        monkeypatch.setattr(python_tool, "_CHILD", str(child))
+        tool = PythonTool(timeout=10.0)
+        report = tool.isolation()
+        uid = int(tool.run("import os\nprint(os.getuid())"))
+        if report["namespaces"]:  # root with namespaces always drops to a uid of the call's own
+            assert report["uid"] != 0 and uid != 0
+        with pytest.raises(ToolError) as caught:
+            tool.run("x = 1\nraise ValueError('from the code')")
+        assert "ValueError: from the code" in str(caught.value) and "Sandbox setup failed" not in str(caught.value)
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)

@@ -6,6 +6,8 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 
+from rapo_trl.hardware import PRECISION_RULE
+
 
 @dataclass
 class RAPOScriptArguments:
@@ -142,7 +144,7 @@ class RAPOScriptArguments:
     device: str | None = field(
         default=None,
         metadata={"help": "eval, build-store: where the model runs (cuda, cuda:N, mps, cpu). Default: the GPU when "
-                  "there is one (bf16, fp16 without bf16), else the CPU (fp32). train follows use_cpu."},
+                  f"there is one (CUDA, else MPS), else the CPU. Precision: {PRECISION_RULE}. train follows use_cpu."},
     )
     sft_warmup_steps: int = field(
         default=0, metadata={"help": "train: SFT steps on the store's best trajectories before RAPO (0: none)."}

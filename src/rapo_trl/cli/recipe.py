@@ -13,6 +13,7 @@ import typing
 
 from rapo_trl.cli.fields import MODEL, SCRIPT, TRAINING, FieldSpec, recipe_fields
 from rapo_trl.cli.parsing import ArgumentParser, option_names
+from rapo_trl.hardware import PRECISION_RULE
 
 RECIPE_COMMANDS = {
     "build-store": "Fill a trace store with an off-policy agent's step traces.",
@@ -62,8 +63,7 @@ HELP_GROUPS = {
 HELP_TEXT = {  # where the command's meaning differs from the dataclass's own help
     "dtype": "Load the models in this dtype: auto, bfloat16, float16 or float32. Unset: train loads float32 (TRL's "
              "default; bf16/fp16 mixed precision on top; with LoRA the frozen weights load in that half type), eval "
-             "and build-store follow the hardware (bf16 or fp16 on a GPU; bf16 on a CPU with AVX512-BF16/AMX, else "
-             "fp32).",
+             f"and build-store follow the device: {PRECISION_RULE}.",
 }
 DEFAULTS = {"dtype": None}  # unset dtype: see HELP_TEXT (ModelConfig's own default is float32)
 
