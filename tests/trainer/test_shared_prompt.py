@@ -108,7 +108,7 @@ def test_each_distinct_prompt_runs_once(tiny_model_dir, tmp_path, monkeypatch):
     assert calls == [((1, prompt_len - 1), False), ((rows, completion_len + 1), True)]
 
 
-def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir, tmp_path, monkeypatch):
+def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir, tmp_path, monkeypatch, caplog):
     trainer = rapo_trainer(tiny_model_dir, tmp_path)
     batch = _scored(trainer)
     assert shared_prompt_unavailable(trainer.model) is None
@@ -116,8 +116,13 @@ def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir,
     assert "gradient checkpointing" in shared_prompt_unavailable(trainer.model)
     used = []
     monkeypatch.setattr(trainer_module, "score_with_shared_prompt", lambda *a, **k: used.append(1))
-    loss, _ = loss_and_grads(trainer, batch)
+    monkeypatch.setattr(trainer_module, "_SHARED_PROMPT_OFF", set())
+    with caplog.at_level("WARNING", logger="rapo_trl.trainer"):
+        loss, _ = loss_and_grads(trainer, batch)
+        loss_and_grads(trainer, batch)
     assert not used and torch.isfinite(loss)
+    said = [r.message for r in caplog.records if "share_prompt_forward is off" in r.message]
+    assert len(said) == 1 and "gradient checkpointing" in said[0]  # said, once: never silently off
 
 
 def test_micro_batches_of_one_generation_are_put_back_in_generation_order():
@@ -180,3 +185,30 @@ def test_no_regrouping_where_tokens_are_selected_or_averaged_per_micro_batch(tin
     trainer = rapo_trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2,
                            **settings)
     assert not trainer._regroups_micro_batches()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_prompts_of_different_lengths_score_as_row_by_row(tiny_model_dir, tmp_path, dtype):
+    # Two groups in one micro-batch, their prompts left-padded to one width; fp32 and bf16 weights.
+    from tests.helpers.trainers import SCRIPTS
+
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=8)
+    script(trainer, SCRIPTS * 2)
+    trainer.model.train()
+    short, long = "Compute 1", "Compute the sum of the first three numbers you can think of, then 2"
+    inputs = [{"prompt": [{"role": "user", "content": text}]} for text in (short,) * 4 + (long,) * 4]
+    batch = trainer._generate_and_score_completions(inputs)
+    assert (batch["prompt_mask"][:4] == 0).any() and (batch["prompt_mask"][4:] == 1).all()  # padding in play
+    trainer.model.to(dtype).eval()
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    keep = batch["completion_ids"].size(1)
+    assert distinct_prompts(ids, mask, ids.size(1) - keep) is not None
+    scored = {}
+    for share in (True, False):
+        trainer.args.share_prompt_forward = share
+        with torch.no_grad():
+            scored[share] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0]
+    valid = batch["completion_mask"].bool()
+    tolerance = 1e-5 if dtype == torch.float32 else 0.1
+    assert torch.allclose(scored[True][valid].float(), scored[False][valid].float(), atol=tolerance)

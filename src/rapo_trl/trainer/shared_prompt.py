@@ -6,14 +6,17 @@ distinct prompts (all but their last token) run once, their per-layer keys and v
 rows by index, and the rows run only their last prompt token and completion on top of that cache. Positions,
 masks and the scored labels are those of TRL's forward (``positions = 0..T-1`` over the padded row, the
 completion's tokens labelled), so log-probs equal TRL's to float rounding; gradients reach the prompt's
-activations through the expansion, summed over its rows.
+activations through the expansion, summed over its rows. With dropout in training mode (LoRA dropout) the prompt's
+dropout mask is drawn once per prompt rather than once per row: the same objective in expectation, not the same
+sample of it.
 
 TRL shuffles a generation batch's rows before splitting it into micro-batches, so a micro-batch of a few rows
 rarely holds two of one group. Where every micro-batch of a generation feeds the same optimizer step (gradient
 accumulation over the whole generation batch, one iteration), the order of rows does not change the gradient,
 and :func:`rows_in_generation_order` puts them back in generation order: consecutive rows, one group's.
 
-Used only where that holds: a decoder whose ``forward`` takes a cache, full-attention ``DynamicLayer``
+Used only where that holds (otherwise the trainer says why, once, and runs TRL's forward; under DDP the wrapper's
+``forward`` takes no cache argument, so it is off there): a decoder whose ``forward`` takes a cache, full-attention ``DynamicLayer``
 caches, no gradient checkpointing (recomputation would drop the cache) and no multimodal inputs.
 """
 

@@ -72,6 +72,9 @@ from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, g
 
 logger = logging.getLogger("rapo_trl.trainer")
 
+_SHARED_PROMPT_OFF: set[str] = set()
+"""Why ``share_prompt_forward`` could not serve, each reason said once per process."""
+
 ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 """TRL loss types whose accumulated loss is the same however a generation's rows are split into equal micro-batches:
 a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
@@ -512,7 +515,14 @@ class RAPOTrainer(GRPOTrainer):
         chunks = [(start, distinct_prompts(input_ids[start:start + batch_size],
                                            attention_mask[start:start + batch_size], prompt_len))
                   for start in range(0, input_ids.size(0), batch_size)]
-        if all(groups is None for _, groups in chunks) or shared_prompt_unavailable(model) is not None:
+        if all(groups is None for _, groups in chunks):
+            return None
+        reason = shared_prompt_unavailable(model)
+        if reason is not None:  # e.g. under DDP: the wrapper's forward takes no cache argument
+            if reason not in _SHARED_PROMPT_OFF:
+                _SHARED_PROMPT_OFF.add(reason)
+                logger.warning("RAPO: share_prompt_forward is off for this model (%s): every row runs its prompt "
+                               "in the loss, as in TRL.", reason)
             return None
         logps, entropies = [], []
         for start, groups in chunks:
