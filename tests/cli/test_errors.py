@@ -31,7 +31,8 @@ def user_module(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("RAPO_TRACEBACK", raising=False)
     monkeypatch.delitem(sys.modules, "my_code", raising=False)  # another test's my_code.py, elsewhere
-    return tmp_path / "my_code.py"
+    yield tmp_path / "my_code.py"
+    sys.modules.pop("my_code", None)  # imported here: not the next test's my_code
 
 
 def test_a_tool_that_raises_shows_the_users_frame(user_module, tiny_model_dir, tmp_path, capsys):
