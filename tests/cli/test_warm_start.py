@@ -43,6 +43,8 @@ def test_warm_start_saves_a_merged_model_and_its_loss_curve(tiny_model_dir, tmp_
                       min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2)
     history = json.loads((tmp_path / "out" / "sft-warm-start" / "sft_history.json").read_text())
     assert path.endswith("sft-warm-start") and (tmp_path / "out" / "sft-warm-start" / "config.json").is_file()
+    # its LoRA is kept beside the merged model: a pushed RAPO adapter carries it (issue 44)
+    assert (tmp_path / "out" / "sft-warm-start" / "lora" / "adapter_model.safetensors").is_file()
     assert history["examples"] == 2  # q3 has no stored trajectory
     assert history["steps"] == 3 and [e["step"] for e in history["loss"]] == [1, 2, 3]
 
