@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from trl import get_peft_config
 
 from rapo_trl.cli import read_recipe
