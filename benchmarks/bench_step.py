@@ -81,13 +81,8 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     from trl import GRPOConfig, GRPOTrainer, get_peft_config
 
     from rapo_trl.cli import parse_recipe
-    from rapo_trl.cli.common import (
-        build_tools,
-        open_store,
-        resolve_model_path,
-        training_rewards,
-        training_rows,
-    )
+    from rapo_trl.cli.common import build_tools, open_store, resolve_model_path, training_rows
+    from rapo_trl.cli.rewards import training_rewards
     from rapo_trl.hardware import frozen_weights_dtype
     from rapo_trl.trainer import RAPOTrainer
 

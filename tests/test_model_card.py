@@ -159,3 +159,25 @@ def test_card_of_a_local_base_runs_its_agent_with_tools_and_links_the_tracker(ti
                                                                       "max_completion_length=16")
     exec(compile(code, "model card", "exec"), {})  # noqa: S102 - the card's own snippet
     assert capsys.readouterr().out.strip()  # it printed the agent's trajectory
+
+
+def test_quick_start_imports_every_tool_it_names(tmp_path, monkeypatch):
+    """Issue 44: a tool of the user's own is imported from its module in the card's snippet (it used to name a
+    function it never imported); the search tool's passages are loaded there too."""
+    from rapo_trl.model_card import _quick_start
+    from rapo_trl.tools import FunctionTool, PythonTool
+
+    (tmp_path / "my_tools.py").write_text('def double(x: int) -> int:\n    """Double it.\n\n    Args:\n'
+                                          '        x: a number\n    """\n    return 2 * x\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_tools", raising=False)
+    from my_tools import double
+
+    trainer = types.SimpleNamespace(rapo_tools=[PythonTool(), FunctionTool(double)])
+    text = _quick_start("## Quick start\n\n```python\nfrom transformers import pipeline\n```\n\n", "me/run", trainer)
+    code = _quick_start_code(text)
+    assert "from my_tools import double" in code and "tools = [PythonTool(), double]" in code
+    setup = code.split("agent = ")[0]  # the imports and the tools: every name defined, nothing loaded
+    namespace: dict = {}
+    exec(compile(setup, "model card", "exec"), namespace)  # noqa: S102 - the card's own snippet
+    assert [getattr(tool, "tag", getattr(tool, "__name__", None)) for tool in namespace["tools"]] == ["python", "double"]

@@ -217,14 +217,15 @@ def tracker_urls() -> dict:
 # Each tool the policy was trained with, as the quick start makes it again.
 _TOOL_CODE = {"python": "PythonTool()", "search": "SearchTool(passages)"}
 _TOOL_CLASSES = {"python": "PythonTool", "search": "SearchTool"}
+_PASSAGES = ('from datasets import load_dataset\n\n'
+             'passages = load_dataset("json", data_files="passages.jsonl", split="train")  # the corpus it searched\n')
 _QUICK_START = """## Quick start
 
 The model calls its tools in tags and reads their results back: run it as the agent it was trained as
 (with `rapo_trl` installed){search}.
 
 ```python
-from rapo_trl import {imports}
-
+{imports}
 tools = [{tools}]
 agent = RolloutAgent.from_pretrained("{model_id}", tools=tools, do_sample=False, max_completion_length=512)
 question = "What is 4821 * 7315?"
@@ -235,16 +236,38 @@ print(agent.complete([prompt])[0])  # the tool calls ran; their results are betw
 """
 
 
+def _own_tool(tool) -> tuple[str, str] | None:
+    """``(import line, expression)`` that make a tool of the user's again (a typed function, or a Tool class made
+    with no arguments), or None when it has no importable home (defined in ``__main__``)."""
+    function = getattr(tool, "function", None)  # a FunctionTool wraps the user's function
+    source, call = (function, "") if callable(function) else (type(tool), "()")
+    module, name = getattr(source, "__module__", None), getattr(source, "__qualname__", "")
+    if not module or module == "__main__" or "." in name or "<" in name:
+        return None
+    return f"from {module} import {name}", name + call
+
+
 def _quick_start(text: str, model_id: str, trainer) -> str:
-    """TRL's quick start is a plain pipeline that never runs a tool; RAPO's runs the agent with its tools."""
-    tags = [getattr(tool, "tag", type(tool).__name__) for tool in getattr(trainer, "rapo_tools", [])]
-    imports = ["RolloutAgent", "system_prompt_for", *sorted(_TOOL_CLASSES[t] for t in tags if t in _TOOL_CLASSES)]
-    others = [tag for tag in tags if tag not in _TOOL_CODE]
-    notes = (["`passages` is the corpus it searched in training"] if "search" in tags else []) + (
-        [f"{', '.join(others)} stand for the tool objects of your own it was trained with"] if others else [])
-    snippet = _QUICK_START.format(
-        imports=", ".join(imports), tools=", ".join(_TOOL_CODE.get(tag, tag) for tag in tags), model_id=model_id,
-        search="; " + "; ".join(notes) if notes else "")
+    """TRL's quick start is a plain pipeline that never runs a tool; RAPO's runs the agent with its tools, each
+    name in it imported or defined."""
+    tools = list(getattr(trainer, "rapo_tools", []))
+    tags = [getattr(tool, "tag", type(tool).__name__) for tool in tools]
+    classes = sorted(_TOOL_CLASSES[t] for t in tags if t in _TOOL_CLASSES)
+    lines = [f"from rapo_trl import {', '.join(['RolloutAgent', 'system_prompt_for', *classes])}"]
+    code, others = [], []
+    for tool, tag in zip(tools, tags):
+        own = None if tag in _TOOL_CODE else _own_tool(tool)
+        if own is not None:
+            lines.append(own[0])
+        else:
+            others += [] if tag in _TOOL_CODE else [tag]
+        code.append(_TOOL_CODE.get(tag) or (own[1] if own else f"{tag}_tool"))
+    imports = "\n".join(lines) + "\n" + ("\n" + _PASSAGES if "search" in tags else "")
+    notes = (["`passages.jsonl` is the corpus it searched in training"] if "search" in tags else []) + (
+        [f"{', '.join(f'`{tag}_tool`' for tag in others)} stand for the tools of your own it was trained with"]
+        if others else [])
+    snippet = _QUICK_START.format(imports=imports, tools=", ".join(code), model_id=model_id,
+                                  search="; " + "; ".join(notes) if notes else "")
     return re.sub(r"## Quick start\n.*?```python\n.*?```\n\n", lambda _: snippet, text, count=1, flags=re.S)
 
 

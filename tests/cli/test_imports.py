@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 from rapo_trl.cli import read_recipe
-from rapo_trl.cli.common import UsageError, build_tools, training_rewards, training_rows
+from rapo_trl.cli.common import UsageError, build_tools, training_rows
+from rapo_trl.cli.rewards import training_rewards
 from rapo_trl.rewards import rapo_outcome_reward
 
 MODULE = textwrap.dedent('''

@@ -26,6 +26,7 @@ def test_build_store_fills_the_store(cli_runs, cli_work):
     added, records, questions = map(int, match.groups())
     assert added == records > 0
     assert questions == base["train_size"]
+    assert f"Building the store from {base['train_size']} questions (task=arithmetic, train: " in run.stdout
     assert (Path(base["store_path"]) / "chroma.sqlite3").is_file()
 
 
@@ -108,6 +109,7 @@ def test_eval_prints_base_and_trained_side_by_side(cli_runs, cli_work):
     out = Path(base["output_dir"])
     saved = json.loads((out / "eval_results.json").read_text())
     assert saved["task"] == "arithmetic" and saved["n"] == base["eval_size"]
+    assert len(saved["question_ids"]) == base["eval_size"] == len(set(saved["question_ids"]))  # issue 44
     assert list(saved["rows"]) == ["base", "trained"]
     assert "| trained |" in (out / "eval_results.md").read_text()
     for name, printed in rows.items():

@@ -88,3 +88,66 @@ def test_a_column_that_is_not_there_is_named(tmp_path):
     script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
     with pytest.raises(UsageError, match="no column 'question', 'answer'; it has problem, solution"):
         load_questions(script, "train")
+
+
+# Issue 44: every row by default, caps only when set, the counts printed, the split names checked, no null answer.
+
+
+def test_your_data_is_used_whole_unless_capped(tmp_path):
+    path = _jsonl(tmp_path / "qa.jsonl", 0, 100)
+    script = RAPOScriptArguments(task="dataset", dataset_path=path)  # no train_size/eval_size: every row
+    train, held = _questions(script, "train"), _questions(script, "eval")
+    assert (len(train), len(held)) == (90, 10) and not set(train) & set(held)
+    script.train_size, script.eval_size = 20, 4
+    assert _questions(script, "train") == train[:20] and _questions(script, "eval") == held[:4]
+    shipped = RAPOScriptArguments(task="arithmetic")  # the generated tasks keep their default draw
+    assert (len(_questions(shipped, "train")), len(_questions(shipped, "eval"))) == (64, 32)
+
+
+def test_the_count_line_says_how_many_and_how_to_cap(tmp_path):
+    from rapo_trl.cli.common import count_line
+
+    script = RAPOScriptArguments(task="dataset", dataset_path=_jsonl(tmp_path / "qa.jsonl", 0, 100))
+    line = count_line("Training on", script, {"train": load_questions(script, "train")})
+    assert line == "Training on 90 questions (task=dataset, train: 90; every row; train_size caps them)"
+    script.eval_size = 4
+    assert count_line("Evaluating on", script, {"eval": load_questions(script, "eval")}).endswith(
+        "eval: 4; at most eval_size=4)")
+
+
+def test_split_names_are_checked_not_guessed(tmp_path):
+    _splits(6, 3).save_to_disk(tmp_path / "saved")
+    common = ["--task", "dataset", "--dataset_name", str(tmp_path / "saved"), "--question_column", "problem",
+              "--answer_column", "solution"]
+    with pytest.raises(UsageError, match="has no split 'tset' \\(dataset_test_split\\); did you mean 'test'"):
+        read_recipe("train", [*common, "--dataset_test_split", "tset"])  # before: eval_fraction, silently
+    with pytest.raises(UsageError, match="has no split 'trian' \\(dataset_train_split\\)"):
+        read_recipe("train", [*common, "--dataset_train_split", "trian"])
+    script, _, _ = read_recipe("train", common)  # unset: the `test` split it has
+    assert len(load_questions(script, "eval")) == 3
+    jsonl = _jsonl(tmp_path / "qa.jsonl", 0, 10)
+    with pytest.raises(UsageError, match="dataset_test_split names a split of dataset_name; with dataset_path give"):
+        read_recipe("train", ["--task", "dataset", "--dataset_path", jsonl, "--dataset_test_split", "test"])
+
+
+def test_a_file_given_as_dataset_name_points_to_dataset_path(tmp_path):
+    jsonl = _jsonl(tmp_path / "qa.jsonl", 0, 10)
+    with pytest.raises(UsageError, match=f"dataset_name '{jsonl}' is a file, not a dataset: give a JSONL file as "
+                                         f"dataset_path \\(--dataset_path {jsonl}\\)"):
+        read_recipe("train", ["--task", "dataset", "--dataset_name", jsonl])
+
+
+def test_null_answers_are_refused_in_files_and_datasets(tmp_path):
+    path = tmp_path / "qa.jsonl"
+    path.write_text(json.dumps({"question": "What is 1 * 3?", "answer": "3"}) + "\n"
+                    + json.dumps({"question": "What is 2 * 3?", "answer": None}) + "\n")
+    with pytest.raises(UsageError, match="qa.jsonl:2: 'answer' is null; every question needs its answer"):
+        read_recipe("train", ["--task", "dataset", "--dataset_path", str(path)])
+    data = _splits(6, 0)
+    data["train"] = data["train"].map(lambda row, i: {"solution": None if i == 4 else row["solution"]},
+                                      with_indices=True)
+    data.save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"), question_column="problem",
+                                 answer_column="solution")
+    with pytest.raises(UsageError, match="split 'train'\\) row 4: 'solution' is None"):
+        load_questions(script, "train")

@@ -9,6 +9,7 @@ import sys
 import warnings
 
 from rapo_trl import __version__
+from rapo_trl.cli.errors import TRACEBACK_ENV, report
 from rapo_trl.cli.parsing import ArgumentParser
 from rapo_trl.cli.recipe import RECIPE_COMMANDS, parse_recipe, read_recipe
 
@@ -18,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rapo",
         description="RAPO (Retrieval-Augmented Policy Optimization) on Hugging Face TRL.",
         epilog="Recipe commands take --config FILE.yaml plus --field value overrides; `rapo COMMAND --help`. "
-               "Errors are one line; set RAPO_TRACEBACK=1 in the environment for the full traceback.",
+               "A usage error is one line, an error raised in your own code (reward, tool, dataset) shows your "
+               f"code's frames; set {TRACEBACK_ENV}=1 in the environment for the full traceback.",
     )
     parser.add_argument("--version", action="version", version=f"rapo_trl {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,8 +43,8 @@ def _run_recipe(command: str, argv: list[str]):
     return module.run(*parse_recipe(command, argv))
 
 
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
+def _wants_traceback() -> bool:
+    return logging.getLogger().isEnabledFor(logging.DEBUG) or TRACEBACK_ENV in os.environ
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,11 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             _run_recipe(command, rest)  # `--help` prints the recipe's fields and exits
         except SystemExit:
             raise
-        except Exception as error:  # noqa: BLE001 - one clear line, not a traceback, for user errors
-            if logging.getLogger().isEnabledFor(logging.DEBUG) or "RAPO_TRACEBACK" in os.environ:
+        except Exception as error:  # noqa: BLE001 - one line for a usage error; the user's frames for their bug
+            if _wants_traceback():
                 raise
-            print(f"rapo {command}: error: {_one_line(error)}", file=sys.stderr)
-            return 2
+            return report(command, error)
         return 0
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -74,16 +75,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             store_commands.run(args)
         except Exception as error:  # noqa: BLE001
-            print(f"rapo store: error: {_one_line(error)}", file=sys.stderr)
-            return 2
+            if _wants_traceback():
+                raise
+            return report("store", error)
     if args.command == "plot":
         from rapo_trl.cli import plot_command
 
         try:
             plot_command.run(args)
         except Exception as error:  # noqa: BLE001
-            print(f"rapo plot: error: {_one_line(error)}", file=sys.stderr)
-            return 2
+            if _wants_traceback():
+                raise
+            return report("plot", error)
     return 0
 
 

@@ -30,10 +30,10 @@ class RAPOScriptArguments:
         default=None, metadata={"help": "task=dataset: the configuration of dataset_name (load_dataset's name)."}
     )
     dataset_train_split: str = field(default="train", metadata={"help": "task=dataset: split of dataset_name to train on."})
-    dataset_test_split: str = field(
-        default="test",
-        metadata={"help": "task=dataset: split of dataset_name to evaluate on; when it has none, eval_fraction of the "
-                  "training split is held out."},
+    dataset_test_split: str | None = field(
+        default=None,
+        metadata={"help": "task=dataset: split of dataset_name to evaluate on (a name it lacks is an error). Unset: its "
+                  "`test` split when it has one, else eval_fraction of the training split is held out."},
     )
     eval_dataset_path: str | None = field(
         default=None,
@@ -47,11 +47,16 @@ class RAPOScriptArguments:
     )
     question_column: str = field(default="question", metadata={"help": "task=dataset: the question column."})
     answer_column: str = field(default="answer", metadata={"help": "task=dataset: the answer column."})
-    train_size: int = field(default=64, metadata={"help": "Training questions drawn from the task."})
-    eval_size: int = field(
-        default=32,
-        metadata={"help": "Evaluation questions, never training ones: the demo tasks' eval split; task=dataset: "
-                  "eval_dataset_path, dataset_test_split, or the eval_fraction held out of training."},
+    train_size: int | None = field(
+        default=None,
+        metadata={"help": "Cap on the training questions. Unset: every row of your own data (task=dataset), as `trl "
+                  "grpo` trains on the whole split; the generated demo tasks and gsm8k draw 64."},
+    )
+    eval_size: int | None = field(
+        default=None,
+        metadata={"help": "Cap on the evaluation questions, never training ones (the demo tasks' eval split; "
+                  "task=dataset: eval_dataset_path, dataset_test_split, or the eval_fraction held out of training). "
+                  "Unset: every held-out row of your own data; the demo tasks and gsm8k ask 32."},
     )
     task_seed: int = field(default=0, metadata={"help": "Seed that generates the demo tasks' splits."})
     task_difficulty: int | None = field(
@@ -151,6 +156,24 @@ class RAPOScriptArguments:
     )
     sft_learning_rate: float = field(default=2e-4, metadata={"help": "train: learning rate of the SFT warm start."})
     sft_batch_size: int = field(default=4, metadata={"help": "train: trajectories per SFT warm-start step."})
+    base_model_name: str | None = field(
+        default=None,
+        metadata={"help": "train: the base model's name for the card and the pushed adapter (e.g. the hub id of a "
+                  "model loaded from a local folder). Default: the hub id model_name_or_path was given as (or an "
+                  "alias's), else the local folder's absolute path."},
+    )
+    push_warm_start: bool = field(
+        default=False,
+        metadata={"help": "train, push_to_hub: also upload sft-warm-start/ (the merged warm-start model, a full copy) "
+                  "and sft-same-time/. The pushed adapter carries the warm start either way."},
+    )
+
+
+def name_list(value, default) -> list[str]:
+    """A recipe's list field (a YAML list or one name); ``default`` when unset."""
+    if value is None:
+        return list(default)
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _matches(value, hint) -> bool:

@@ -14,13 +14,15 @@ from rapo_trl.cli.common import (
     check_quantization,
     check_script_arguments,
     check_store_location,
+    count_line,
     load_policy,
-    make_reward,
     model_init_kwargs,
     open_store,
     resolve_model_path,
+    task_split,
     training_rows,
 )
+from rapo_trl.cli.rewards import make_reward, with_reward_columns
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +80,17 @@ def _model_agent(script, rapo_args, model_args, tools):
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)  # before a model agent loads
     tools = build_tools(script)
-    rows = training_rows(script, "demo", tools)  # the prompts training uses, so a model agent sees the same
+    reward = make_reward(script)
+    # the prompts training uses, so a model agent sees the same
+    rows = with_reward_columns(training_rows(script, "demo", tools), {script.reward: reward})
+    print(count_line("Building the store from", script, {task_split(script, "demo"): rows}))
     if script.agent == "expert":
         agent = _expert_agent(script, rows, tools)
     else:
         agent = _model_agent(script, rapo_args, model_args, tools)
     store = open_store(script, must_exist=False)
     added = store.build_from_agent(
-        agent, rows, make_reward(script), num_samples=script.num_samples, keep_top_k=script.keep_top_k,
+        agent, rows, reward, num_samples=script.num_samples, keep_top_k=script.keep_top_k,
         source=f"agent:{script.agent}", seed=rapo_args.seed,
     )
     stats = store.stats()

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rapo_trl.cli.arguments import RAPOScriptArguments
-from rapo_trl.cli.imports import import_object, is_import_path
+from rapo_trl.cli.arguments import RAPOScriptArguments, name_list
+from rapo_trl.cli.errors import UsageError
+from rapo_trl.cli.imports import check_import_path, import_object, is_import_path
+from rapo_trl.cli.rewards import ROW_COLUMNS, check_reward_names
 from rapo_trl.cli.user_data import USER_TASKS, check_user_data, user_splits
 
 MODEL_ALIASES = ("smollm2", "tiny")
-REWARDS = ("rapo_outcome", "f1", "exact_match", "math")
 TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", *USER_TASKS)
 DEMO_TASKS = ("arithmetic", "word_problems", "two_hop")  # shipped, with a scripted expert
-
-
-class UsageError(Exception):
-    """A problem the user fixes in the config or command line; printed as one line."""
+# Questions the shipped tasks draw when train_size/eval_size are unset (the demo tasks generate as many as
+# asked; GSM8K's 1,319). Your own data has no such default: every row is used, as `trl grpo` uses its split.
+SHIPPED_TRAIN_SIZE, SHIPPED_EVAL_SIZE = 64, 32
 
 
 def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
@@ -24,8 +24,8 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
     sizes = {"train": ("train_size",), "build-store": ("train_size",), "eval": ("eval_size",)}.get(command, ())
     for name in sizes:
         value = getattr(script, name)
-        if value < 1:
-            raise UsageError(f"{name} must be >= 1 (questions drawn from the task), got {value}")
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be >= 1 (a cap on the questions; unset: every row), got {value}")
     if script.task not in TASK_NAMES:
         from rapo_trl.cli.parsing import closest
 
@@ -35,6 +35,9 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
     check_user_data(script)
     if script.tools is not None or script.search_corpus:  # names and files only: nothing is built or imported
         tool_names(script)
+    if command in ("train", "build-store"):
+        # a JSONL's rows have exactly these columns: a reward's arguments are checked against them, unimported
+        check_reward_names(script, ROW_COLUMNS if script.task in USER_TASKS and script.dataset_path else None)
     if script.closeness_weight < 0:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 
@@ -136,22 +139,28 @@ def is_eval_split(script: RAPOScriptArguments, split: str) -> bool:
     return split not in TRAINING_ROLES
 
 
-def name_list(value, default) -> list[str]:
-    """A recipe's list field (a YAML list or one name); ``default`` when unset."""
-    if value is None:
-        return list(default)
-    return [value] if isinstance(value, str) else list(value)
-
-
 def eval_splits(script: RAPOScriptArguments) -> list[str]:
     """The eval sets of ``rapo eval``, each scored in its own table."""
     return name_list(script.eval_splits or None, ["heldout_shapes" if script.task == "word_problems" else GENERIC_EVAL_SPLIT])
 
 
+def question_cap(script: RAPOScriptArguments, evaluating: bool) -> int | None:
+    """How many questions ``eval_size``/``train_size`` let a set have: None (every row) for your own data unless
+    set; the shipped tasks' default otherwise."""
+    size = script.eval_size if evaluating else script.train_size
+    if size is not None or script.task in USER_TASKS:
+        return size
+    return SHIPPED_EVAL_SIZE if evaluating else SHIPPED_TRAIN_SIZE
+
+
+def _first(rows, n: int | None):
+    return rows if n is None or n >= len(rows) else rows.select(range(n))
+
+
 def load_questions(script: RAPOScriptArguments, split: str):
     """Raw question/answer rows of the configured task: ``split`` is ``train``, ``demo`` or an eval set."""
     evaluating = is_eval_split(script, split)
-    n = script.eval_size if evaluating else script.train_size
+    n = question_cap(script, evaluating)
     for knob in ("task_difficulty", "eval_difficulty"):
         if getattr(script, knob) is not None and script.task != "word_problems":
             raise UsageError(f"{knob} applies to task=word_problems only, not task={script.task}")
@@ -179,14 +188,13 @@ def load_questions(script: RAPOScriptArguments, split: str):
         rows = load_gsm8k(n=None)
         # GSM8K ships only its test split: the first eval_size rows evaluate, the rest may train.
         if split == "eval":
-            return rows.select(range(min(n, len(rows))))
-        start = min(script.eval_size, len(rows))
-        return rows.select(range(start, min(start + n, len(rows))))
+            return _first(rows, n)
+        start = min(question_cap(script, evaluating=True), len(rows))
+        return _first(rows.select(range(start, len(rows))), n)
     if script.task in USER_TASKS:
         check_user_data(script)
         train, held_out = user_splits(script)  # never a question in both
-        rows = held_out if split == "eval" else train
-        return rows.select(range(min(n, len(rows))))
+        return _first(held_out if split == "eval" else train, n)
     raise UsageError(f"unknown task '{script.task}'; choose one of {', '.join(TASK_NAMES)}")
 
 
@@ -197,6 +205,19 @@ def training_rows(script: RAPOScriptArguments, split: str, tools: list | None = 
     from rapo_trl.tasks import to_rapo_rows
 
     return to_rapo_rows(load_questions(script, split), tools=build_tools(script) if tools is None else tools)
+
+
+def count_line(verb: str, script: RAPOScriptArguments, sets: dict) -> str:
+    """``"Training on 450 questions (task=dataset, every row; train_size caps them)"``: what a command uses."""
+    evaluating = verb.startswith("Evaluat")
+    cap_name = "eval_size" if evaluating else "train_size"
+    cap = getattr(script, cap_name)
+    how = (f"at most {cap_name}={cap}" if cap is not None
+           else f"every row; {cap_name} caps them" if script.task in USER_TASKS
+           else f"{question_cap(script, evaluating)} by default; {cap_name} sets how many")
+    counts = ", ".join(f"{name}: {len(rows)}" for name, rows in sets.items())
+    total = sum(len(rows) for rows in sets.values())
+    return f"{verb} {total} questions (task={script.task}, {counts}; {how})"
 
 
 BUILTIN_TOOLS = ("python", "search")
@@ -216,6 +237,9 @@ def tool_names(script: RAPOScriptArguments) -> list[str]:
     if unknown:
         raise UsageError(f"unknown tool(s) {sorted(unknown)}; available: python, search, or an import path "
                          "(pkg.module.name) to a Tool or a typed function")
+    for name in names:
+        if name not in BUILTIN_TOOLS:
+            check_import_path(name, "tool")  # its module and name, read from source: nothing runs yet
     if "search" in names and not script.search_corpus and script.task != "two_hop":
         raise UsageError("the search tool needs a corpus: set search_corpus to a JSONL of passages "
                          "(task=two_hop ships one)")
@@ -267,43 +291,6 @@ def user_tool(path: str):
     except (TypeError, ValueError) as error:
         raise UsageError(f"tool '{path}': {error}") from None
     return tool
-
-
-def make_reward(script: RAPOScriptArguments, name: str | None = None):
-    """The reward function ``name`` (default: the recipe's ``reward``): a built-in name or an import path."""
-    from rapo_trl import rewards
-
-    name = name or script.reward
-    table = {
-        "rapo_outcome": rewards.rapo_outcome_reward,
-        "f1": rewards.f1_reward,
-        "exact_match": rewards.exact_match_reward,
-        "math": rewards.math_equivalence_reward,
-    }
-    if name in table:
-        return table[name]
-    if is_import_path(name):
-        function = import_object(name, "reward")
-        if not callable(function):
-            raise UsageError(f"reward '{name}' is not a function")
-        return function
-    raise UsageError(f"unknown reward '{name}'; choose one of {', '.join(REWARDS)} or an import path (pkg.module.fn)")
-
-
-def training_rewards(script: RAPOScriptArguments, reward_weights: list[float] | None) -> tuple[list, list[float] | None]:
-    """The reward functions RL trains on and their ``reward_weights``: ``reward_funcs`` (or ``reward``), plus
-    numeric closeness when ``closeness_weight`` > 0 (weights 1 and ``closeness_weight``)."""
-    names = name_list(script.reward_funcs, [script.reward])
-    functions = [make_reward(script, name) for name in names]
-    if not script.closeness_weight:
-        if reward_weights is not None and len(reward_weights) != len(functions):
-            raise UsageError(f"reward_weights has {len(reward_weights)} weights for {len(functions)} reward functions")
-        return functions, reward_weights
-    if reward_weights is not None:
-        raise UsageError("set closeness_weight or reward_weights, not both (closeness_weight sets the weights)")
-    from rapo_trl.rewards import numeric_closeness_reward
-
-    return [*functions, numeric_closeness_reward], [1.0] * len(functions) + [script.closeness_weight]
 
 
 def check_store_location(script: RAPOScriptArguments, must_exist: bool) -> tuple[str, int] | None:

@@ -17,6 +17,7 @@ from rapo_trl.cli.common import (
     check_model,
     check_quantization,
     check_script_arguments,
+    count_line,
     eval_splits,
     load_policy,
     model_init_kwargs,
@@ -25,10 +26,9 @@ from rapo_trl.cli.common import (
     training_rows,
     write_json,
 )
+from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
-WARM_START_DIR = "sft-warm-start"
-SFT_SAME_TIME_DIR = "sft-same-time"
 MODEL_NAMES = ("base", "warm_start", "sft_same_time", "trained")
 
 
@@ -103,6 +103,7 @@ def run(script, rapo_args, model_args) -> dict:
     start = time.perf_counter()
     tools = build_tools(script)
     sets = {name: training_rows(script, name, tools) for name in eval_splits(script)}
+    print(count_line("Evaluating on", script, sets))
     numeric = script.task in NUMERIC_TASKS
     k = script.eval_samples
     sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=rapo_args.temperature,
@@ -126,9 +127,12 @@ def run(script, rapo_args, model_args) -> dict:
         tables.append(format_table(results[set_name], title))
     print("\n\n".join(tables))
     primary = next(iter(sets))
+    # the questions asked, by id: which rows a score is over, checkable against the training data
     payload = {"task": script.task, "split": primary, "n": len(sets[primary]), "k": k,
                "rows": results[primary], "samples": samples[primary],
-               "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name]}
+               "question_ids": list(sets[primary]["question_id"]),
+               "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name],
+                               "question_ids": list(rows["question_id"])}
                         for name, rows in sets.items()},
                "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_same_time_sft", SFT_SAME_TIME_DIR)):

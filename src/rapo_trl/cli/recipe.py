@@ -44,7 +44,7 @@ HELP_GROUPS = {
                       "gradient_accumulation_steps", "steps_per_generation", "num_generations", "max_completion_length",
                       "temperature", "reward_weights", "use_vllm", "use_cpu", "device", "bf16", "fp16", "seed",
                       "logging_steps", "save_strategy", "save_steps", "report_to", "resume_from_checkpoint",
-                      "push_to_hub")),
+                      "push_to_hub", "hub_model_id", "base_model_name", "push_warm_start")),
     ),
     "build-store": (
         ("agent", ("agent", "expert_error_rate", "device", *MODEL_LOADING)),

@@ -24,7 +24,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
-    from rapo_trl.cli.common import UsageError
+    from rapo_trl.cli.errors import UsageError
     from rapo_trl.store import TraceStore
 
     if Path(args.path).is_file():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rapo_trl.cli.common import (
     UsageError,
     build_tools,
@@ -9,13 +11,14 @@ from rapo_trl.cli.common import (
     check_quantization,
     check_script_arguments,
     check_store_location,
+    count_line,
     model_init_kwargs,
     open_store,
     resolve_model_path,
     task_split,
-    training_rewards,
     training_rows,
 )
+from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
 
 def _wants_store(script, rapo_args) -> bool:
@@ -46,10 +49,13 @@ def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)
     reward_funcs, rapo_args.reward_weights = training_rewards(script, rapo_args.reward_weights)
     tools = build_tools(script)
-    rows = training_rows(script, "train", tools)
+    rows = with_reward_columns(training_rows(script, "train", tools), dict(zip(reward_names(script), reward_funcs)))
+    print(count_line("Training on", script, {task_split(script, "train"): rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
     demo_rows = (rows if same else training_rows(script, "demo", tools)) if script.sft_warmup_steps > 0 else None
+    if demo_rows is not None and not same:
+        print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
     # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
     model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)
@@ -57,9 +63,10 @@ def run(script, rapo_args, model_args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_path, **tokenizer_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    base_path = model_path  # the model the warm start begins from: the pushed adapter's base
     policy, peft_config, warm = model_path, get_peft_config(model_args), None
     if script.sft_warmup_steps > 0:
-        from rapo_trl.cli.warm_start import warm_start
+        from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
         sft = dict(tokenizer=tokenizer, rows=demo_rows, store=store, output_dir=rapo_args.output_dir,
                    steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
@@ -69,6 +76,9 @@ def run(script, rapo_args, model_args) -> dict:
         # weights); a run that trains every weight starts from the merge.
         warm = warm_start(model_path, merge=peft_config is None, **sft)
         policy, peft_config = _warm_policy(model_path, warm, peft_config, rapo_args, model_args)
+    # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
+    # as it is, at every save, the warm start included.
+    push, rapo_args.push_to_hub = rapo_args.push_to_hub, False
     trainer = RAPOTrainer(
         policy,
         reward_funcs,
@@ -83,18 +93,19 @@ def run(script, rapo_args, model_args) -> dict:
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
-        # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained.
-        # Only evaluated, never trained on: kept as a LoRA adapter over the warm start, not a second full copy.
-        warm_start(model_path, max_seconds=result.metrics["train_runtime"], folder="sft-same-time",
-                   start_adapter=warm if get_peft_config(model_args) is not None else None, **sft)
+        # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained; only evaluated.
+        # With LoRA, the warm start's adapter trained further; otherwise a LoRA over the merged warm start.
+        lora_run = get_peft_config(model_args) is not None
+        warm_start(model_path if lora_run else warm, max_seconds=result.metrics["train_runtime"],
+                   folder=SFT_SAME_TIME_DIR, start_adapter=warm if lora_run else None, **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
-    # RAPO's card (paper, recipe, base model by hub id) in place of PEFT's adapter template.
+    # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id
 
-    trainer.base_model_id = base_model_hub_id(model_args.model_name_or_path)
+    trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
     trainer.create_model_card()
-    if rapo_args.push_to_hub:
-        trainer.push_to_hub()
+    if push and trainer.is_world_process_zero():
+        _push(script, rapo_args, model_args, base_path)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     return result.metrics
@@ -118,6 +129,20 @@ def _warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args)
     policy = load_adapter_for_training(model_path, warm, kwargs)
     rapo_args.model_init_kwargs = None  # used here; TRL would warn that a loaded model ignores them
     return policy, None
+
+
+def _push(script, rapo_args, model_args, base_path: str) -> None:
+    import tempfile
+
+    from rapo_trl.cli.push import base_model_name, hub_folder, push_folder
+
+    base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
+    with tempfile.TemporaryDirectory(prefix="rapo-push-") as staging:
+        folder = hub_folder(rapo_args.output_dir, staging, base, include_warm_start=script.push_warm_start)
+        repo = push_folder(folder, rapo_args.hub_model_id or Path(rapo_args.output_dir).absolute().name,
+                           token=rapo_args.hub_token, private=rapo_args.hub_private_repo,
+                           revision=rapo_args.hub_revision)
+    print(f"Pushed to https://huggingface.co/{repo} (adapter base: {base}).")
 
 
 def _save_history_and_plots(trainer, output_dir: str) -> None:

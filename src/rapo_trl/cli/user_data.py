@@ -1,5 +1,6 @@
 """``task: dataset``: the user's own questions and answers, from a JSONL file or a dataset (Hub id or folder),
-split so that evaluation never asks a training question."""
+split so that evaluation never asks a training question. Every row is used unless ``train_size``/``eval_size``
+cap it, as ``trl grpo`` trains on the whole split."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import json
 from pathlib import Path
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
+from rapo_trl.cli.errors import UsageError
+from rapo_trl.cli.parsing import closest
+from rapo_trl.jsonl_qa import read_qa_jsonl
 
 USER_TASKS = ("dataset", "jsonl")
+DEFAULT_TEST_SPLIT = "test"
+"""The split of ``dataset_name`` evaluated on when ``dataset_test_split`` is unset and the dataset has it."""
 
 
 def check_user_data(script: RAPOScriptArguments) -> None:
-    """The cheap checks: exactly one source, files that exist, a fraction that leaves both sides rows."""
-    from rapo_trl.cli.common import UsageError
-
+    """Every check of the user's data that needs neither ``datasets`` nor a model: one source, files that parse
+    (the right line named), the columns, no null answer, split names that exist (in a folder `save_to_disk` wrote)."""
     given = [name for name in ("dataset_path", "dataset_name") if getattr(script, name)]
     if script.task not in USER_TASKS:
         if given or script.eval_dataset_path:
@@ -24,14 +29,101 @@ def check_user_data(script: RAPOScriptArguments) -> None:
     if len(given) != 1:
         raise UsageError("task=dataset needs dataset_path (a JSONL file) or dataset_name (a Hub id or a dataset "
                          "folder)" + (", not both" if given else ""))
-    for name in ("dataset_path", "eval_dataset_path"):
-        path = getattr(script, name)
-        if path and not Path(path).is_file():
-            raise UsageError(f"{name} {path!r} is not a file; give a JSONL file, one JSON object a line")
     if script.eval_dataset_path and script.dataset_name:
         raise UsageError("eval_dataset_path goes with dataset_path; with dataset_name set dataset_test_split")
+    if script.dataset_test_split is not None and script.dataset_path:
+        raise UsageError("dataset_test_split names a split of dataset_name; with dataset_path give the eval "
+                         "questions as eval_dataset_path (or leave both unset: eval_fraction is held out)")
     if not 0 < script.eval_fraction < 1:
         raise UsageError(f"eval_fraction must be in (0, 1), got {script.eval_fraction}")
+    for name in ("dataset_path", "eval_dataset_path"):
+        path = getattr(script, name)
+        if path:
+            if not Path(path).is_file():
+                raise UsageError(f"{name} {path!r} is not a file; give a JSONL file, one JSON object a line")
+            _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
+    if script.dataset_name:
+        _check_dataset_name(script)
+
+
+def _read_jsonl(script: RAPOScriptArguments, path: str, reader=read_qa_jsonl):
+    """``reader``'s rows of the file (a list, or with `load_jsonl_qa` a Dataset); its errors as one line."""
+    try:
+        return reader(path, question_key=script.question_column, answer_key=script.answer_column)
+    except ValueError as error:
+        hint = "; set question_column and answer_column to the file's field names" if "no key" in str(error) else ""
+        raise UsageError(f"{error}{hint}") from None
+
+
+def _check_dataset_name(script: RAPOScriptArguments) -> None:
+    """A file is not a dataset name; a folder `save_to_disk` wrote has its splits and columns checked from its
+    JSON files. A Hub id or a folder of data files is checked when it loads."""
+    name = script.dataset_name
+    path = Path(name).expanduser()
+    if path.is_file():
+        raise UsageError(f"dataset_name {name!r} is a file, not a dataset: give a JSONL file as dataset_path "
+                         f"(--dataset_path {name}); dataset_name takes a Hub id or a dataset folder")
+    if not path.is_dir():
+        if name.startswith((".", "/", "~")) or name.count("/") > 1:
+            raise UsageError(f"dataset_name {name!r} is not a folder, nor a Hub id (org/name)")
+        return
+    splits = _saved_splits(path)
+    if splits is not None:
+        _check_split_names(script, splits)
+
+
+def _saved_splits(folder: Path) -> dict[str, list[str] | None] | None:
+    """``split -> column names`` of a folder `save_to_disk` wrote (None where a split's features are unreadable);
+    None for any other folder. A single saved Dataset is one split, named by ``dataset_train_split``."""
+    def columns(split_folder: Path) -> list[str] | None:
+        try:
+            return list(json.loads((split_folder / "dataset_info.json").read_text())["features"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    if (folder / "dataset_dict.json").is_file():
+        try:
+            names = json.loads((folder / "dataset_dict.json").read_text())["splits"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return {split: columns(folder / split) for split in names}
+    if (folder / "state.json").is_file():
+        return {None: columns(folder)}
+    return None
+
+
+def _check_split_names(script: RAPOScriptArguments, splits: dict) -> None:
+    if None in splits:  # one saved Dataset: it is the training split
+        splits = {script.dataset_train_split: splits[None]}
+    _require_split(script, "dataset_train_split", script.dataset_train_split, splits)
+    if script.dataset_test_split is not None:
+        _require_split(script, "dataset_test_split", script.dataset_test_split, splits)
+    for split, columns in splits.items():
+        if split in (script.dataset_train_split, _test_split(script, splits)) and columns is not None:
+            _require_columns(script, split, columns)
+
+
+def _require_split(script: RAPOScriptArguments, flag: str, split: str, splits) -> None:
+    if split not in splits:
+        close = closest(split, list(splits))
+        raise UsageError(f"dataset {script.dataset_name!r} has no split {split!r} ({flag})"
+                         + (f"; did you mean {close!r}?" if close else "") + f"; it has {', '.join(map(str, splits))}")
+
+
+def _test_split(script: RAPOScriptArguments, splits) -> str | None:
+    """The split evaluated on: ``dataset_test_split``, else a ``test`` split when there is one, else None
+    (``eval_fraction`` of the training split is held out)."""
+    if script.dataset_test_split is not None:
+        return script.dataset_test_split
+    return DEFAULT_TEST_SPLIT if DEFAULT_TEST_SPLIT in splits else None
+
+
+def _require_columns(script: RAPOScriptArguments, split: str, columns) -> None:
+    missing = [name for name in (script.question_column, script.answer_column) if name not in columns]
+    if missing:
+        raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) has no column "
+                         f"{', '.join(map(repr, missing))}; it has {', '.join(columns)}: set question_column and "
+                         "answer_column")
 
 
 def user_splits(script: RAPOScriptArguments):
@@ -44,8 +136,6 @@ def user_splits(script: RAPOScriptArguments):
         train = _jsonl(script, script.dataset_path)
         held = _jsonl(script, script.eval_dataset_path) if script.eval_dataset_path else None
     if held is None:
-        from rapo_trl.cli.common import UsageError
-
         try:
             return hold_out(train, script.eval_fraction, script.task_seed)
         except ValueError as error:
@@ -54,17 +144,9 @@ def user_splits(script: RAPOScriptArguments):
 
 
 def _jsonl(script: RAPOScriptArguments, path: str):
-    from rapo_trl.cli.common import UsageError
     from rapo_trl.tasks import load_jsonl_qa
 
-    try:
-        return load_jsonl_qa(path, question_key=script.question_column, answer_key=script.answer_column)
-    except json.JSONDecodeError as error:
-        raise UsageError(f"{path} is not JSONL (one JSON object a line): {error}") from None
-    except ValueError as error:
-        if "no key" not in str(error):
-            raise
-        raise UsageError(f"{error}; set question_column and answer_column to the file's field names") from None
+    return _read_jsonl(script, path, load_jsonl_qa)
 
 
 def load_user_dataset(name: str, config: str | None = None):
@@ -78,31 +160,29 @@ def load_user_dataset(name: str, config: str | None = None):
 
 
 def _dataset_splits(script: RAPOScriptArguments):
-    from rapo_trl.cli.common import UsageError
-
     try:
         data = load_user_dataset(script.dataset_name, script.dataset_config)
     except (OSError, ValueError, FileNotFoundError) as error:
         raise UsageError(f"cannot load dataset_name {script.dataset_name!r}: {' '.join(str(error).split())}") from None
     if not hasattr(data, "keys"):  # one Dataset (a folder save_to_disk wrote from a single split)
         data = {script.dataset_train_split: data}
-    if script.dataset_train_split not in data:
-        raise UsageError(f"dataset {script.dataset_name!r} has no split {script.dataset_train_split!r} "
-                         f"(dataset_train_split); it has {', '.join(data)}")
-    train = _question_answer(script, data[script.dataset_train_split])
-    test = data.get(script.dataset_test_split)
-    return train, None if test is None else _question_answer(script, test)
+    _require_split(script, "dataset_train_split", script.dataset_train_split, data)
+    test_split = _test_split(script, data)
+    if test_split is not None:
+        _require_split(script, "dataset_test_split", test_split, data)
+    train = _question_answer(script, data[script.dataset_train_split], script.dataset_train_split)
+    return train, None if test_split is None else _question_answer(script, data[test_split], test_split)
 
 
-def _question_answer(script: RAPOScriptArguments, rows):
-    """``rows`` with the question and answer columns named ``question`` and ``answer``."""
-    from rapo_trl.cli.common import UsageError
-
+def _question_answer(script: RAPOScriptArguments, rows, split: str):
+    """``rows`` with the question and answer columns named ``question`` and ``answer``; a null answer refused."""
+    _require_columns(script, split, rows.column_names)
+    empty = next((index for index, answer in enumerate(rows[script.answer_column]) if answer in (None, "", [])), None)
+    if empty is not None:
+        raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) row {empty}: "
+                         f"'{script.answer_column}' is {rows[empty][script.answer_column]!r}; every question needs "
+                         "its answer")
     mapping = {script.question_column: "question", script.answer_column: "answer"}
-    missing = [name for name in mapping if name not in rows.column_names]
-    if missing:
-        raise UsageError(f"dataset {script.dataset_name!r} has no column {', '.join(map(repr, missing))}; it has "
-                         f"{', '.join(rows.column_names)}: set question_column and answer_column")
     renamed = {old: new for old, new in mapping.items() if old != new}
     clashing = [new for new in renamed.values() if new in rows.column_names]
     return rows.remove_columns(clashing).rename_columns(renamed) if renamed else rows

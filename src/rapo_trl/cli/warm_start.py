@@ -14,7 +14,6 @@ import gc
 import hashlib
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 
@@ -55,23 +54,25 @@ class _StopAfter:
         self.callback = Callback()
 
 
-def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwargs: dict, target: Path):
-    """The LoRA merged into the base as the recipe loads it (fp32 unless its dtype says otherwise). A base trained
-    in a half type is loaded again for the merge: adding the small LoRA delta to bf16 weights would round much of
-    it away."""
+WARM_START_DIR, SFT_SAME_TIME_DIR = "sft-warm-start", "sft-same-time"
+WARM_START_LORA = "lora"
+"""With ``merge`` (a run without LoRA), the warm start's LoRA, kept beside the merged model."""
+
+
+def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwargs: dict, adapter: Path):
+    """The LoRA (saved in ``adapter``) merged into the base as the recipe loads it (fp32 unless its dtype says
+    otherwise). A base trained in a half type is loaded again for the merge: adding the small LoRA delta to bf16
+    weights would round much of it away."""
     import torch
 
+    peft_model.save_pretrained(adapter)
     if "dtype" in model_init_kwargs or peft_model.get_base_model().dtype == torch.float32:
         return peft_model.merge_and_unload()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    adapter = target / "adapter"
-    peft_model.save_pretrained(adapter)
     base = AutoModelForCausalLM.from_pretrained(model_path, **{**model_init_kwargs, "dtype": torch.float32})
-    merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
-    shutil.rmtree(adapter)
-    return merged
+    return PeftModel.from_pretrained(base, adapter).merge_and_unload()
 
 
 def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: dict):
@@ -85,6 +86,7 @@ def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: 
 
 
 WARM_START_KEY_FILE = "warm_start_key.json"
+_FORMAT = 3  # in the cache key: an older warm start (merged, format 1-2) is made again as an adapter
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
 _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
 
@@ -103,7 +105,7 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    payload = {"model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
+    payload = {"format": _FORMAT, "model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
                "settings": settings, "versions": versions}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -121,7 +123,7 @@ def cached_warm_start(target: Path, key: str) -> bool:
 
 def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: int, learning_rate: float,
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
-               max_seconds: float | None = None, folder: str = "sft-warm-start", batch_size: int = 4,
+               max_seconds: float | None = None, folder: str = WARM_START_DIR, batch_size: int = 4,
                merge: bool = False, model_init_kwargs: dict | None = None, lora: dict | None = None,
                start_adapter: str | None = None) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
@@ -210,7 +212,7 @@ def _save(trainer, tokenizer, target: Path, model_path: str, merge: bool, model_
     """The merged model (``merge``) or the adapter alone, with the tokenizer, in ``target``."""
     if merge:
         merged = _merged_over_full_precision_base(trainer.accelerator.unwrap_model(trainer.model), model_path,
-                                                  model_init_kwargs, target)
+                                                  model_init_kwargs, target / WARM_START_LORA)
         merged.save_pretrained(target)
         del merged
     else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path

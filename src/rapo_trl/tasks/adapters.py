@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
 from datasets import Dataset
 
+from rapo_trl.jsonl_qa import read_qa_jsonl
 from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for
 from rapo_trl.tasks.splits import stable_hash
 
@@ -90,26 +90,8 @@ def to_rapo_rows(
 
 
 def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if n is not None and len(rows) >= n:
-                break
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            missing = [k for k in (question_key, answer_key) if k not in record]
-            if missing:
-                raise ValueError(
-                    f"{path}:{line_no}: no key {', '.join(map(repr, missing))}; keys are {', '.join(record)}"
-                )
-            question = record[question_key]
-            rows.append(
-                {"question": question, "answer": record[answer_key], "question_id": stable_hash(question)}
-            )
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    return rows
+    return [{**row, "question_id": stable_hash(row["question"])}
+            for row in read_qa_jsonl(path, question_key, answer_key, n)]
 
 
 def load_jsonl_qa(

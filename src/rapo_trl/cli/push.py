@@ -1,0 +1,110 @@
+"""``rapo train`` with ``push_to_hub``: the trained model pushed as TRL pushes an adapter, loadable anywhere.
+
+TRL's adapter names its base by the hub id it was loaded from; the run's adapter names the local folder it was
+loaded from, so the pushed copy names the hub id (or ``--base_model_name``). After a LoRA warm start RAPO trains the
+warm start's adapter further over the base, so the adapter already carries it. An adapter trained over a merged
+warm-start folder gets the warm start's LoRA folded in: both side by side in one adapter of rank r1 + r2
+(``B1·A1·s1 + B2·A2·s2 = [s1·B1, s2·B2]·[A1; A2]``, exact), over the model the warm start began from. The run's own
+folder is left as it is (``rapo eval`` loads it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from rapo_trl.cli.errors import UsageError
+from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
+
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+LORA_KEYS = (".lora_A.weight", ".lora_B.weight")
+
+
+def base_model_name(given: str | None, model_name_or_path: str | None, model_path: str) -> str:
+    """What the pushed adapter names as its base: ``given`` (``--base_model_name``), else the hub id the model was
+    loaded by (an alias's too), else the local folder's absolute path (it loads on this machine, from any folder)."""
+    from rapo_trl.model_card import base_model_hub_id
+
+    return given or base_model_hub_id(model_name_or_path) or str(Path(model_path).resolve())
+
+
+def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, include_warm_start: bool = False) -> Path:
+    """``output_dir`` as it is pushed, written to ``target``: less checkpoints, ``_*`` files (as TRL leaves them
+    out) and the warm-start and equal-time SFT folders (unless ``include_warm_start``); its adapter names
+    ``base_name`` and, after a warm start, carries the warm start's LoRA."""
+    source, target = Path(output_dir), Path(target)
+    left_out = {"checkpoint-*", "_*", *(() if include_warm_start else (WARM_START_DIR, SFT_SAME_TIME_DIR))}
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*left_out), dirs_exist_ok=True)
+    config_path = target / ADAPTER_CONFIG
+    if not config_path.is_file():  # a full fine-tune: the weights are the whole model
+        return target
+    config = json.loads(config_path.read_text())
+    warm = source / WARM_START_DIR / WARM_START_LORA
+    if Path(str(config.get("base_model_name_or_path"))).name == WARM_START_DIR:
+        if not (warm / ADAPTER_CONFIG).is_file():
+            raise UsageError(f"{source / WARM_START_DIR} has no {WARM_START_LORA}/ adapter to fold into the pushed "
+                             "adapter (a warm start made by an older rapo_trl): train again to push it")
+        config = fold_adapters(warm, source, target)
+    config["base_model_name_or_path"] = base_name
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+    return target
+
+
+def _lora(folder: Path) -> tuple[dict, dict, float]:
+    from safetensors.torch import load_file
+
+    config = json.loads((folder / ADAPTER_CONFIG).read_text())
+    unsupported = [key for key in ("use_dora", "rank_pattern", "alpha_pattern", "layers_to_transform") if config.get(key)]
+    if unsupported:
+        raise UsageError(f"the adapter in {folder} uses {', '.join(unsupported)}: it cannot be folded with the warm "
+                         "start; set push_warm_start: true to push the warm-start model with it")
+    weights = load_file(str(folder / ADAPTER_WEIGHTS))
+    if any("lora_embedding" in key for key in weights):
+        raise UsageError(f"the adapter in {folder} adapts embeddings: it cannot be folded with the warm start; set "
+                         "push_warm_start: true to push the warm-start model with it")
+    rank = int(config["r"])
+    scaling = config["lora_alpha"] / (rank ** 0.5 if config.get("use_rslora") else rank)
+    return config, weights, scaling
+
+
+def fold_adapters(first: Path, second: Path, target: Path) -> dict:
+    """One LoRA adapter equal to ``first`` then ``second`` applied together, written to ``target``; returns its
+    config (``second``'s, with the summed rank). A module only one of them adapts gets zeros from the other."""
+    import torch
+    from safetensors.torch import save_file
+
+    (config_1, weights_1, scale_1), (config_2, weights_2, scale_2) = _lora(first), _lora(second)
+    rank_1, rank_2 = int(config_1["r"]), int(config_2["r"])
+    modules = sorted({key[: -len(suffix)] for weights in (weights_1, weights_2) for key in weights
+                      for suffix in LORA_KEYS if key.endswith(suffix)})
+    folded = {key: value for key, value in weights_2.items() if not key.endswith(LORA_KEYS)}  # modules_to_save
+    for module in modules:
+        a_key, b_key = module + LORA_KEYS[0], module + LORA_KEYS[1]
+        reference = weights_1.get(a_key, weights_2.get(a_key))
+        out_features = weights_1.get(b_key, weights_2.get(b_key)).shape[0]
+        parts_a, parts_b = [], []
+        for weights, rank, scale in ((weights_1, rank_1, scale_1), (weights_2, rank_2, scale_2)):
+            if a_key in weights:
+                parts_a.append(weights[a_key].float())
+                parts_b.append(weights[b_key].float() * scale)  # the scaling moves into B: the fold's is 1
+            else:
+                parts_a.append(torch.zeros(rank, reference.shape[1]))
+                parts_b.append(torch.zeros(out_features, rank))
+        folded[a_key], folded[b_key] = torch.cat(parts_a, 0).contiguous(), torch.cat(parts_b, 1).contiguous()
+    save_file(folded, str(target / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+    suffixes = {module.rsplit(".", 1)[-1] for module in modules}
+    return {**config_2, "r": rank_1 + rank_2, "lora_alpha": rank_1 + rank_2, "use_rslora": False,
+            "target_modules": sorted(suffixes)}
+
+
+def push_folder(folder: Path, repo_id: str, token: str | None = None, private: bool | None = None,
+                revision: str | None = None, api=None) -> str:
+    """Upload ``folder`` to the model repo ``repo_id`` (created when missing), as ``Trainer.push_to_hub`` does."""
+    if api is None:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+    repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True).repo_id
+    api.upload_folder(repo_id=repo, folder_path=str(folder), commit_message="End of training", token=token,
+                      revision=revision)
+    return repo

@@ -1,0 +1,45 @@
+"""Question/answer rows from a JSONL file, read with the standard library alone.
+
+``rapo`` checks a user's file with it before torch, ``datasets`` or TRL load (a mistake answers in a fraction of
+a second), and `rapo_trl.tasks.load_jsonl_qa` reads the same rows from it: one reader, one set of messages.
+Each message names the file and the line (the file's line, not the line inside one JSON value).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: str = "answer",
+                  n: int | None = None) -> list[dict]:
+    """``{"question", "answer"}`` of each object of the file (the first ``n``); a malformed line, a missing key, an
+    empty question or a null answer raises ``ValueError`` naming ``path:line``."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if n is not None and len(rows) >= n:
+                break
+            if not line.strip():
+                continue
+            where = f"{path}:{line_no}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:  # its own "line 1" is the line inside this one JSON value
+                raise ValueError(f"{where}: not JSON ({error.msg}, column {error.colno}); a JSONL file holds one "
+                                 "JSON object a line") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{where}: a JSON {type(record).__name__} where an object "
+                                 f"({{\"{question_key}\": ..., \"{answer_key}\": ...}}) was expected")
+            missing = [key for key in (question_key, answer_key) if key not in record]
+            if missing:
+                raise ValueError(f"{where}: no key {', '.join(map(repr, missing))}; keys are {', '.join(record)}")
+            question, answer = record[question_key], record[answer_key]
+            if not isinstance(question, str) or not question.strip():
+                raise ValueError(f"{where}: '{question_key}' must be a non-empty string, got {question!r}")
+            if answer is None or answer == [] or answer == "":  # no gold: every reward would score it 0
+                raise ValueError(f"{where}: '{answer_key}' is {json.dumps(answer)}; every question needs its answer")
+            rows.append({"question": question, "answer": answer})
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows

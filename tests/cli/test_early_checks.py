@@ -1,0 +1,70 @@
+"""Issue 44: every check of your data, tools and rewards that needs no model answers before torch, datasets or
+TRL load, in under a second: JSONL contents at their real line, columns, null answers, split names, import paths
+(read from source, not imported), and reward arguments no column provides."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from tests.cli.runs import rapo_env
+
+MY_CODE = textwrap.dedent('''
+    import torch  # never run by the checks: they read this file, they do not import it
+
+
+    def needs_units(completions, units, **kwargs):
+        return [0.0 for _ in completions]
+
+
+    def exact(completions, answer, **kwargs):
+        return [0.0 for _ in completions]
+''')
+
+
+def test_data_tool_and_reward_mistakes_answer_without_heavy_imports(tmp_path):
+    (tmp_path / "my_code.py").write_text(MY_CODE)
+    good = tmp_path / "qa.jsonl"
+    good.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+                            for i in range(20)))
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(good.read_text().splitlines()[0] + "\n" + '{"question": "What is 1 + 1?", "answer": 2\n')
+    data = ["--task", "dataset", "--dataset_path", str(good)]
+    cases = {  # argv: words of the one line
+        "malformed": (["--task", "dataset", "--dataset_path", str(broken)], "broken.jsonl:2: not JSON"),
+        "file_as_name": (["--task", "dataset", "--dataset_name", str(good)], "give a JSONL file as dataset_path"),
+        "split_with_path": ([*data, "--dataset_test_split", "tset"], "dataset_test_split names a split"),
+        "tool_missing": ([*data, "--tools", "my_code.calculator"], "tool 'my_code.calculator': my_code has no calculator"),
+        "tool_module_missing": ([*data, "--tools", "my_toolz.calc"], "tool 'my_toolz.calc': no module my_toolz"),
+        "reward_missing": ([*data, "--reward", "my_code.exactt"], "reward 'my_code.exactt': my_code has no exactt"),
+        "reward_argument": ([*data, "--reward_funcs", "my_code.needs_units"],
+                            "reward 'my_code.needs_units' requires the argument(s) 'units', which no data column"),
+    }
+    code = textwrap.dedent(f"""
+        import contextlib, io, json, sys, time
+        from rapo_trl.cli import main, read_recipe
+        cases = {json.dumps(cases)}
+        started = time.perf_counter()
+        out = {{}}
+        for name, (argv, words) in cases.items():
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                out[name] = (main(["train", *argv]), err.getvalue())
+        # what must pass: TRL's accuracy_reward (its `solution` fed from the answer column) and a reward reading `answer`
+        read_recipe("train", {json.dumps(data)} + ["--reward_funcs", "trl.rewards.accuracy_reward", "my_code.exact"])
+        seconds = time.perf_counter() - started
+        loaded = sorted(m for m in ("torch", "transformers", "trl", "datasets") if m in sys.modules)
+        print(json.dumps({{"out": out, "seconds": seconds, "loaded": loaded}}))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], env=rapo_env(), capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, (_, words) in cases.items():
+        code_, err = result["out"][name]
+        lines = err.strip().splitlines()
+        assert code_ == 2 and len(lines) == 1 and words in lines[0], (name, err)
+    assert result["loaded"] == []
+    assert result["seconds"] < 1.0 * len(cases), result["seconds"]  # well under a second each; a busy machine

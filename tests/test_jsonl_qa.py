@@ -1,0 +1,43 @@
+"""The standard-library JSONL reader the CLI checks files with before anything heavy loads (issue 44)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rapo_trl.jsonl_qa import read_qa_jsonl
+
+
+def _file(tmp_path, *lines):
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+GOOD = json.dumps({"question": "What is 2 + 2?", "answer": "4"})
+
+
+@pytest.mark.parametrize("bad_line, words", [
+    ('{"question": "What is 3 + 3?", "answer": "6"', "qa.jsonl:2: not JSON"),  # its own error says "line 1"
+    (json.dumps({"question": "What is 3 + 3?", "answer": None}), "qa.jsonl:2: 'answer' is null"),
+    (json.dumps({"question": "", "answer": "6"}), "qa.jsonl:2: 'question' must be a non-empty string"),
+    (json.dumps(["What is 3 + 3?", "6"]), "qa.jsonl:2: a JSON list where an object"),
+    (json.dumps({"question": "What is 3 + 3?"}), "qa.jsonl:2: no key 'answer'"),
+])
+def test_each_mistake_is_named_at_its_own_line(tmp_path, bad_line, words):
+    with pytest.raises(ValueError, match=words):
+        read_qa_jsonl(_file(tmp_path, GOOD, bad_line, GOOD))
+
+
+def test_rows_and_the_reader_imports_nothing_heavy(tmp_path):
+    path = _file(tmp_path, GOOD, "", json.dumps({"q": "What is 1 + 1?", "a": ["2", "two"]}).replace('"q"', '"question"')
+                 .replace('"a"', '"answer"'))
+    assert read_qa_jsonl(path) == [{"question": "What is 2 + 2?", "answer": "4"},
+                                   {"question": "What is 1 + 1?", "answer": ["2", "two"]}]
+    code = f"from rapo_trl.jsonl_qa import read_qa_jsonl; import sys; read_qa_jsonl({str(path)!r}); " \
+           "print([m for m in ('torch', 'datasets', 'trl') if m in sys.modules])"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "[]", run.stderr
