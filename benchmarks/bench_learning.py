@@ -291,11 +291,11 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
 
 GUIDED_ARMS = {
     # paper RAPO plus one guided-retrieval option (RAPOConfig, "Guided retrieval"), or all of them
-    "rapo_group_failed": dict(retrieve_when=["tool_step", "group_failed"]),
-    "rapo_plan": dict(retrieve_when=["plan", "tool_step"]),
+    "rapo_group_failed": dict(guide_failed_groups=True),
+    "rapo_plan": dict(retrieve_at=["plan", "tool_step"]),
     "rapo_anneal": dict(retrieve_prob_schedule="linear", retrieve_prob_final=0.0),
     "rapo_token_loss": dict(retrieved_token_loss_weight=1.0),
-    "rapo_guided": dict(retrieve_when=["plan", "tool_step", "group_failed"], retrieve_prob_schedule="linear",
+    "rapo_guided": dict(retrieve_at=["plan", "tool_step"], guide_failed_groups=True, retrieve_prob_schedule="linear",
                         retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
 }
 """Arms of issue 33's comparison: each guided option alone on top of paper RAPO, and all together."""

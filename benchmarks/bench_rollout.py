@@ -433,7 +433,7 @@ def run_rapo(trainer, prompts) -> RunResult:
     total = sum(len(c) for c in completion_ids)
     stats = trainer.rollout_engine.last_stats
     # _generate alone hands the rows over to no scoring step: take them, so the next call's hand-over starts empty.
-    rows, trainer.pending_rollout = trainer.pending_rollout.rows, None
+    rows, trainer.step_state = trainer.step_state.rows, None
     return RunResult(seconds, len(completion_ids), policy, total - policy,
                      statistics.mean(len(p) for p in prompt_ids), sum(r.tool_calls for r in rows),
                      sum(len(r.retrievals) for r in rows), stats.generate_seconds, stats.tool_seconds,

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rapo_trl.hardware import default_precision, trainer_device
+from rapo_trl.rollout.engine import RETRIEVAL_BOUNDARIES
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
 
 RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
-RETRIEVE_WHEN = ("tool_step", "plan", "group_failed")
 
 
 @dataclass
@@ -52,23 +52,15 @@ class RAPOConfig(GRPOConfig):
 
     > Guided retrieval (beyond the paper; each off by default)
 
-    retrieve_when (`list[str]`, *optional*, defaults to `["tool_step"]`):
-        When a hybrid rollout draws a retrieval (each draw with probability p), any of:
-        `"tool_step"`: after each completed tool step (the paper and its reference code).
-        `"plan"`: also once the policy closes its plan (`</think>`) in its first turn, before its first tool
-        call, so the retrieved step arrives before the decisive call rather than after it (with one tool call,
-        a retrieval after it comes too late to shape the program). It queries the store with the context
-        before the plan, the key stored first steps have.
-        `"group_failed"`: retrieve only in groups whose on-policy rollouts all failed (reward at or below
-        `group_failed_reward`), as BREAD (arXiv 2506.17211) and Guide-GRPO (arXiv 2506.13923) guide only
-        where the group fails: the group's on-policy rows are rolled out and scored first, then its hybrid
-        rows, retrieving only in failed groups (other groups' hybrid rows run on-policy). Same rollouts per
-        group; the two phases decode half the rows each. Unlike Guide-GRPO, the ratio is not recomputed
-        against the unguided context. Needs a boundary besides it (`"tool_step"` is added when none is
-        named); not with `dynamic_sampling`.
+    retrieve_at (`list[str]`, *optional*, defaults to `["tool_step"]`):
+        Step boundaries where a hybrid rollout draws a retrieval: `"tool_step"`, after each completed tool
+        step (the paper); `"plan"`, once the policy closes its first plan (`</think>`), before its first tool
+        call, queried with the question (docs/design.md, Guided retrieval).
+    guide_failed_groups (`bool`, *optional*, defaults to `False`):
+        Retrieve only in groups whose on-policy rollouts all failed (BREAD, Guide-GRPO): those are rolled out
+        and scored first. Not with `dynamic_sampling`.
     group_failed_reward (`float`, *optional*, defaults to `0.0`):
-        With `"group_failed"`: an on-policy rollout whose weighted reward is at or below this counts as
-        failed (RAPO's outcome reward: -1 malformed, 0 wrong, >= 1 right).
+        With `guide_failed_groups`: an on-policy reward at or below this counts as failed.
     retrieved_token_loss_weight (`float`, *optional*, defaults to `0.0`):
         w of a loss on the retrieved steps' own tokens (the stored step's text: no preface, tags or tool
         result) in rollouts whose reward is above the group mean (A > 0), so the policy learns to write the
@@ -191,13 +183,18 @@ class RAPOConfig(GRPOConfig):
         default=None, metadata={"help": "Steps with stored reward <= this are replaced by the fallback text."}
     )
     fallback_text: str | None = field(default=None, metadata={"help": "Text inserted when no good step is found."})
-    retrieve_when: list[str] = field(
+    retrieve_at: list[str] = field(
         default_factory=lambda: ["tool_step"],
-        metadata={"help": "When hybrid rollouts retrieve: tool_step (paper), plan (after the first plan), "
-                  "group_failed (only in groups whose on-policy rollouts all failed)."},
+        metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan)."},
+    )
+    guide_failed_groups: bool = field(
+        default=False, metadata={"help": "Retrieve only in groups whose on-policy rollouts all failed."}
+    )
+    retrieve_when: list[str] | None = field(
+        default=None, metadata={"help": "Removed: use retrieve_at (tool_step, plan) and guide_failed_groups."}
     )
     group_failed_reward: float = field(
-        default=0.0, metadata={"help": "group_failed: an on-policy reward at or below this counts as failed."}
+        default=0.0, metadata={"help": "guide_failed_groups: an on-policy reward at or below this is a failure."}
     )
     retrieved_token_loss_weight: float = field(
         default=0.0, metadata={"help": "w of a loss on retrieved steps' own tokens in rollouts with A > 0 (0: off)."}
@@ -336,33 +333,28 @@ class RAPOConfig(GRPOConfig):
         self._cpu_for_bf16()
 
     def _check_guided_retrieval(self) -> None:
-        when = self.retrieve_when
-        if isinstance(when, str):  # "plan,tool_step" from a command line or a YAML scalar
-            when = [part.strip() for part in when.replace("+", ",").split(",") if part.strip()]
-        unknown = [w for w in when if w not in RETRIEVE_WHEN]
-        if unknown or not when:
-            raise ValueError(f"retrieve_when takes one or more of {RETRIEVE_WHEN}, got {self.retrieve_when!r}.")
-        if not set(when) & {"tool_step", "plan"}:
-            when = ["tool_step", *when]
-        self.retrieve_when = list(dict.fromkeys(when))
-        if "group_failed" in self.retrieve_when:
+        if self.retrieve_when is not None:
+            raise ValueError("retrieve_when was split in two: retrieve_at (where a hybrid rollout retrieves: "
+                             "tool_step, plan) and guide_failed_groups (retrieve only in groups that failed).")
+        at = [self.retrieve_at] if isinstance(self.retrieve_at, str) else list(self.retrieve_at)
+        unknown = [b for b in at if b not in RETRIEVAL_BOUNDARIES]
+        if unknown or not at:
+            raise ValueError(f"retrieve_at takes one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at!r}.")
+        self.retrieve_at = list(dict.fromkeys(at))
+        if self.guide_failed_groups:
             if self.dynamic_sampling:
-                raise ValueError("retrieve_when 'group_failed' and dynamic_sampling cannot be combined yet: dynamic "
-                                 "sampling's replacement groups are rolled out without the failed-group gate.")
+                # Its replacement groups would need the same two-phase rollout and a second gate per round.
+                raise ValueError("guide_failed_groups and dynamic_sampling cannot be combined: dynamic sampling's "
+                                 "replacement groups are rolled out without the failed-group gate.")
             if self.num_hybrid_generations >= self.num_generations:
-                raise ValueError(f"retrieve_when 'group_failed' judges a group by its on-policy rollouts: "
+                raise ValueError(f"guide_failed_groups judges a group by its on-policy rollouts: "
                                  f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
                                  f"num_generations ({self.num_generations}).")
-            self._require_whole_groups("retrieve_when 'group_failed' judges whole groups")
+            self._require_whole_groups("guide_failed_groups judges whole groups")
         if self.retrieved_token_loss_weight < 0:
             raise ValueError(f"retrieved_token_loss_weight must be >= 0, got {self.retrieved_token_loss_weight}.")
         if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
             raise ValueError(f"retrieved_token_shaping must be > 0 or None, got {self.retrieved_token_shaping}.")
-
-    @property
-    def retrieval_boundaries(self) -> tuple[str, ...]:
-        """The step boundaries of ``retrieve_when`` (what the rollout engine's ``retrieve_at`` takes)."""
-        return tuple(w for w in self.retrieve_when if w != "group_failed")
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""

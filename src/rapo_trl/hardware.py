@@ -151,3 +151,16 @@ def check_trainer_device(device: str | None, use_cpu: bool) -> None:
         hint = "pass --use_cpu true" if device == "cpu" else "set use_cpu to false"
         raise ValueError(f"rapo train runs on '{where}' (TRL's use_cpu={use_cpu}), not device '{device}'; "
                          f"to train there, {hint}")
+
+
+def load_frozen_weights_in_half(model, args, peft_config, quantization_config) -> None:
+    """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
+    (``frozen_weights_dtype``; adapters stay fp32), by setting ``args.model_init_kwargs["dtype"]``. An explicit
+    ``model_init_kwargs["dtype"]``, a model object or a quantized load is left as it is."""
+    init_kwargs = args.model_init_kwargs or {}
+    quantized = quantization_config is not None or "quantization_config" in init_kwargs
+    if not isinstance(model, str) or peft_config is None or quantized or "dtype" in init_kwargs:
+        return
+    dtype = frozen_weights_dtype(bool(args.bf16), bool(args.fp16))
+    if dtype is not None:
+        args.model_init_kwargs = {**init_kwargs, "dtype": dtype}

@@ -69,4 +69,4 @@ def test_a_series_table_puts_each_arm_beside_grpo_with_an_interval_over_seeds():
     assert (lo, hi) == (round(0.12 - 4.303 * 0.02 / 3 ** 0.5, 3), round(0.12 + 4.303 * 0.02 / 3 ** 0.5, 3))
     assert guided[5] == "+5.0"  # points above GRPO's 0.070
     assert bench.variant({"arm": "rapo", "settings": {"series": "s33"}}) == "rapo [s33]"
-    assert bench.arm_settings("rapo_plan", 8)["retrieve_when"] == ["plan", "tool_step"]
+    assert bench.arm_settings("rapo_plan", 8)["retrieve_at"] == ["plan", "tool_step"]

@@ -16,8 +16,8 @@ from rapo_trl.trainer.dynamic_sampling import (
     groups_with_signal,
     prompt_key,
     resample_flat_groups,
-    weighted_rewards,
 )
+from rapo_trl.trainer.rewards import weighted_rewards
 from tests.helpers.fakes import EchoTool
 from tests.helpers.trainers import G, common_args
 

@@ -60,27 +60,33 @@ def test_retrieved_token_loss_value_and_gradient(shaping):
 
 
 def test_config_checks():
-    config = RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
-                        per_device_train_batch_size=4, retrieve_when="group_failed")
-    assert config.retrieve_when == ["tool_step", "group_failed"]  # a boundary is added
-    assert config.retrieval_boundaries == ("tool_step",)
-    assert RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4, per_device_train_batch_size=4,
-                      retrieve_when="plan+tool_step").retrieval_boundaries == ("plan", "tool_step")
-    for bad, match in ((dict(retrieve_when=["later"]), "retrieve_when"),
-                       (dict(retrieve_when=["group_failed"], num_hybrid_generations=4), "on-policy"),
-                       (dict(retrieve_when=["group_failed"], dynamic_sampling=True), "dynamic_sampling"),
+    def config(**kwargs):
+        return RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
+                          **{"per_device_train_batch_size": 4, **kwargs})
+
+    assert config().retrieve_at == ["tool_step"] and not config().guide_failed_groups
+    assert config(retrieve_at="plan").retrieve_at == ["plan"]  # a YAML scalar names one boundary
+    assert config(retrieve_at=["plan", "tool_step"]).retrieve_at == ["plan", "tool_step"]
+    for bad, match in ((dict(retrieve_at=["later"]), "retrieve_at takes one or more of"),
+                       (dict(retrieve_at=["group_failed"]), "retrieve_at takes"),
+                       (dict(guide_failed_groups=True, num_hybrid_generations=4), "on-policy"),
+                       (dict(guide_failed_groups=True, dynamic_sampling=True), "dynamic_sampling"),
                        (dict(retrieved_token_loss_weight=-1.0), "retrieved_token_loss_weight"),
                        (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping")):
         with pytest.raises(ValueError, match=match):
-            RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
-                       **{"per_device_train_batch_size": 4, **bad})
+            config(**bad)
+
+
+def test_the_old_option_name_is_refused_naming_the_new_ones():
+    with pytest.raises(ValueError, match="^retrieve_when was split in two: retrieve_at .* guide_failed_groups"):
+        RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, retrieve_when=["tool_step", "group_failed"])
 
 
 @pytest.mark.parametrize("threshold, guided", [(0.0, False), (2.0, True)])
 def test_group_failed_retrieves_only_when_the_on_policy_rows_failed(tiny_model_dir, tmp_path, threshold, guided):
     store = FixedStore()
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0,
-                           retrieve_when=["tool_step", "group_failed"], group_failed_reward=threshold)
+                           guide_failed_groups=True, group_failed_reward=threshold)
     script(trainer)  # rows 2-3 (on-policy) roll out first and draw the first two scripts: rewards 1 and 2
     trainer.model.train()
     trainer._generate_and_score_completions(batch_inputs())

@@ -1,5 +1,5 @@
-"""The rollout's hand-over to TRL's later hooks, and the ratio shift's hand-over to the loss forward: a hook that runs
-twice, never, or on other rows raises instead of training as plain GRPO."""
+"""The step's state across TRL's hooks, and the loss forward's: a hook that runs twice, never, or on other rows
+raises instead of training as plain GRPO."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from trl import GRPOTrainer
 
 from rapo_trl.rollout import RolloutRow
-from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
+from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
 from tests.helpers.fakes import FixedStore
 from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
 
@@ -20,7 +20,7 @@ def rows(*completions):
 
 
 def test_score_keeps_weighted_rewards_once():
-    pending = PendingRollout(rows([5, 6], [7]), "train")
+    pending = StepState(rows([5, 6], [7]), "train")
     pending.score([[5, 6], [7]], torch.tensor([[1.0, 2.0], [0.5, float("nan")]]), torch.tensor([1.0, 0.5]))
     assert pending.rewards.tolist() == [2.0, 0.5]
     pending.check_scored(2)
@@ -32,11 +32,11 @@ def test_score_keeps_weighted_rewards_once():
                                           ([[7], [5, 6]], "completion 0 .* not row 0")])
 def test_score_refuses_other_rows(given, match):
     with pytest.raises(RolloutHandOverError, match=match):
-        PendingRollout(rows([5, 6], [7]), "train").score(given, torch.zeros(len(given), 1), WEIGHTS)
+        StepState(rows([5, 6], [7]), "train").score(given, torch.zeros(len(given), 1), WEIGHTS)
 
 
 def test_unscored_or_resized_rollout_is_refused():
-    pending = PendingRollout(rows([1]), "train")
+    pending = StepState(rows([1]), "train")
     with pytest.raises(RolloutHandOverError, match="never ran"):
         pending.check_scored(1)
     pending.score([[1]], torch.zeros(1, 1), WEIGHTS)
@@ -46,7 +46,7 @@ def test_unscored_or_resized_rollout_is_refused():
 
 def test_replacements_reach_trls_prompts_only_when_the_inputs_hold_them():
     replacement = {"prompt": "new", "answer": "2"}
-    pending = PendingRollout(rows([1], [2]), "train", replaced={1: replacement})
+    pending = StepState(rows([1], [2]), "train", replaced={1: replacement})
     inputs, prompts = [{"prompt": "old", "answer": "1"}, replacement], ["old", "old"]
     pending.apply_replacements(inputs, prompts)
     assert prompts == ["old", "new"]
@@ -56,16 +56,35 @@ def test_replacements_reach_trls_prompts_only_when_the_inputs_hold_them():
 
 def test_ratio_shift_is_applied_to_one_forward_only():
     inputs = {}
-    shift = PendingRatioShift(inputs, torch.tensor([[0.5]]))
+    forward = LossForward(inputs, torch.tensor([[0.5]]))
     with pytest.raises(RolloutHandOverError, match="did not run"):
-        shift.check_used()
+        forward.check_used()
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    shift.apply(logps)
+    forward.apply(logps)
     assert inputs["old_per_token_logps"].tolist() == [[-1.5, -2.5]] and not inputs["old_per_token_logps"].requires_grad
     assert inputs["sampling_per_token_logps"].tolist() == [[-1.0, -2.0]]  # the off-policy mask is not shaped
-    shift.check_used()
+    assert forward.logps is None  # kept only for the retrieved-token term
+    forward.check_used()
     with pytest.raises(RolloutHandOverError, match="more than one forward"):
-        shift.apply(logps)
+        forward.apply(logps)
+
+
+def test_the_forward_keeps_its_logps_for_the_retrieved_token_term_with_its_graph():
+    inputs = {"old_per_token_logps": torch.zeros(1, 2)}
+    forward = LossForward(inputs, shift=None, keep_logps=True)
+    logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    forward.apply(logps)
+    assert forward.logps is logps and inputs["old_per_token_logps"].tolist() == [[0.0, 0.0]]  # nothing shifted
+
+
+def test_a_rollout_writes_its_replacement_rows_into_the_steps_inputs():
+    inputs = [{"prompt": "old"}, {"prompt": "old"}]
+    step = StepState(inputs=inputs)
+    replacement = {"prompt": "new"}
+    step.rolled_out(rows([1], [2]), "train", {1: replacement})
+    assert inputs[1] is replacement and step.mode == "train"
+    with pytest.raises(RolloutHandOverError, match="twice"):
+        step.rolled_out(rows([1], [2]), "train", {})
 
 
 def test_a_reordering_between_rollout_and_rewards_raises(tiny_model_dir, tmp_path):
@@ -101,7 +120,7 @@ def test_a_step_that_failed_after_its_rollout_leaves_nothing_behind(tiny_model_d
     trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])  # as if the rewards had raised
     script(trainer)
     out = trainer._generate_and_score_completions(batch_inputs())
-    assert trainer.pending_rollout is None and len(trainer.last_rollout.rows) == len(out["advantages"]) == 4
+    assert trainer.step_state is None and len(trainer.last_rollout.rows) == len(out["advantages"]) == 4
 
 
 def test_a_loss_that_runs_two_forwards_refuses_the_shaped_ratio(tiny_model_dir, tmp_path, monkeypatch):

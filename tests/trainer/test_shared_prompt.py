@@ -9,7 +9,7 @@ import torch
 from peft import LoraConfig
 from transformers import AutoTokenizer
 
-import rapo_trl.trainer.trainer as trainer_module
+import rapo_trl.trainer.shared_prompt as shared_prompt_module
 from rapo_trl.config import RAPOConfig
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.trainer import RAPOTrainer
@@ -115,8 +115,8 @@ def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir,
     trainer.model.gradient_checkpointing_enable()
     assert "gradient checkpointing" in shared_prompt_unavailable(trainer.model)
     used = []
-    monkeypatch.setattr(trainer_module, "score_with_shared_prompt", lambda *a, **k: used.append(1))
-    monkeypatch.setattr(trainer_module, "_SHARED_PROMPT_OFF", set())
+    monkeypatch.setattr(shared_prompt_module, "score_with_shared_prompt", lambda *a, **k: used.append(1))
+    monkeypatch.setattr(shared_prompt_module, "_SAID", set())
     with caplog.at_level("WARNING", logger="rapo_trl.trainer"):
         loss, _ = loss_and_grads(trainer, batch)
         loss_and_grads(trainer, batch)

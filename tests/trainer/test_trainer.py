@@ -269,7 +269,7 @@ def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
     script(trainer)
     trainer.model.eval()
     trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
-    rows = trainer.pending_rollout.rows
+    rows = trainer.step_state.rows
     assert store.queries == [] and [len(r.retrievals) for r in rows] == [0] * G
     assert not any(r.is_hybrid for r in rows)
 

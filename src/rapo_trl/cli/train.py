@@ -120,7 +120,7 @@ def _warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args)
     from trl import get_quantization_config
 
     from rapo_trl.cli.warm_start import load_adapter_for_training
-    from rapo_trl.trainer.trainer import load_frozen_weights_in_half
+    from rapo_trl.hardware import load_frozen_weights_in_half
 
     quantization = get_quantization_config(model_args)
     load_frozen_weights_in_half(model_path, rapo_args, peft_config, quantization)

@@ -54,7 +54,7 @@ def rollout_config(args: RAPOConfig) -> RolloutConfig:
         tool_workers=args.tool_workers,
         answer_stop=args.answer_stop,
         max_retrieved_tokens=args.max_retrieved_tokens,
-        retrieve_at=args.retrieval_boundaries,
+        retrieve_at=tuple(args.retrieve_at),
     )
 
 

@@ -31,14 +31,6 @@ def groups_with_signal(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return ~torch.isnan(std) & ~torch.isclose(std, torch.zeros_like(std))
 
 
-def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Each row's reward as TRL's advantages see it: the weighted sum over reward functions, NaN where every
-    function returned None (TRL excludes those rows from the baseline)."""
-    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
-    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
-    return rewards
-
-
 def prompt_key(prompt) -> str:
     """A prompt (text or chat messages) as a comparable string."""
     return json.dumps(prompt, sort_keys=True, default=str)

@@ -1,4 +1,4 @@
-"""Guided retrieval options beyond the paper (``RAPOConfig.retrieve_when``, ``retrieved_token_loss_weight``).
+"""Guided retrieval options beyond the paper (``RAPOConfig.guide_failed_groups``, ``retrieved_token_loss_weight``).
 
 - ``failed_groups``: which groups' on-policy rollouts all failed (guide only there: BREAD, Guide-GRPO).
 - ``retrieved_token_weights`` / ``retrieved_token_loss``: a loss on the retrieved steps' own tokens of rollouts

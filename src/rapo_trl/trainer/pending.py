@@ -1,9 +1,10 @@
-"""What one rollout hands to the hooks TRL calls after it, and the ratio shift handed to the loss forward.
+"""One step's state across TRL's hooks, and the loss forward's.
 
 TRL calls ``rollout_func``, then ``_calculate_rewards``, then returns from ``_generate_and_score_completions``;
-RAPO's per-row state (retrievals, entropies, F_ret) must reach the last two unchanged. It travels in one
-object that checks every hand-over, so a TRL change in how often or in which order these hooks run fails
-loudly instead of training as plain GRPO.
+RAPO's per-row state (retrievals, entropies, F_ret) must reach the last two unchanged. ``StepState`` carries the
+step from its input rows to its advantages and checks every hand-over, so a TRL change in how often or in which
+order these hooks run fails loudly instead of training as plain GRPO. ``LossForward`` does the same for the one
+forward inside TRL's loss: the shaped ratio's old log-probs, and the log-probs the retrieved-token term reads.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rapo_trl.rollout import RolloutRow
+from rapo_trl.trainer.rewards import weighted_rewards
 
 HOOKS_CHANGED = (
     "This TRL version calls GRPOTrainer's hooks differently from the one RAPOTrainer was written for "
@@ -25,17 +27,28 @@ class RolloutHandOverError(RuntimeError):
 
 
 @dataclass
-class PendingRollout:
-    """One call's hybrid rows, from ``rollout_func`` until advantages are computed."""
+class StepState:
+    """One call of ``_generate_and_score_completions`` (or a bare ``rollout_func`` call): its input rows, then the
+    hybrid rows the rollout made of them, then their weighted rewards."""
 
-    rows: list[RolloutRow]
-    mode: str
+    rows: list[RolloutRow] | None = None
+    """The rollout's rows, set once by ``rolled_out``."""
+    mode: str = "train"
     """``"train"`` or ``"eval"``."""
     rewards: torch.Tensor | None = None
     """Weighted reward of every row of every process (TRL gathers them), set once by ``score``."""
     replaced: dict[int, dict] = field(default_factory=dict)
     """Dynamic sampling: local row index -> the training row whose prompt the rollout put there (already written
     into the step's ``inputs``)."""
+    inputs: list[dict] | None = None
+    """The step's input rows, the list TRL scores next (``None`` when ``rollout_func`` is called on its own)."""
+
+    def rolled_out(self, rows: list[RolloutRow], mode: str, replaced: dict[int, dict]) -> None:
+        if self.rows is not None:
+            raise RolloutHandOverError("RAPO: rollout_func ran twice before its completions were scored.")
+        self.rows, self.mode, self.replaced = rows, mode, replaced
+        for index, row in replaced.items():  # TRL scores (and logs) the step's inputs next: the rows now there
+            self.inputs[index] = row
 
     def apply_replacements(self, inputs: list[dict], prompts: list) -> None:
         """Check the step's ``inputs`` hold the replacement rows and put their prompts into TRL's ``prompts`` (in
@@ -63,7 +76,7 @@ class PendingRollout:
                     HOOKS_CHANGED + f"completion {index} given to _calculate_rewards is not row {index} of the "
                     "rollout (reordered or rewritten)."
                 )
-        self.rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
+        self.rewards = weighted_rewards(rewards_per_func, weights)
 
     def check_scored(self, n_advantages: int) -> None:
         if self.rewards is None:
@@ -75,17 +88,16 @@ class PendingRollout:
 
 
 @dataclass
-class PendingRatioShift:
-    """The per-row shift log(1 + m F_ret) waiting for the loss's one forward pass.
-
-    With aligned generation TRL passes no old log-probs and takes ``per_token_logps.detach()`` after that
-    forward; the shaped ratio needs them lowered by the shift, so the forward's override writes them into
-    the loss's inputs, where ``_compute_loss`` reads them next.
-    """
+class LossForward:
+    """The one forward of TRL's loss, as RAPO needs it: its old log-probs lowered by the per-row ``shift``
+    log(1 + m F_ret) (aligned generation: TRL takes the forward's own log-probs as the old ones), and its
+    log-probs kept for the retrieved-token term (``keep_logps``)."""
 
     inputs: dict
-    shift: torch.Tensor
-    """[B, 1]."""
+    shift: torch.Tensor | None = None
+    """[B, 1], or ``None``: the ratio is shaped through the inputs' own old log-probs, or not at all."""
+    keep_logps: bool = False
+    logps: torch.Tensor | None = None
     used: int = 0
 
     def apply(self, per_token_logps: torch.Tensor) -> None:
@@ -94,10 +106,13 @@ class PendingRatioShift:
             raise RolloutHandOverError(
                 HOOKS_CHANGED + "_compute_loss ran more than one forward; the shaped old log-probs are ambiguous."
             )
-        # The off-policy mask compares with the sampler's log-probs (here: this forward's); only the clipped ratio
-        # is shaped.
-        self.inputs.setdefault("sampling_per_token_logps", per_token_logps.detach())
-        self.inputs["old_per_token_logps"] = per_token_logps.detach() - self.shift
+        if self.keep_logps:
+            self.logps = per_token_logps
+        if self.shift is not None:
+            # The off-policy mask compares with the sampler's log-probs (here: this forward's); only the clipped
+            # ratio is shaped.
+            self.inputs.setdefault("sampling_per_token_logps", per_token_logps.detach())
+            self.inputs["old_per_token_logps"] = per_token_logps.detach() - self.shift
 
     def check_used(self) -> None:
         if self.used != 1:

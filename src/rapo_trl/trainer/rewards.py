@@ -1,10 +1,13 @@
-"""Reward functions see the trainer's tools: the format check then knows which tags are real tool calls."""
+"""Rewards as the trainer uses them: reward functions see the trainer's tools (the format check then knows which
+tags are real tool calls), and one weighted sum over reward functions, TRL's."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import inspect
+
+import torch
 
 from rapo_trl.rewards.outcome import RapoOutcomeReward
 
@@ -45,3 +48,11 @@ def _takes_tool_tags(func) -> bool:
         return False
     parameter = parameters.get("tool_tags")
     return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+
+
+def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Each row's reward as TRL's advantages see it: the weighted sum over reward functions, NaN where every
+    function returned None (TRL leaves those rows out of the group baseline and gives them no advantage)."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards

@@ -22,11 +22,15 @@ caches, no gradient checkpointing (recomputation would drop the cache) and no mu
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import split_tensor_dict
 
 from rapo_trl.rollout.backends.kv_decode import cache_argument, unwrapped_model
+
+logger = logging.getLogger("rapo_trl.trainer")
 
 
 def distinct_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int):
@@ -86,6 +90,42 @@ def score_with_shared_prompt(model, input_ids, attention_mask, logits_to_keep: i
     entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
     return logps, entropies
 
+
+def scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep: int, batch_size: int | None,
+                               compute_entropy: bool, trl_scores, autocast):
+    """``GRPOTrainer._get_per_token_logps_and_entropies``' answer with each distinct prompt of a chunk run once, or
+    None where no chunk shares a prompt or the model cannot take the shared cache (said once, with the reason).
+    ``trl_scores(ids, mask)`` is TRL's own scoring of a chunk; ``autocast()`` the trainer's mixed-precision context."""
+    batch_size = batch_size or input_ids.size(0)
+    prompt_len = input_ids.size(1) - logits_to_keep
+    chunks = [(start, distinct_prompts(input_ids[start:start + batch_size],
+                                       attention_mask[start:start + batch_size], prompt_len))
+              for start in range(0, input_ids.size(0), batch_size)]
+    if all(groups is None for _, groups in chunks):
+        return None
+    reason = shared_prompt_unavailable(model)
+    if reason is not None:  # e.g. under DDP: the wrapper's forward takes no cache argument
+        if reason not in _SAID:
+            _SAID.add(reason)
+            logger.warning("RAPO: share_prompt_forward is off for this model (%s): every row runs its prompt in the "
+                           "loss, as in TRL.", reason)
+        return None
+    logps, entropies = [], []
+    for start, groups in chunks:
+        ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+        if groups is None:
+            chunk_logps, chunk_entropies, _ = trl_scores(ids, mask)
+        else:
+            with autocast():
+                chunk_logps, chunk_entropies = score_with_shared_prompt(model, ids, mask, logits_to_keep,
+                                                                        compute_entropy, groups)
+        logps.append(chunk_logps)
+        entropies.append(chunk_entropies)
+    return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+
+_SAID: set[str] = set()
+"""Why the shared prompt could not serve, each reason said once per process."""
 
 ROW_KEY = "rapo_row"
 """Each row's index in its generation batch, carried through TRL's shuffle."""

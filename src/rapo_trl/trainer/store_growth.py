@@ -36,7 +36,7 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
     """
     chosen = []
     for first in range(0, rewards.numel(), group_size):
-        best = first + int(rewards[first : first + group_size].argmax())
+        best = first + int(rewards[first : first + group_size].nan_to_num(nan=float("-inf")).argmax())  # NaN: unscorable
         local = best - start
         if 0 <= local < n_local and float(rewards[best]) >= min_reward:
             chosen.append((local, float(rewards[best])))

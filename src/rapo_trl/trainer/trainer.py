@@ -1,15 +1,16 @@
 """RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (docs/design.md).
 
 Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
-against the installed TRL, in ``rapo_trl.internals``. The seams (docs/trl-integration.md):
-1. ``rollout_func`` (``_hybrid_rollout``): the hybrid engine produces ids, env_mask and RAPO's per-row state,
-   handed to the next two hooks as one ``PendingRollout``; with ``dynamic_sampling`` it also replaces groups whose
-   rewards are all equal (``dynamic_sampling.py``), writing the replacement rows into the step's inputs;
-2. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
-3. ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row ratio
-   shift log(1 + m F_ret) stored beside them;
-4. ``_compute_loss`` / ``_get_per_token_logps_and_entropies``: old log-probs lowered by that shift, so TRL's
-   clip acts on (1 + m F_ret) r.
+against the installed TRL, in ``rapo_trl.internals``. One ``StepState`` carries a step across TRL's hooks
+(docs/trl-integration.md):
+1. ``_generate_and_score_completions`` opens it with the step's input rows;
+2. ``rollout_func`` (``_hybrid_rollout``): the rollout stage (``step_rollout.py``: plain, guided for failed groups,
+   dynamic sampling) gives ids, env_mask and RAPO's per-row state;
+3. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
+4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row
+   ratio shift log(1 + m F_ret) and retrieved-token weights stored beside them in the batch;
+5. ``_compute_loss``: TRL's loss with its one forward as a ``LossForward`` (old log-probs lowered by the shift, so
+   TRL's clip acts on (1 + m F_ret) r; log-probs kept for the retrieved-token term), plus that term.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from trl.extras.profiling import profiling_decorator
 from trl.trainer.utils import get_config_model_id
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.hardware import frozen_weights_dtype
+from rapo_trl.hardware import load_frozen_weights_in_half
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rewards.view import policy_view
@@ -44,53 +45,20 @@ from rapo_trl.trainer.checks import (
     warn_if_nothing_to_retrieve,
     warn_if_prompt_and_tools_differ,
 )
-from rapo_trl.trainer.dynamic_sampling import (
-    PromptDraw,
-    dynamic_sampling_metrics,
-    resample_flat_groups,
-    reward_logs_left_alone,
-    summed_stats,
-    weighted_rewards,
-)
-from rapo_trl.trainer.guided import (
-    RETRIEVED_WEIGHT_KEY,
-    failed_groups,
-    retrieved_token_loss,
-    retrieved_token_weights,
-)
+from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
+from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
-from rapo_trl.trainer.pending import PendingRatioShift, PendingRollout, RolloutHandOverError
-from rapo_trl.trainer.rewards import bind_tool_tags
-from rapo_trl.trainer.shared_prompt import (
-    ROW_KEY,
-    distinct_prompts,
-    rows_in_generation_order,
-    score_with_shared_prompt,
-    shared_prompt_unavailable,
-)
+from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
+from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
+from rapo_trl.trainer.shared_prompt import ROW_KEY, rows_in_generation_order, scores_with_shared_prompts
+from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, roll_out_step
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
 
-_SHARED_PROMPT_OFF: set[str] = set()
-"""Why ``share_prompt_forward`` could not serve, each reason said once per process."""
-
 ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
 """TRL loss types whose accumulated loss is the same however a generation's rows are split into equal micro-batches:
 a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
-
-
-def load_frozen_weights_in_half(model, args: RAPOConfig, peft_config, quantization_config) -> None:
-    """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
-    (``rapo_trl.hardware.frozen_weights_dtype``; adapters stay fp32). An explicit ``model_init_kwargs["dtype"]``,
-    a model object or a quantized load is left as it is."""
-    init_kwargs = args.model_init_kwargs or {}
-    quantized = quantization_config is not None or "quantization_config" in init_kwargs
-    if not isinstance(model, str) or peft_config is None or quantized or "dtype" in init_kwargs:
-        return
-    dtype = frozen_weights_dtype(bool(args.bf16), bool(args.fp16))
-    if dtype is not None:
-        args.model_init_kwargs = {**init_kwargs, "dtype": dtype}
 
 
 class RAPOTrainer(GRPOTrainer):
@@ -187,18 +155,15 @@ class RAPOTrainer(GRPOTrainer):
         )
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
         self.rollout_func = self._hybrid_rollout
-        self.pending_rollout: PendingRollout | None = None
-        """The rollout between ``rollout_func`` and the end of ``_generate_and_score_completions``."""
-        self.last_rollout: PendingRollout | None = None
-        """The last scored rollout (rows, mode, weighted rewards), for inspection."""
-        self._pending_ratio_shift: PendingRatioShift | None = None
-        self._loss_logps: list[torch.Tensor] | None = None
-        """The loss forward's log-probs, kept while ``_compute_loss`` adds the retrieved-token loss."""
+        self.step_state: StepState | None = None
+        """The step being generated and scored, from ``_generate_and_score_completions``' start to its end."""
+        self.last_rollout: StepState | None = None
+        """The last scored step (rows, mode, weighted rewards), for inspection."""
+        self._loss_forward: LossForward | None = None
+        """The loss's one forward while ``_compute_loss`` runs TRL's loss."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
-        self._step_inputs: list[dict] | None = None
-        """The step's input rows while ``_generate_and_score_completions`` runs (dynamic sampling replaces rows)."""
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(self.accelerator.unwrap_model(self.model), args.learning_rate)
@@ -212,64 +177,43 @@ class RAPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ a step: generate and score
 
     def _generate_and_score_completions(self, inputs):
-        self.pending_rollout = None  # a step that failed after its rollout (e.g. in a reward) leaves nothing behind
-        self._step_inputs = inputs  # the list TRL scores: dynamic sampling writes replacement rows into it
+        self.step_state = step = StepState(inputs=inputs)  # TRL scores this list: replacement rows go into it
         try:
             out = super()._generate_and_score_completions(inputs)
         finally:
-            self._step_inputs = None
-        pending, self.pending_rollout = self.pending_rollout, None
-        if pending is None:
+            self.step_state = None  # a step that failed (e.g. in a reward) leaves nothing behind
+        if step.rows is None:
             raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
                                        "RAPO's rollout never ran (see rapo_trl.internals).")
-        pending.check_scored(len(out["advantages"]))
+        step.check_scored(len(out["advantages"]))
         out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
-        self.last_rollout = pending
-        if pending.mode != "train":
+        self.last_rollout = step
+        if step.mode != "train":
             return out
         out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
-            pending.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
+            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
         if self.args.retrieved_token_loss_weight > 0:
-            weights = retrieved_token_weights(pending.rows, out["advantages"], self.args.retrieved_token_loss_weight,
+            weights = retrieved_token_weights(step.rows, out["advantages"], self.args.retrieved_token_loss_weight,
                                               out["completion_ids"].size(1))
             weights = weights * out["completion_mask"]  # rows TRL masks (mask_truncated_completions) learn nothing
             out[RETRIEVED_WEIGHT_KEY] = weights
             metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
                 self.accelerator, [float((weights != 0).sum())])
-        metrics.update(signal_metrics(pending.rewards, self.num_generations))
-        for name, value in metrics.items():
-            self._metrics["train"][name].append(value)
-        self._warn_on_lost_signal(pending)
+        metrics.update(signal_metrics(step.rewards, self.num_generations))
+        self._log_metrics("train", metrics)
+        self._warn_on_lost_signal(step)
         if self.args.grow_store and self.trace_store is not None:
-            start = self.accelerator.process_index * len(pending.rows)
-            chosen = best_of_each_group(pending.rewards, self.num_generations, start, len(pending.rows),
+            start = self.accelerator.process_index * len(step.rows)
+            chosen = best_of_each_group(step.rewards, self.num_generations, start, len(step.rows),
                                         self.args.grow_store_min_reward)
-            grow_store(self.trace_store, inputs, pending.rows, chosen, self._tokenizer)
+            grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer)
         return out
 
-    def _prepare_inputs(self, generation_batch):
-        generated = self.model.training and (
-            self._buffered_inputs is None
-            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0)
-        inputs = super()._prepare_inputs(generation_batch)
-        if generated and self._regroups_micro_batches():
-            self._buffered_inputs = rows_in_generation_order(self._buffered_inputs)
-            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        return inputs
-
-    def _regroups_micro_batches(self) -> bool:
-        """Micro-batches of consecutive rows (one group's prompt each) instead of TRL's shuffled ones, where that
-        provably leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer
-        step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or averaged
-        per micro-batch (top-entropy tokens, the entropy bonus)."""
-        args = self.args
-        return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and self.num_iterations == 1
-                and args.steps_per_generation == args.gradient_accumulation_steps
-                and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
-                and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)
-
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
-        if self.pending_rollout is not None:
+        step = self.step_state
+        if step is None:  # called on its own (a benchmark, a test): a step of these prompts alone
+            self.step_state = step = StepState()
+        if step.rows is not None:
             raise RolloutHandOverError("RAPO: rollout_func ran twice before its completions were scored.")
         training = self.model.training
         group = self.num_generations if training else self.num_generations_eval
@@ -277,31 +221,25 @@ class RAPOTrainer(GRPOTrainer):
         hybrid = [training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
                   for i in range(len(prompts))]
         prompt_ids, _, _ = self._tokenize_prompts(prompts)
-        self.rollout_engine.config.retrieve_prob = self.current_retrieve_prob()
-        mode = "train" if training else "eval"
-        mean = functools.partial(gathered_mean, self.accelerator)
         engine = self.rollout_engine
-        replaced: dict[int, dict] = {}
+        engine.config.retrieve_prob = self.current_retrieve_prob()
         prefixes = [prompt_text(p) + "\n" for p in prompts]
         with vllm_kv_cache_awake(self):
-            if training and "group_failed" in self.args.retrieve_when and engine.store is not None:
-                rows, stats, guided_share = self._guide_failed_groups(prompts, prompt_ids, prefixes, hybrid)
-                self._metrics[mode]["rapo/guided_group_share"].append(guided_share)
+            if training:
+                inputs = step.inputs if step.inputs is not None and len(step.inputs) == len(prompts) else None
+                rollout = roll_out_step(engine, inputs, prompt_ids, prefixes, hybrid, group_size=group,
+                                        offset=offset, args=self.args, hooks=self._step_hooks(prompts, inputs))
             else:
-                rows = engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=training)
-                stats = engine.last_stats
-            if training and self.args.dynamic_sampling:
-                resampled = self._resample_flat_groups(prompts, rows, hybrid)
-                rows, replaced, stats = resampled.rows, resampled.replaced, summed_stats(stats, resampled.stats)
-                total = functools.partial(gathered_sum, self.accelerator)
-                for name, value in dynamic_sampling_metrics(resampled, mean, total).items():
-                    self._metrics[mode][name].append(value)
-        self.pending_rollout = PendingRollout(rows, mode, replaced=replaced)
-        metrics = rollout_metrics(rows, stats, engine.store_errors, engine.config.retrieve_prob, mean)
-        for name, value in metrics.items():
-            self._metrics[mode][name].append(value)
+                rollout = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=False),
+                                      engine.last_stats)
+        mode = "train" if training else "eval"
+        step.rolled_out(rollout.rows, mode, rollout.replaced)
+        mean = functools.partial(gathered_mean, self.accelerator)
+        self._log_metrics(mode, {**rollout.metrics, **rollout_metrics(rollout.rows, rollout.stats, engine.store_errors,
+                                                                      engine.config.retrieve_prob, mean)})
+        rows = rollout.rows
         use_logprobs = all(row.logprobs is not None for row in rows)
-        # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is pending_rollout.
+        # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is the step's.
         return {
             "prompt_ids": [row.prompt_ids for row in rows],
             "completion_ids": [row.completion_ids for row in rows],
@@ -309,46 +247,15 @@ class RAPOTrainer(GRPOTrainer):
             "env_mask": [row.env_mask for row in rows],
         }
 
-    def _guide_failed_groups(self, prompts: list, prompt_ids: list, prefixes: list[str], hybrid: list[bool]):
-        """``retrieve_when`` "group_failed": the on-policy rows first, scored; then the hybrid rows, retrieving only
-        in groups whose on-policy rows all failed. Returns (rows in the step's order, summed stats, share of groups
-        guided)."""
-        inputs = self._step_inputs
-        if inputs is None or len(inputs) != len(prompts):
-            raise RolloutHandOverError("RAPO: retrieve_when 'group_failed' needs the step's input rows; rollout_func "
-                                       "ran outside _generate_and_score_completions or with other prompts.")
-        engine = self.rollout_engine
-        own = [i for i, flag in enumerate(hybrid) if not flag]
-        mixed = [i for i, flag in enumerate(hybrid) if flag]
-        first = engine.run([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
-                           retrieval_enabled=False)
-        first_stats = engine.last_stats
+    def _step_hooks(self, prompts: list, inputs: list[dict] | None) -> StepHooks:
+        """What the rollout stage needs of this trainer: scoring, gathering, and drawing and rolling out prompts."""
         conversational = is_conversational({"prompt": prompts[0]})
-        # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
-        rewards = torch.full((len(prompts),), float("nan"), device=self.accelerator.device)
-        rewards[own] = self._score_rows([inputs[i] for i in own], first, conversational,
-                                        filler=(inputs[own[0]], first[0])).to(rewards.device)
-        failed = failed_groups(self.accelerator.gather(rewards), self.num_generations, self.args.group_failed_reward)
-        offset = self.accelerator.process_index * len(prompts)
-        guided = [bool(failed[(offset + i) // self.num_generations]) for i in mixed]
-        second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided,
-                            retrieval_enabled=True)
-        rows = [None] * len(prompts)
-        for index, row in zip(own + mixed, first + second):
-            rows[index] = row
-        return rows, summed_stats(first_stats, [engine.last_stats]), float(failed.float().mean())
+        filler: list = []  # an (input row, rollout row) pair, padding a process with fewer rows to score
 
-    def _resample_flat_groups(self, prompts: list, rows: list, hybrid: list[bool]):
-        """Dynamic sampling (`rapo_trl.trainer.dynamic_sampling`): this process's flat groups replaced by groups of
-        prompts drawn from the training set, rolled out and scored as the step's own rows are. The replacement
-        training rows are written into the step's ``inputs`` (the list TRL hands ``_calculate_rewards`` next)."""
-        inputs = self._step_inputs
-        if inputs is None or len(inputs) != len(rows):
-            raise RolloutHandOverError("RAPO: dynamic_sampling needs the step's input rows; rollout_func ran outside "
-                                       "_generate_and_score_completions or with other prompts than its inputs.")
-        conversational = is_conversational({"prompt": prompts[0]})
-        columns = list(inputs[0])
-        engine = self.rollout_engine
+        def score(rows_in, rows):
+            if rows:
+                filler[:] = [(rows_in[0], rows[0])]
+            return self._score_rows(rows_in, rows, conversational, filler=filler[0] if filler else None)
 
         def draw(n, round_, exclude):
             # One draw for all processes, each taking its slice, never a prompt any process holds or drew: two
@@ -358,29 +265,22 @@ class RAPOTrainer(GRPOTrainer):
             rank = self.accelerator.process_index
             drawn = self._prompt_draw(sum(counts), step=self.state.global_step, process=0, round_=round_,
                                       exclude=everyone)[sum(counts[:rank]):sum(counts[:rank + 1])]
-            return [{column: row[column] for column in columns} for row in drawn]
+            return [{column: row[column] for column in inputs[0]} for row in drawn]
 
-        def rollout(candidates, flags):
+        def roll_out_rows(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
             ids, _, _ = self._tokenize_prompts(texts)
-            new_rows = engine.run(ids, [prompt_text(p) + "\n" for p in texts], flags, retrieval_enabled=True)
-            extra_tokens.append(sum(len(row.completion_ids) for row in new_rows))
-            return new_rows, engine.last_stats
+            rows = self.rollout_engine.run(ids, [prompt_text(p) + "\n" for p in texts], flags, retrieval_enabled=True)
+            tokens.append(sum(len(row.completion_ids) for row in rows))
+            return rows, self.rollout_engine.last_stats
 
-        def score(candidates, candidate_rows):
-            return self._score_rows(candidates, candidate_rows, conversational, filler=(inputs[0], rows[0]))
-
-        def total_flat(n):
-            return int(self.accelerator.gather(torch.tensor([n], device=self.accelerator.device)).sum())
-
-        extra_tokens: list[int] = []
-        resampled = resample_flat_groups(
-            rows, inputs, hybrid, self._score_rows(list(inputs), rows, conversational), self.num_generations,
-            self.args.dynamic_sampling_max_rounds, draw, rollout, score, total_flat)
-        for index, row in resampled.replaced.items():
-            inputs[index] = row
-        resampled.extra_completion_tokens = sum(extra_tokens)
-        return resampled
+        tokens: list[int] = []
+        device = self.accelerator.device
+        return StepHooks(
+            score=score, gather=lambda t: self.accelerator.gather(t.to(device)),
+            mean=functools.partial(gathered_mean, self.accelerator),
+            total=functools.partial(gathered_sum, self.accelerator), draw=draw if self._prompt_draw else None,
+            roll_out_rows=roll_out_rows, extra_tokens=tokens)
 
     def _score_rows(self, inputs: list[dict], rows: list, conversational: bool, filler=None) -> torch.Tensor:
         """Weighted rewards of ``rows`` (this process's), scored as ``_calculate_rewards`` scores the step's rows
@@ -410,30 +310,55 @@ class RAPOTrainer(GRPOTrainer):
         return self.args.retrieve_prob_at(self.state.global_step, self.state.max_steps)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        pending = self.pending_rollout
-        if pending is None:
+        step = self.step_state
+        if step is None or step.rows is None:
             raise RolloutHandOverError("RAPO: _calculate_rewards ran without a pending rollout from rollout_func.")
-        pending.apply_replacements(inputs, prompts)
+        step.apply_replacements(inputs, prompts)
         # Reward functions see the policy's own text: retrieved spans removed by token span.
         conversational = bool(completions) and isinstance(completions[0], list)
-        completions, policy_ids = self._reward_view(pending.rows, conversational)
+        completions, policy_ids = self._reward_view(step.rows, conversational)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, policy_ids)
-        pending.score(completion_ids_list, rewards_per_func, self.reward_weights)
+        step.score(completion_ids_list, rewards_per_func, self.reward_weights)
         return rewards_per_func
 
-    def _warn_on_lost_signal(self, pending: PendingRollout) -> None:
+    def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+
+    def _warn_on_lost_signal(self, step: StepState) -> None:
         """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed."""
         truncated = self.accelerator.gather(
-            torch.tensor([float(r.truncated) for r in pending.rows], device=self.accelerator.device)
+            torch.tensor([float(r.truncated) for r in step.rows], device=self.accelerator.device)
         )
-        messages = self._signal_monitor.update(pending.rewards.tolist(), self.num_generations,
+        messages = self._signal_monitor.update(step.rewards.nan_to_num(nan=0.0).tolist(), self.num_generations,
                                                truncated.bool().tolist())
-        messages += self._signal_monitor.update_tools(sum(r.tool_calls for r in pending.rows),
-                                                      [e for r in pending.rows for e in r.tool_errors])
+        messages += self._signal_monitor.update_tools(sum(r.tool_calls for r in step.rows),
+                                                      [e for r in step.rows for e in r.tool_errors])
         for message in messages:
             logger.warning("RAPO: %s", message)
 
     # ------------------------------------------------------------------ a step: the loss
+
+    def _prepare_inputs(self, generation_batch):
+        generated = self.model.training and (
+            self._buffered_inputs is None
+            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0)
+        inputs = super()._prepare_inputs(generation_batch)
+        if generated and self._regroups_micro_batches():
+            self._buffered_inputs = rows_in_generation_order(self._buffered_inputs)
+            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return inputs
+
+    def _regroups_micro_batches(self) -> bool:
+        """Micro-batches of consecutive rows (one group's prompt each) instead of TRL's shuffled ones, where that
+        provably leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer
+        step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or averaged
+        per micro-batch (top-entropy tokens, the entropy bonus)."""
+        args = self.args
+        return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and self.num_iterations == 1
+                and args.steps_per_generation == args.gradient_accumulation_steps
+                and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
+                and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)
 
     @profiling_decorator
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -444,99 +369,58 @@ class RAPOTrainer(GRPOTrainer):
         return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
+        """TRL's loss with RAPO's shaped importance ratio, plus the retrieved-token term where it is on."""
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
-        weights = inputs.get(RETRIEVED_WEIGHT_KEY)
-        if weights is None:  # the term is off, or this is eval: the same on every process
-            return self._policy_loss(model, inputs)
-        # Computed (zero where no row retrieved with A > 0) and gathered on every process, whatever its rows hold.
-        self._loss_logps = []
-        try:
-            loss = self._policy_loss(model, inputs)
-            logps = self._loss_logps[-1]
-        finally:
-            self._loss_logps = None
-        # DAPO's token-mean normalizer (TRL's for loss_type dapo), whatever the loss type: a guided token weighs
-        # like a sampled token of the same advantage.
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        extra = retrieved_token_loss(logps, weights, self.args.retrieved_token_shaping, normalizer)
-        self._metrics["train"]["rapo/retrieved_token_loss"].append(self.accelerator.gather(extra.detach()).mean().item())
-        return loss + extra
-
-    def _policy_loss(self, model, inputs):
-        """TRL's loss with RAPO's shaped importance ratio."""
+        weights = inputs.get(RETRIEVED_WEIGHT_KEY)  # present on every process or on none (the option, train mode)
         shift = inputs.get("rapo_log_ratio_shift")
-        if shift is None or not bool((shift != 0).any()):
+        shift = shift.unsqueeze(1) if shift is not None and bool((shift != 0).any()) else None
+        if shift is None and weights is None:
             return super()._compute_loss(model, inputs)
         inputs = dict(inputs)  # the buffered batch stays unshifted
-        shift = shift.unsqueeze(1)
         old = inputs.get("old_per_token_logps")
-        if old is not None:
+        if shift is not None and old is not None:
             # Only the clipped ratio is shaped. The off-policy mask compares with the sampler's log-probs (TRL falls
             # back to the old ones when none were sampled): keep them unshifted. TRL's vLLM importance-sampling
             # correction (importance_sampling_ratio) was computed before the loss from unshifted old log-probs.
             inputs.setdefault("sampling_per_token_logps", old)
             inputs["old_per_token_logps"] = old - shift
-            return super()._compute_loss(model, inputs)
-        # Aligned generation: TRL takes the forward's own log-probs as the old ones; the override of
-        # _get_per_token_logps_and_entropies lowers them by the shift as that forward returns.
-        self._pending_ratio_shift = PendingRatioShift(inputs, shift)
+            shift = None
+        # Aligned generation: TRL takes the forward's own log-probs as the old ones; the forward lowers them by shift.
+        self._loss_forward = forward = LossForward(inputs, shift, keep_logps=weights is not None)
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
-            pending, self._pending_ratio_shift = self._pending_ratio_shift, None
-        pending.check_used()
-        return loss
+            self._loss_forward = None
+        forward.check_used()
+        if weights is None:
+            return loss
+        # Computed (zero where no row retrieved with A > 0) and gathered on every process, whatever its rows hold.
+        # DAPO's token-mean normalizer (TRL's for loss_type dapo), whatever the loss type: a guided token weighs like
+        # a sampled token of the same advantage.
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        extra = retrieved_token_loss(forward.logps, weights, self.args.retrieved_token_shaping, normalizer)
+        self._metrics["train"]["rapo/retrieved_token_loss"].append(self.accelerator.gather(extra.detach()).mean().item())
+        return loss + extra
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **side_inputs):
         scored = None
         if self.args.share_prompt_forward and not compute_aux_loss and all(v is None for v in side_inputs.values()):
-            scored = self._scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                      compute_entropy)
+            def trl_scores(ids, mask):
+                return super(RAPOTrainer, self)._get_per_token_logps_and_entropies(
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+
+            scored = scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, batch_size,
+                                                compute_entropy, trl_scores, self.accelerator.autocast)
         if scored is None:
             scored = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **side_inputs)
-        logps, entropies, aux = scored
-        if self._loss_logps is not None:
-            self._loss_logps.append(logps)
-        if self._pending_ratio_shift is not None:
-            self._pending_ratio_shift.apply(logps)
-        return logps, entropies, aux
-
-    def _scores_with_shared_prompts(self, model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                    compute_entropy):
-        """TRL's scores with each distinct prompt of a chunk run once (``share_prompt_forward``), or None where no
-        chunk shares a prompt or the model cannot take the shared cache."""
-        batch_size = batch_size or input_ids.size(0)
-        prompt_len = input_ids.size(1) - logits_to_keep
-        chunks = [(start, distinct_prompts(input_ids[start:start + batch_size],
-                                           attention_mask[start:start + batch_size], prompt_len))
-                  for start in range(0, input_ids.size(0), batch_size)]
-        if all(groups is None for _, groups in chunks):
-            return None
-        reason = shared_prompt_unavailable(model)
-        if reason is not None:  # e.g. under DDP: the wrapper's forward takes no cache argument
-            if reason not in _SHARED_PROMPT_OFF:
-                _SHARED_PROMPT_OFF.add(reason)
-                logger.warning("RAPO: share_prompt_forward is off for this model (%s): every row runs its prompt "
-                               "in the loss, as in TRL.", reason)
-            return None
-        logps, entropies = [], []
-        for start, groups in chunks:
-            ids, mask = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
-            if groups is None:
-                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
-            else:
-                with self.accelerator.autocast():
-                    chunk_logps, chunk_entropies = score_with_shared_prompt(model, ids, mask, logits_to_keep,
-                                                                            compute_entropy, groups)
-            logps.append(chunk_logps)
-            entropies.append(chunk_entropies)
-        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+        if self._loss_forward is not None:
+            self._loss_forward.apply(scored[0])
+        return scored
 
     # ------------------------------------------------------------------ checkpoints and the model card
 

@@ -1,0 +1,100 @@
+"""The step's rollout stage: which rows roll out how, in one function that knows nothing of TRL.
+
+One of three ways, chosen by the config: plain (every row in one engine call); guided for failed groups
+(``guide_failed_groups``: the on-policy rows first, scored, then the hybrid rows, retrieving only in groups whose
+on-policy rows all failed; BREAD, Guide-GRPO); and, after either, DAPO's dynamic sampling (flat groups replaced by
+groups of prompts drawn from the training set, `rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
+(scoring, gathering, drawing and rolling out prompts) comes in as ``StepHooks``, so every process runs the same
+collective calls in the same order whatever its rows hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rapo_trl.rollout import RolloutRow, RolloutStats
+from rapo_trl.trainer.dynamic_sampling import dynamic_sampling_metrics, resample_flat_groups, summed_stats
+from rapo_trl.trainer.guided import failed_groups
+
+
+@dataclass
+class StepHooks:
+    """What the rollout stage asks of the trainer. Every callable that gathers is called on every process."""
+
+    score: Callable[[list[dict], list[RolloutRow]], torch.Tensor]
+    """Weighted rewards of this process's rows for their training rows (gathers)."""
+    gather: Callable[[torch.Tensor], torch.Tensor]
+    """A tensor of every process's values, in process order."""
+    mean: Callable[..., float]
+    """A (weighted) mean over processes."""
+    total: Callable[[float], float]
+    """A sum over processes."""
+    draw: Callable[[int, int, set[str]], list[dict]] | None = None
+    """``(n, round, exclude)`` -> training rows for dynamic sampling (gathers)."""
+    roll_out_rows: Callable[[list[dict], list[bool]], tuple[list[RolloutRow], RolloutStats]] | None = None
+    """Training rows rolled out with the given hybrid flags, for dynamic sampling."""
+    extra_tokens: list[int] = field(default_factory=list)
+    """Completion tokens of each ``roll_out_rows`` call, appended by it (TRL counts only the rows trained on)."""
+
+
+@dataclass
+class StepRollout:
+    """What the rollout stage produced for this process's rows."""
+
+    rows: list[RolloutRow]
+    stats: RolloutStats
+    replaced: dict[int, dict] = field(default_factory=dict)
+    """Local row index -> the training row whose prompt now fills it (dynamic sampling)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str], hybrid: list[bool],
+                  *, group_size: int, offset: int, args, hooks: StepHooks) -> StepRollout:
+    """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says."""
+    if args.guide_failed_groups and engine.store is not None:
+        step = _guided_for_failed_groups(engine, _need(inputs, "guide_failed_groups"), prompt_ids, prefixes,
+                                         hybrid, group_size, offset, args.group_failed_reward, hooks)
+    else:
+        step = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=True), engine.last_stats)
+    if args.dynamic_sampling:
+        inputs = _need(inputs, "dynamic_sampling")
+        resampled = resample_flat_groups(step.rows, inputs, hybrid, hooks.score(list(inputs), step.rows),
+                                         group_size, args.dynamic_sampling_max_rounds, hooks.draw, hooks.roll_out_rows,
+                                         hooks.score, lambda n: int(hooks.total(float(n))))
+        step.rows, step.replaced = resampled.rows, resampled.replaced
+        step.stats = summed_stats(step.stats, resampled.stats)
+        resampled.extra_completion_tokens = sum(hooks.extra_tokens)
+        step.metrics.update(dynamic_sampling_metrics(resampled, hooks.mean, hooks.total))
+    return step
+
+
+def _need(inputs, option: str) -> Sequence[dict]:
+    if inputs is None:
+        from rapo_trl.trainer.pending import RolloutHandOverError
+
+        raise RolloutHandOverError(f"RAPO: {option} needs the step's input rows; rollout_func ran outside "
+                                   "_generate_and_score_completions.")
+    return inputs
+
+
+def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, group_size, offset, threshold,
+                              hooks: StepHooks) -> StepRollout:
+    own = [i for i, flag in enumerate(hybrid) if not flag]
+    mixed = [i for i, flag in enumerate(hybrid) if flag]
+    first = engine.run([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
+                       retrieval_enabled=False)
+    first_stats = engine.last_stats
+    # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
+    rewards = torch.full((len(hybrid),), float("nan"))
+    rewards[own] = hooks.score([inputs[i] for i in own], first).float().cpu()
+    failed = failed_groups(hooks.gather(rewards), group_size, threshold).cpu()
+    guided = [bool(failed[(offset + i) // group_size]) for i in mixed]
+    second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided, retrieval_enabled=True)
+    rows: list[RolloutRow] = [None] * len(hybrid)  # type: ignore[list-item]
+    for index, row in zip(own + mixed, first + second):
+        rows[index] = row
+    return StepRollout(rows, summed_stats(first_stats, [engine.last_stats]),
+                       metrics={"rapo/guided_group_share": float(failed.float().mean())})
