@@ -62,16 +62,9 @@ class RAPOConfig(GRPOConfig):
     group_failed_reward (`float`, *optional*, defaults to `0.0`):
         With `guide_failed_groups`: an on-policy reward at or below this counts as failed.
     retrieved_token_loss_weight (`float`, *optional*, defaults to `0.0`):
-        w of a loss on the retrieved steps' own tokens (the stored step's text: no preface, tags or tool
-        result) in rollouts whose reward is above the group mean (A > 0), so the policy learns to write the
-        guided step itself (UFT, arXiv 2505.16984; LUFFY, arXiv 2504.14945). Each such token adds
-        `-w * A * f(pi_theta(token))` to the loss, normalized like DAPO's token mean (by the generation
-        batch's loss tokens, whatever `loss_type`), so it weighs w times a sampled token of the same
-        advantage. Importance weighting: the tokens come from the store, not from pi_old, and no behaviour
-        probability exists for them; as LUFFY does, the behaviour policy is taken to give them probability 1,
-        so the ratio is pi_theta itself, shaped by `retrieved_token_shaping`, without clipping. The tokens
-        trained are the ids inserted in the rollout (the block tokenized once; never re-tokenized).
-        0 disables it.
+        w of a loss `-w * A * f(pi(token))` on the retrieved steps' own tokens in rollouts with A > 0 (UFT,
+        LUFFY), normalized like DAPO's token mean; the behaviour probability is taken as 1, so the ratio is pi
+        itself, shaped by `retrieved_token_shaping` (docs/design.md, Guided retrieval). 0 disables it.
     retrieved_token_shaping (`float` or `None`, *optional*, defaults to `0.1`):
         gamma of LUFFY's policy shaping f(p) = p / (p + gamma), which keeps the gradient of low-probability
         guided tokens from vanishing. `None`: f(p) = log p, UFT's likelihood term.
@@ -100,17 +93,13 @@ class RAPOConfig(GRPOConfig):
     retrieval_advantage_weight (`float`, *optional*, defaults to `0.2`):
         a in A = A_acc * (1 + a * A_ret). 0 disables the retrieval reward.
     retrieval_advantage_epsilon (`float`, *optional*, defaults to `1e-6`):
-        eps in A_ret = (Z - mean_G Z) / (std_G Z + eps). The paper's 1e-6, not TRL's 1e-4 (which A_acc
-        keeps, for parity with GRPOTrainer): with 1e-4 a group whose Z spread is ~1e-4 would have its A_ret
-        halved, with 1e-6 every spread above ~1e-5 counts fully, as in the paper. Raise it to mute
-        retrieval rewards that come from near-identical entropies.
+        eps in A_ret = (Z - mean_G Z) / (std_G Z + eps): the paper's 1e-6 (A_acc keeps TRL's 1e-4). Raise it
+        to mute retrieval rewards from near-identical entropies.
     importance_shaping_weight (`float`, *optional*, defaults to `0.05`):
         m in r_hat = (1 + m * F_ret) * r. 0 disables importance shaping.
     step_entropy (`str`, *optional*, defaults to `"topk"`):
-        Step entropy estimator for the retrieval reward. `"topk"` (reference code): the **sum** over the
-        step's first `entropy_first_tokens` tokens of `-p log p` over each token's top `entropy_top_k`
-        probabilities, divided by log |V|; a shorter step has a smaller entropy. `"topk_mean"`: the mean
-        of the same per-token values (length-independent). `"full"` (paper): mean full-vocabulary entropy.
+        Step entropy estimator for the retrieval reward: `"topk"` (reference code: the sum of the top-k estimator
+        over the step's first tokens), `"topk_mean"` (its mean) or `"full"` (paper: mean full entropy).
     entropy_first_tokens (`int`, *optional*, defaults to `20`):
         Tokens per step the `"topk"` and `"topk_mean"` estimators use.
     entropy_top_k (`int`, *optional*, defaults to `10`):
@@ -123,10 +112,7 @@ class RAPOConfig(GRPOConfig):
 
     trim_padding (`bool`, *optional*, defaults to `True`):
         Drop, per micro-batch, the prompt and completion columns that are padding in every row before the loss
-        forward (`rapo_trl.padding`). The loss and gradients are unchanged (to float rounding); short
-        micro-batches stop paying for the longest row of the generation batch. Pair it with a small
-        `per_device_train_batch_size` and `gradient_accumulation_steps = num_generations / per_device_train_batch_size`:
-        the loss then runs row by row, with a third of the memory.
+        forward (`rapo_trl.padding`); the loss and gradients are unchanged (to float rounding).
     share_prompt_forward (`bool`, *optional*, defaults to `True`):
         Run each distinct prompt of a loss micro-batch once and reuse its keys and values for every row that
         shares it (`rapo_trl.trainer.shared_prompt`), instead of running the G copies of a group's prompt.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from contextlib import suppress
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
+
+logger = logging.getLogger("rapo_trl.trainer")
 
 
 def save_rapo_state(folder: str, process_index: int, engine, store) -> str:
@@ -46,3 +49,11 @@ def load_rapo_state(checkpoint: str, process_index: int, engine) -> str | None:
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f"has an unreadable {name} ({type(error).__name__}: {error})"
     return None
+
+
+def resume_rapo_state(checkpoint: str, process_index: int, engine) -> None:
+    """``load_rapo_state``; a missing or unreadable file is said, and training goes on (as TRL does for its RNG)."""
+    problem = load_rapo_state(checkpoint, process_index, engine)
+    if problem is not None:
+        logger.warning("RAPO: checkpoint %s %s; resuming with the retrieval RNG at its initial seed, so which rollouts "
+                       "retrieve and what they draw will differ from the interrupted run.", checkpoint, problem)

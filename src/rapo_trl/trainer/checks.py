@@ -1,4 +1,5 @@
-"""Warnings about a setup that runs but would not train what the user meant; each said once, at start."""
+"""The trainer's arguments checked, and warnings about a setup that runs but would not train what the user meant
+(each said once)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,43 @@ def _system_text(prompt) -> str:
     if isinstance(prompt, list):
         return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict) and m.get("role") == "system")
     return str(prompt)
+
+
+def checked_arguments(model, args, train_dataset, **refused):
+    """``args`` (a default RAPOConfig named after the model when ``None``), refusing what RAPO cannot take:
+    GRPOTrainer's own rollout hooks (``refused``), another config class, dynamic sampling over an iterable dataset."""
+    from trl.trainer.utils import get_config_model_id
+
+    from rapo_trl.config import RAPOConfig
+
+    for name, value in refused.items():
+        if value is not None:
+            raise ValueError(
+                f"RAPOTrainer does not take {name}=: its step-wise hybrid rollout (tools, retrieval, per-step "
+                "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
+                f"GRPOTrainer for a custom {name}."
+            )
+    if args is None:
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
+    if not isinstance(args, RAPOConfig):
+        raise TypeError(
+            f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
+            "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
+        )
+    if args.dynamic_sampling and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
+        raise ValueError("dynamic_sampling draws replacement prompts by index: it needs a map-style "
+                         "train_dataset (a datasets.Dataset, not an IterableDataset).")
+    return args
+
+
+def warn_on_lost_signal(monitor, rows, rewards, group_size: int, accelerator) -> None:
+    """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed. Every
+    process calls it (it gathers)."""
+    import torch
+
+    truncated = accelerator.gather(torch.tensor([float(r.truncated) for r in rows], device=accelerator.device))
+    messages = monitor.update(rewards.nan_to_num(nan=0.0).tolist(), group_size, truncated.bool().tolist())
+    messages += monitor.update_tools(sum(r.tool_calls for r in rows), [e for r in rows for e in r.tool_errors])
+    for message in messages:
+        logger.warning("RAPO: %s", message)

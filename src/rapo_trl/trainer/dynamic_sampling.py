@@ -58,6 +58,17 @@ class PromptDraw:
         return picked
 
 
+    def for_all_processes(self, n: int, *, step: int, round_: int, exclude: set[str], rank: int,
+                          gather) -> list[dict]:
+        """This process's ``n`` prompts of one draw for every process (``gather``: accelerate's ``gather_object``,
+        called on every process): each takes its slice, and none gets a prompt any process holds or drew, so two
+        processes never train the same prompt in one step."""
+        counts = gather([n])
+        everyone = set().union(*gather([sorted(exclude)]))
+        drawn = self(sum(counts), step=step, process=0, round_=round_, exclude=everyone)
+        return drawn[sum(counts[:rank]):sum(counts[:rank + 1])]
+
+
 @dataclass
 class Resampled:
     """What dynamic sampling did to one process's rows in one step."""

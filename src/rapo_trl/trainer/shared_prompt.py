@@ -127,6 +127,22 @@ def scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep:
 _SAID: set[str] = set()
 """Why the shared prompt could not serve, each reason said once per process."""
 
+ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+"""TRL loss types whose accumulated loss is the same however a generation's rows are split into equal micro-batches:
+a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
+
+
+def regroups_micro_batches(args, num_iterations: int) -> bool:
+    """Whether micro-batches may hold consecutive rows (one group's prompt each) instead of TRL's shuffled ones:
+    only where that provably leaves the update unchanged. Every micro-batch of a generation is accumulated into one
+    optimizer step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or
+    averaged per micro-batch (top-entropy tokens, the entropy bonus)."""
+    return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and num_iterations == 1
+            and args.steps_per_generation == args.gradient_accumulation_steps
+            and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
+            and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)
+
+
 ROW_KEY = "rapo_row"
 """Each row's index in its generation batch, carried through TRL's shuffle."""
 

@@ -25,7 +25,6 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_decorator
-from trl.trainer.utils import get_config_model_id
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.hardware import load_frozen_weights_in_half
@@ -39,26 +38,29 @@ from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
 from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
-from rapo_trl.trainer.checkpoint import load_rapo_state, save_rapo_state
+from rapo_trl.trainer.checkpoint import resume_rapo_state, save_rapo_state
 from rapo_trl.trainer.checks import (
+    checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
     warn_if_prompt_and_tools_differ,
+    warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
 from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
-from rapo_trl.trainer.shared_prompt import ROW_KEY, rows_in_generation_order, scores_with_shared_prompts
+from rapo_trl.trainer.shared_prompt import (
+    ROW_KEY,
+    regroups_micro_batches,
+    rows_in_generation_order,
+    scores_with_shared_prompts,
+)
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, roll_out_step
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
-
-ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
-"""TRL loss types whose accumulated loss is the same however a generation's rows are split into equal micro-batches:
-a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
 
 
 class RAPOTrainer(GRPOTrainer):
@@ -112,28 +114,12 @@ class RAPOTrainer(GRPOTrainer):
         trace_store=None,
         vllm_llm=None,
     ):
-        for name, value in (("rollout_func", rollout_func), ("environment_factory", environment_factory)):
-            if value is not None:
-                raise ValueError(
-                    f"RAPOTrainer does not take {name}=: its step-wise hybrid rollout (tools, retrieval, per-step "
-                    "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
-                    f"GRPOTrainer for a custom {name}."
-                )
+        args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func,
+                                 environment_factory=environment_factory)
         # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
         self.rapo_tools = list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
-        if args is None:
-            model_name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = RAPOConfig(f"{str(model_name).rstrip('/').split('/')[-1]}-RAPO")
-        if not isinstance(args, RAPOConfig):
-            raise TypeError(
-                f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
-                "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
-            )
         load_frozen_weights_in_half(model, args, peft_config, quantization_config)
-        if args.dynamic_sampling and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
-            raise ValueError("dynamic_sampling draws replacement prompts by index: it needs a map-style "
-                             "train_dataset (a datasets.Dataset, not an IterableDataset).")
         super().__init__(
             model,
             bind_tool_tags(reward_funcs, tool_tags),
@@ -201,7 +187,7 @@ class RAPOTrainer(GRPOTrainer):
                 self.accelerator, [float((weights != 0).sum())])
         metrics.update(signal_metrics(step.rewards, self.num_generations))
         self._log_metrics("train", metrics)
-        self._warn_on_lost_signal(step)
+        warn_on_lost_signal(self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator)
         if self.args.grow_store and self.trace_store is not None:
             start = self.accelerator.process_index * len(step.rows)
             chosen = best_of_each_group(step.rewards, self.num_generations, start, len(step.rows),
@@ -258,13 +244,9 @@ class RAPOTrainer(GRPOTrainer):
             return self._score_rows(rows_in, rows, conversational, filler=filler[0] if filler else None)
 
         def draw(n, round_, exclude):
-            # One draw for all processes, each taking its slice, never a prompt any process holds or drew: two
-            # processes never train the same prompt in one step (every process draws in every round).
-            counts = gather_object([n])
-            everyone = set().union(*gather_object([sorted(exclude)]))
-            rank = self.accelerator.process_index
-            drawn = self._prompt_draw(sum(counts), step=self.state.global_step, process=0, round_=round_,
-                                      exclude=everyone)[sum(counts[:rank]):sum(counts[:rank + 1])]
+            drawn = self._prompt_draw.for_all_processes(n, step=self.state.global_step, round_=round_,
+                                                        exclude=exclude, rank=self.accelerator.process_index,
+                                                        gather=gather_object)
             return [{column: row[column] for column in inputs[0]} for row in drawn]
 
         def roll_out_rows(candidates, flags):
@@ -325,18 +307,6 @@ class RAPOTrainer(GRPOTrainer):
         for name, value in metrics.items():
             self._metrics[mode][name].append(value)
 
-    def _warn_on_lost_signal(self, step: StepState) -> None:
-        """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed."""
-        truncated = self.accelerator.gather(
-            torch.tensor([float(r.truncated) for r in step.rows], device=self.accelerator.device)
-        )
-        messages = self._signal_monitor.update(step.rewards.nan_to_num(nan=0.0).tolist(), self.num_generations,
-                                               truncated.bool().tolist())
-        messages += self._signal_monitor.update_tools(sum(r.tool_calls for r in step.rows),
-                                                      [e for r in step.rows for e in r.tool_errors])
-        for message in messages:
-            logger.warning("RAPO: %s", message)
-
     # ------------------------------------------------------------------ a step: the loss
 
     def _prepare_inputs(self, generation_batch):
@@ -350,15 +320,7 @@ class RAPOTrainer(GRPOTrainer):
         return inputs
 
     def _regroups_micro_batches(self) -> bool:
-        """Micro-batches of consecutive rows (one group's prompt each) instead of TRL's shuffled ones, where that
-        provably leaves the update unchanged: every micro-batch of a generation is accumulated into one optimizer
-        step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or averaged
-        per micro-batch (top-entropy tokens, the entropy bonus)."""
-        args = self.args
-        return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and self.num_iterations == 1
-                and args.steps_per_generation == args.gradient_accumulation_steps
-                and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
-                and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)
+        return regroups_micro_batches(self.args, self.num_iterations)
 
     @profiling_decorator
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -434,12 +396,7 @@ class RAPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        problem = load_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
-        if problem is not None:  # as TRL does for a missing RNG state: go on, and say what that costs
-            logger.warning(
-                "RAPO: checkpoint %s %s; resuming with the retrieval RNG at its initial seed, so which rollouts "
-                "retrieve and what they draw will differ from the interrupted run.", checkpoint, problem,
-            )
+        resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
