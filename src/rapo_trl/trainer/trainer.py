@@ -145,8 +145,7 @@ class RAPOTrainer(GRPOTrainer):
         """The step being generated and scored, from ``_generate_and_score_completions``' start to its end."""
         self.last_rollout: StepState | None = None
         """The last scored step (rows, mode, weighted rewards), for inspection."""
-        self._loss_forward: LossForward | None = None
-        """The loss's one forward while ``_compute_loss`` runs TRL's loss."""
+        self._loss_forward: LossForward | None = None  # the loss's one forward, while TRL's loss runs
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
@@ -334,7 +333,7 @@ class RAPOTrainer(GRPOTrainer):
         """TRL's loss with RAPO's shaped importance ratio, plus the retrieved-token term where it is on."""
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
-        weights = inputs.get(RETRIEVED_WEIGHT_KEY)  # present on every process or on none (the option, train mode)
+        weights = inputs.get(RETRIEVED_WEIGHT_KEY)  # on every process or on none (the option, in training)
         shift = inputs.get("rapo_log_ratio_shift")
         shift = shift.unsqueeze(1) if shift is not None and bool((shift != 0).any()) else None
         if shift is None and weights is None:
@@ -348,6 +347,8 @@ class RAPOTrainer(GRPOTrainer):
             inputs.setdefault("sampling_per_token_logps", old)
             inputs["old_per_token_logps"] = old - shift
             shift = None
+            if weights is None:
+                return super()._compute_loss(model, inputs)
         # Aligned generation: TRL takes the forward's own log-probs as the old ones; the forward lowers them by shift.
         self._loss_forward = forward = LossForward(inputs, shift, keep_logps=weights is not None)
         try:
@@ -357,9 +358,8 @@ class RAPOTrainer(GRPOTrainer):
         forward.check_used()
         if weights is None:
             return loss
-        # Computed (zero where no row retrieved with A > 0) and gathered on every process, whatever its rows hold.
-        # DAPO's token-mean normalizer (TRL's for loss_type dapo), whatever the loss type: a guided token weighs like
-        # a sampled token of the same advantage.
+        # On every process (zero where no row retrieved with A > 0: it gathers), with DAPO's token-mean normalizer
+        # whatever the loss type, so a guided token weighs like a sampled token of the same advantage.
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
         normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         extra = retrieved_token_loss(forward.logps, weights, self.args.retrieved_token_shaping, normalizer)
