@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded (tests load it by path)
+import learning_retrievals  # noqa: E402
 from common import RESULTS, locked, machine_info, update_results, use_offline_environment, with_notes  # noqa: E402
 
 use_offline_environment()  # before torch, transformers and chromadb are imported
@@ -404,6 +405,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         **{name: statistics.fmean(series(f"rapo/{name}")) for name in ("guided_group_share", "retrieved_tokens_learned")
            if series(f"rapo/{name}")},
         "train_rewards_positive": sum(1 for e in logs if e.get("reward", 0) > 0),
+        # per step: reward of hybrid rows shown a stored step vs on-policy rows, own-question and final-answer shares
+        "retrieval_view": learning_retrievals.per_step(logs),
         "settings": {**settings(args), **({"options": GUIDED_ARMS[arm]} if arm in GUIDED_ARMS else {})},
         "machine": machine_info(),
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -531,6 +534,7 @@ def report(results: Path) -> str:
     lines += stories_table(groups)
     for series in sorted({r["settings"].get("series") for r in runs if r["settings"].get("series")}):
         lines += series_table(runs, series)
+    lines += learning_retrievals.report_lines(groups)
     lines += ["", "Held-out questions per evaluation: " + ", ".join(sorted({str(r["eval_n"]) for r in runs})) + ".",
               "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
                                                f"{r['machine']['torch']}, trl {r['machine']['trl']}" for r in runs})) + ".",

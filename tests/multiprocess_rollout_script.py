@@ -42,6 +42,9 @@ def main(model_dir: str, out_dir: str) -> None:
         "shift": batch["rapo_log_ratio_shift"].tolist(),
         "f_ret": [r.retrieved_fraction for r in rows],
         "hybrid_share": trainer._metrics["train"]["rapo/hybrid_share"][-1],
+        "by_retrieval": {name: trainer._metrics["train"][name][-1]
+                         for name in ("rapo/reward_hybrid_retrieved", "rapo/reward_on_policy")
+                         if name in trainer._metrics["train"]},
     }
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
     if torch.distributed.is_initialized():

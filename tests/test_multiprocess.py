@@ -29,6 +29,9 @@ def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
     ranks = run_on_two_processes("multiprocess_rollout_script.py", 29577, tiny_model_dir, tmp_path)
     assert ranks[0]["hybrid"] == [True, True] and ranks[1]["hybrid"] == [False, False]
     assert ranks[0]["hybrid_share"] == ranks[1]["hybrid_share"] == 0.5  # gathered over both processes
+    # rank 0 holds the hybrid rows (rewards 1, 2; both retrieved), rank 1 the on-policy rows (3, 0): both log both
+    for rank in ranks:
+        assert rank["by_retrieval"] == {"rapo/reward_hybrid_retrieved": 1.5, "rapo/reward_on_policy": 1.5}
     z = torch.tensor(ranks[0]["z"] + ranks[1]["z"])
     assert z[0] != 0 and z[1] != 0 and z[2] == 0 and z[3] == 0
     rewards = torch.tensor([1.0, 2.0, 3.0, 0.0])  # '7' counts of the four scripted answers

@@ -49,6 +49,10 @@ class RAPOConfig(GRPOConfig):
         (paper: 0). `None` keeps the store's own setting.
     fallback_text (`str` or `None`, *optional*, defaults to `None`):
         Text inserted when no good step is found. `None` keeps the store's own text.
+    retrieve_own_question (`bool`, *optional*, defaults to `False`):
+        Retrieve among the records of the row's own question (the dataset's `question_id` column) where the store
+        holds any, else by similarity over all records (the paper). Needs a store whose `select` takes
+        `question_ids`, such as `TraceStore`.
 
     > Guided retrieval (beyond the paper; each off by default)
 
@@ -169,6 +173,9 @@ class RAPOConfig(GRPOConfig):
         default=None, metadata={"help": "Steps with stored reward <= this are replaced by the fallback text."}
     )
     fallback_text: str | None = field(default=None, metadata={"help": "Text inserted when no good step is found."})
+    retrieve_own_question: bool = field(
+        default=False, metadata={"help": "Retrieve among the records of the row's own question where the store has any."}
+    )
     retrieve_at: list[str] = field(
         default_factory=lambda: ["tool_step"],
         metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan)."},

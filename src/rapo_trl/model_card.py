@@ -25,6 +25,7 @@ RECIPE_FIELDS = (
     ("retrieve_prob", "retrieval probability at a step boundary (p)"),
     ("retrieve_prob_schedule", "how p moves over training (to retrieve_prob_final)"),
     ("retrieve_at", "where hybrid rollouts retrieve (tool_step: the paper)"),
+    ("retrieve_own_question", "retrieve among the row's own question's records where the store has them"),
     ("guide_failed_groups", "retrieve only in groups whose on-policy rollouts all failed"),
     ("retrieved_token_loss_weight", "loss weight on retrieved steps' own tokens (0: masked, the paper)"),
     ("retrieval_advantage_weight", "retrieval-reward weight on the advantage (a)"),

@@ -18,6 +18,9 @@ RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tag
 RETRIEVE_TEMPLATE = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
 """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
 
+ANSWER_OPEN = "<answer>"
+"""Opens the final answer: a stored step holding it is a final-answer step."""
+
 RESERVED_TAGS = frozenset({"think", "answer", "result", "retrieve"})
 """Tags the prompt format uses for other things; a tool named like one of them would be ambiguous."""
 

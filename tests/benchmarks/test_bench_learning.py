@@ -70,3 +70,43 @@ def test_a_series_table_puts_each_arm_beside_grpo_with_an_interval_over_seeds():
     assert guided[5] == "+5.0"  # points above GRPO's 0.070
     assert bench.variant({"arm": "rapo", "settings": {"series": "s33"}}) == "rapo [s33]"
     assert bench.arm_settings("rapo_plan", 8)["retrieve_at"] == ["plan", "tool_step"]
+
+
+def test_a_run_record_keeps_the_retrieval_metrics_per_step():
+    bench = _bench()
+    logs = [{"reward": 0.5, "rapo/reward_on_policy": 0.25},
+            {"reward": 0.7, "rapo/reward_on_policy": 0.5, "rapo/reward_hybrid_retrieved": 1.0,
+             "rapo/retrieved_own_question_share": 0.75, "rapo/retrieved_answer_share": 0.25}]
+    assert bench.learning_retrievals.per_step(logs) == {
+        "reward_hybrid_retrieved": [None, 1.0], "reward_on_policy": [0.25, 0.5],
+        "own_question_share": [None, 0.75], "answer_share": [None, 0.25]}
+
+
+def test_the_report_has_a_per_step_table_of_rewards_by_retrieval_and_the_shares():
+    bench = _bench()
+    views = [{"reward_hybrid_retrieved": [0.5, None, 0.25], "reward_on_policy": [0.25, 0.5, 0.0],
+              "own_question_share": [1.0, None, 0.5], "answer_share": [0.5, None, 0.0]},
+             {"reward_hybrid_retrieved": [0.25, 0.75], "reward_on_policy": [0.0, 0.25],
+              "own_question_share": [0.5, 0.5], "answer_share": [0.0, 1.0]}]
+    rapo = [{**_record("rapo", seed, 0.1), "retrieval_view": view} for seed, view in enumerate(views)]
+    grpo = [{**_record("grpo", 0, 0.1), "retrieval_view": {**views[1], "reward_hybrid_retrieved": [None, None]}}]
+    lines = bench.learning_retrievals.report_lines({("stories", "rapo", 10): rapo, ("stories", "grpo", 10): grpo,
+                                                    ("stories", "old", 10): [_record("rapo", 0, 0.1)]})
+    assert sum(line.startswith("### Retrievals you can see") for line in lines) == 1  # rapo only: grpo and old none
+    assert "stories start, rapo, 10 steps (2 seeds)" in lines[1]
+    rows = [line.split(" | ") for line in lines if line.startswith("| ") and not line.startswith("| step")]
+    # step 1: means over seeds; the difference is the mean of each seed's (shown - on-policy)
+    assert rows[0] == ["| 1", "0.375", "0.125", "+0.250", "0.750", "0.250 |"]
+    assert rows[1] == ["| 2", "0.750", "0.375", "+0.500", "0.500", "1.000 |"]  # seed 0 showed no stored step
+    assert rows[2] == ["| 3", "0.250", "0.000", "+0.250", "0.500", "0.000 |"]  # only seed 0 ran a third step
+    assert "hybrid shown a step 0.438, on-policy 0.188" in lines[3]  # whole run: mean over seeds of each run's mean
+
+
+def test_report_only_still_reproduces_the_committed_report_from_old_records(tmp_path):
+    import shutil
+
+    results = ROOT / "benchmarks" / "results"
+    for name in ("learning.json", "learning_notes.md"):
+        shutil.copy(results / name, tmp_path / name)
+    assert _bench().main(["--report-only", "--results", str(tmp_path)]) == 0
+    assert (tmp_path / "learning.md").read_text() == (results / "learning.md").read_text()

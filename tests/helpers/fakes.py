@@ -41,6 +41,7 @@ class Found:
     record_id: str | None = "rec-1"
     reward: float | None = 1.0
     similarity: float | None = 0.9
+    question_id: str | None = None
 
 
 class FixedStore:

@@ -7,6 +7,7 @@ and to query the store, never to rebuild the sequence.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import time
@@ -31,9 +32,19 @@ plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first
 
 
 class StepSelector(Protocol):
-    """What the engine needs from a trace store: batched selection for many contexts at once."""
+    """What the engine needs from a trace store: batched selection for many contexts at once. A store whose
+    ``select`` also takes ``question_ids`` (one per context, ``None`` for none) may prefer each row's own
+    question's records (``RolloutConfig.retrieve_own_question``)."""
 
     def select(self, contexts: list[str]) -> list[Any]: ...
+
+
+def takes_question_ids(store) -> bool:
+    """Whether ``store.select`` accepts a ``question_ids`` argument (``TraceStore`` does; a custom store may not)."""
+    try:
+        return "question_ids" in inspect.signature(store.select).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin, a C extension)
+        return False
 
 
 @dataclass
@@ -76,6 +87,9 @@ class RolloutConfig:
     """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``)."""
     plan_stop: str = "</think>"
     """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
+    retrieve_own_question: bool = False
+    """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
+    the nearest records of any question; only a store whose ``select`` takes ``question_ids`` can."""
 
     def __post_init__(self):
         self.retrieve_at = tuple(self.retrieve_at)
@@ -167,6 +181,7 @@ class HybridRolloutEngine:
         self.store_errors = 0
         """Retrievals given up after the store kept failing (cumulative; logged as ``rapo/store_errors``)."""
         self._warned_long_prompt = False
+        self._warned_question_ids = False
 
     @property
     def stop_strings(self) -> list[str]:
@@ -196,11 +211,13 @@ class HybridRolloutEngine:
         query_prefixes: Sequence[str] | None = None,
         hybrid: Sequence[bool] | None = None,
         retrieval_enabled: bool = True,
+        question_ids: Sequence[str | None] | None = None,
     ) -> list[RolloutRow]:
         """Roll out every row to completion.
 
         ``query_prefixes`` is each row's retrieval context before its completion (usually the question
-        without the system prompt); ``hybrid`` marks the rows that may retrieve.
+        without the system prompt); ``hybrid`` marks the rows that may retrieve; ``question_ids`` names each row's
+        question (``None``: unknown), which ``retrieve_own_question`` restricts its retrievals to.
         """
         cfg = self.config
         stats = RolloutStats()
@@ -209,6 +226,9 @@ class HybridRolloutEngine:
             prepared, cut = self._prepare_prompt(list(ids))
             rows.append(RolloutRow(prompt_ids=prepared, prompt_truncated=cut, is_hybrid=bool(hybrid and hybrid[i])))
         prefixes = list(query_prefixes) if query_prefixes is not None else [""] * len(rows)
+        if question_ids is not None and len(question_ids) != len(rows):
+            raise ValueError(f"run() got {len(question_ids)} question ids for {len(rows)} rows.")
+        own = list(question_ids) if question_ids is not None and cfg.retrieve_own_question else [None] * len(rows)
         can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
         # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
@@ -275,7 +295,7 @@ class HybridRolloutEngine:
                 if "tool_step" in cfg.retrieve_at:
                     boundaries.update((i, "tool_step") for i, _, _ in calls)
                 start = time.perf_counter()
-                self._retrieve(rows, boundaries, prefixes)
+                self._retrieve(rows, boundaries, prefixes, own)
                 stats.retrieval_seconds += time.perf_counter() - start
             for i in planned:
                 if rows[i].segments[-1].kind != "policy":  # it retrieved: the plan was a step of its own
@@ -351,8 +371,10 @@ class HybridRolloutEngine:
             block = cfg.result_template.format(output=_cap_text(text, cfg.max_result_chars))
             self._append_forced(rows[i], self.encode(block), "tool")
 
-    def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str]) -> None:
-        """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary)."""
+    def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str],
+                  question_ids: list[str | None]) -> None:
+        """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary); a row with
+        a question id asks for its own question's records (``retrieve_own_question``)."""
         cfg = self.config
         chosen = [
             i for i in boundaries
@@ -369,7 +391,9 @@ class HybridRolloutEngine:
 
         # A failing store (server down, timeout) is retried with backoff, then the rollout goes on
         # without this retrieval; `store_errors` counts those (logged as rapo/store_errors).
-        selected = select_with_retry(self.store, contexts)
+        own = [question_ids[i] for i in chosen]
+        selected = select_with_retry(self.store, contexts, question_ids=own if any(q is not None for q in own)
+                                     and self._takes_question_ids() else None)
         if selected is None:
             self.store_errors += 1
             return
@@ -398,8 +422,18 @@ class HybridRolloutEngine:
                     boundary=boundaries[i],
                     step_tokens=learnable,
                     text=None if is_fallback else found.text,
+                    question_id=getattr(found, "question_id", None),
                 )
             )
+
+    def _takes_question_ids(self) -> bool:
+        if not takes_question_ids(self.store):
+            if not self._warned_question_ids:
+                logger.warning("retrieve_own_question: %s.select takes no question_ids; retrieving by similarity "
+                               "alone.", type(self.store).__name__)
+                self._warned_question_ids = True
+            return False
+        return True
 
     def _context_text(self, row: RolloutRow) -> str:
         """The row's completion as a store key reads: an earlier retrieved block stands as the stored step's own text

@@ -62,6 +62,9 @@ class RetrievalEvent:
     text: str | None = None
     """The stored step as the store holds it (step and tool result), without the preface and tags; ``None`` for the
     fallback. What later queries of the row read in the block's place."""
+    question_id: str | None = None
+    """The question whose trajectory the stored step came from (``None`` for the fallback, or a store that does not
+    say)."""
 
 
 @dataclass

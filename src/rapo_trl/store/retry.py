@@ -34,9 +34,10 @@ def clean_text(text: str) -> str:
     return text
 
 
-def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5):
-    """``store.select(contexts)``, retried ``attempts`` times in all (waiting ``backoff_s``, then twice
-    that, ...) on errors that may pass; ``None`` when it still fails."""
+def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
+                      question_ids: Sequence[str | None] | None = None):
+    """``store.select(contexts)`` (with ``question_ids=`` when given), retried ``attempts`` times in all (waiting
+    ``backoff_s``, then twice that, ...) on errors that may pass; ``None`` when it still fails."""
     contexts = [clean_text(context) for context in contexts]
     if attempts < 1:  # no attempt allowed: no retrieval
         return None
@@ -50,6 +51,8 @@ def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff
         reraise=True,  # the store's own error, not tenacity's RetryError, for the messages below
     )
     try:
+        if question_ids is not None:
+            return retrying(store.select, contexts, question_ids=list(question_ids))
         return retrying(store.select, contexts)
     except (ValueError, TypeError) as error:
         logger.warning(

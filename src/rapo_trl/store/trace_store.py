@@ -161,21 +161,27 @@ class TraceStore:
         return preprocess_context(clean_text(context), self.config.key_max_chars, self.config.system_prompt)
 
     def select(
-        self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None
+        self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None,
+        question_ids: Sequence[str | None] | None = None,
     ) -> list[Retrieved]:
-        """One retrieval per context: a single embedding call and a single Chroma query for all."""
+        """One retrieval per context: a single embedding call and a single Chroma query for all.
+
+        ``question_ids`` (one per context; ``None`` for none) restricts a context's candidates to the records of its
+        question where the store holds any (one Chroma query per question), else it is answered by similarity
+        over all records, as without it."""
         contexts = list(contexts)
         if not contexts:
             return []
         start = time.perf_counter()
         vectors = self._embed([self.preprocess(context) for context in contexts])
         embed_s = time.perf_counter() - start
-        retrieved = self.select_embedded(vectors, top_k, min_reward)
+        retrieved = self.select_embedded(vectors, top_k, min_reward, question_ids)
         self.last_timing = {"embed_s": embed_s, **self.last_timing}
         return retrieved
 
     def select_embedded(
-        self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None
+        self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None,
+        question_ids: Sequence[str | None] | None = None,
     ) -> list[Retrieved]:
         """:meth:`select` for query vectors already embedded by this store's embedder.
 
@@ -190,13 +196,37 @@ class TraceStore:
         min_reward = config.min_reward if min_reward is None else min_reward
         start = time.perf_counter()
         vectors = np.asarray(vectors, dtype=np.float32)
-        found = self._local_knn(vectors, top_k) if config.local_index else None
-        if found is None:
-            result = self.collection.query(query_embeddings=vectors, n_results=top_k, include=["distances"])
-            found = result["ids"], result["distances"]
-        retrieved = self._apply_rule(*found, min_reward)
+        if question_ids is not None and len(question_ids) != len(vectors):
+            raise ValueError(f"select got {len(question_ids)} question ids for {len(vectors)} queries.")
+        id_rows, distance_rows = self._own_question_neighbours(vectors, top_k, question_ids or [None] * len(vectors))
+        rest = [row for row, ids in enumerate(id_rows) if ids is None]
+        if rest:
+            found = self._local_knn(vectors[rest], top_k) if config.local_index else None
+            if found is None:
+                result = self.collection.query(query_embeddings=vectors[rest], n_results=top_k, include=["distances"])
+                found = result["ids"], result["distances"]
+            for row, ids, distances in zip(rest, *found, strict=True):
+                id_rows[row], distance_rows[row] = ids, distances
+        retrieved = self._apply_rule(id_rows, distance_rows, min_reward)
         self.last_timing = {"search_s": time.perf_counter() - start}
         return retrieved
+
+    def _own_question_neighbours(self, vectors: np.ndarray, top_k: int, question_ids: Sequence[str | None]):
+        """``(ids, distances)`` per query among its question's records (a Chroma ``where`` on ``question_id``, the
+        local index bypassed); ``None`` for a query without a question id or whose question the store lacks."""
+        id_rows: list = [None] * len(vectors)
+        distance_rows: list = [None] * len(vectors)
+        by_question: dict[str, list[int]] = {}
+        for row, question in enumerate(question_ids):
+            if question is not None:
+                by_question.setdefault(str(question), []).append(row)
+        for question, rows in by_question.items():
+            result = self.collection.query(query_embeddings=vectors[rows], n_results=top_k,
+                                           where={"question_id": question}, include=["distances"])
+            for row, ids, distances in zip(rows, result["ids"], result["distances"], strict=True):
+                if ids:
+                    id_rows[row], distance_rows[row] = ids, distances
+        return id_rows, distance_rows
 
     def _apply_rule(self, id_rows, distance_rows, min_reward: float) -> list[Retrieved]:
         space, fallback_text = self.config.hnsw_space, self.config.fallback_text

@@ -55,6 +55,7 @@ def rollout_config(args: RAPOConfig) -> RolloutConfig:
         answer_stop=args.answer_stop,
         max_retrieved_tokens=args.max_retrieved_tokens,
         retrieve_at=tuple(args.retrieve_at),
+        retrieve_own_question=args.retrieve_own_question,
     )
 
 

@@ -13,10 +13,12 @@ PEFT_MIN_LEARNING_RATE = 1e-5
 """Below this a LoRA adapter barely moves in a short run (GRPOConfig's inherited default is 1e-6)."""
 
 
-def warn_if_nothing_to_retrieve(args, store) -> None:
-    """Hybrid rollouts are configured but the store cannot feed them."""
+def warn_if_nothing_to_retrieve(args, store, dataset=None) -> None:
+    """Hybrid rollouts are configured but the store cannot feed them, or cannot prefer the row's own question."""
     if args.retrieve_prob <= 0 or args.num_hybrid_generations == 0:
         return
+    if args.retrieve_own_question and store is not None:
+        warn_if_own_question_unknown(store, dataset)
     if store is None:
         logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s) but no trace_store was given: "
                        "nothing is retrieved and training is agentic GRPO. Pass trace_store=TraceStore(...) "
@@ -25,6 +27,20 @@ def warn_if_nothing_to_retrieve(args, store) -> None:
         logger.warning("RAPO: the trace store %r is empty: every retrieval will insert the fallback text, not "
                        "a retrieved step. Fill it first (TraceStore.build_from_agent, add_from_dataset or "
                        "`rapo build-store`).", store)
+
+
+def warn_if_own_question_unknown(store, dataset) -> None:
+    """``retrieve_own_question`` needs each row's question id and a store that can restrict to it."""
+    from rapo_trl.rollout.engine import takes_question_ids
+
+    if not takes_question_ids(store):
+        logger.warning("RAPO: retrieve_own_question is set but %s.select takes no question_ids: retrievals are "
+                       "chosen by similarity alone. Give select a question_ids argument (TraceStore has one).",
+                       type(store).__name__)
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "question_id" not in columns:
+        logger.warning("RAPO: retrieve_own_question is set but the training dataset has no question_id column: "
+                       "retrievals are chosen by similarity alone. Add the ids the store was built with.")
 
 
 def warn_if_learning_rate_too_low_for_peft(model, learning_rate: float) -> None:

@@ -79,6 +79,9 @@ class StepState:
         self.rewards = weighted_rewards(rewards_per_func, weights)
 
     def check_scored(self, n_advantages: int) -> None:
+        if self.rows is None:
+            raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
+                                       "RAPO's rollout never ran (see rapo_trl.internals).")
         if self.rewards is None:
             raise RolloutHandOverError(HOOKS_CHANGED + "_calculate_rewards never ran for this rollout.")
         if n_advantages != len(self.rows):

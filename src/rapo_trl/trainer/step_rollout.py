@@ -51,6 +51,13 @@ class StepRollout:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+def question_ids(inputs: Sequence[dict] | None) -> list[str | None] | None:
+    """Each training row's ``question_id`` (as a string; ``None`` where it has none), or ``None`` without rows."""
+    if inputs is None:
+        return None
+    return [None if row.get("question_id") is None else str(row["question_id"]) for row in inputs]
+
+
 def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str], hybrid: list[bool],
                   *, group_size: int, offset: int, args, hooks: StepHooks) -> StepRollout:
     """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says."""
@@ -58,7 +65,8 @@ def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefi
         step = _guided_for_failed_groups(engine, _need(inputs, "guide_failed_groups"), prompt_ids, prefixes,
                                          hybrid, group_size, offset, args.group_failed_reward, hooks)
     else:
-        step = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=True), engine.last_stats)
+        step = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=True,
+                                      question_ids=question_ids(inputs)), engine.last_stats)
     if args.dynamic_sampling:
         inputs = _need(inputs, "dynamic_sampling")
         resampled = resample_flat_groups(step.rows, inputs, hybrid, hooks.score(list(inputs), step.rows),
@@ -92,7 +100,9 @@ def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, grou
     rewards[own] = hooks.score([inputs[i] for i in own], first).float().cpu()
     failed = failed_groups(hooks.gather(rewards), group_size, threshold).cpu()
     guided = [bool(failed[(offset + i) // group_size]) for i in mixed]
-    second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided, retrieval_enabled=True)
+    ids = question_ids(inputs)
+    second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided, retrieval_enabled=True,
+                        question_ids=[ids[i] for i in mixed])
     rows: list[RolloutRow] = [None] * len(hybrid)  # type: ignore[list-item]
     for index, row in zip(own + mixed, first + second):
         rows[index] = row

@@ -50,6 +50,7 @@ from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
 from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
+from rapo_trl.trainer.retrieval_view import retrieval_view_metrics
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
@@ -57,7 +58,7 @@ from rapo_trl.trainer.shared_prompt import (
     rows_in_generation_order,
     scores_with_shared_prompts,
 )
-from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, roll_out_step
+from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
@@ -156,7 +157,7 @@ class RAPOTrainer(GRPOTrainer):
 
     def train(self, *args, **kwargs):
         if self.accelerator.is_main_process:
-            warn_if_nothing_to_retrieve(self.args, self.trace_store)
+            warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
         return super().train(*args, **kwargs)
 
     # ------------------------------------------------------------------ a step: generate and score
@@ -167,9 +168,6 @@ class RAPOTrainer(GRPOTrainer):
             out = super()._generate_and_score_completions(inputs)
         finally:
             self.step_state = None  # a step that failed (e.g. in a reward) leaves nothing behind
-        if step.rows is None:
-            raise RolloutHandOverError("RAPO: GRPOTrainer scored completions without calling rollout_func; "
-                                       "RAPO's rollout never ran (see rapo_trl.internals).")
         step.check_scored(len(out["advantages"]))
         out[ROW_KEY] = torch.arange(len(out["advantages"]), device=out["advantages"].device)
         self.last_rollout = step
@@ -184,7 +182,8 @@ class RAPOTrainer(GRPOTrainer):
             out[RETRIEVED_WEIGHT_KEY] = weights
             metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
                 self.accelerator, [float((weights != 0).sum())])
-        metrics.update(signal_metrics(step.rewards, self.num_generations))
+        metrics.update(signal_metrics(step.rewards, self.num_generations),
+                       **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator))
         self._log_metrics("train", metrics)
         warn_on_lost_signal(self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator)
         if self.args.grow_store and self.trace_store is not None:
@@ -250,8 +249,8 @@ class RAPOTrainer(GRPOTrainer):
 
         def roll_out_rows(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
-            ids, _, _ = self._tokenize_prompts(texts)
-            rows = self.rollout_engine.run(ids, [prompt_text(p) + "\n" for p in texts], flags, retrieval_enabled=True)
+            rows = self.rollout_engine.run(self._tokenize_prompts(texts)[0], [prompt_text(p) + "\n" for p in texts],
+                                           flags, retrieval_enabled=True, question_ids=question_ids(candidates))
             tokens.append(sum(len(row.completion_ids) for row in rows))
             return rows, self.rollout_engine.last_stats
 

@@ -1,0 +1,62 @@
+"""Retrievals you can see: what the stored steps a step's hybrid rollouts were shown were, and how the rows that were
+shown one scored beside the on-policy rows (docs/metrics.md). Logged once per training step, after scoring."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from rapo_trl.protocol import ANSWER_OPEN
+from rapo_trl.rollout import RolloutRow
+from rapo_trl.trainer.metrics import Mean, gathered_mean, gathered_sum
+
+
+def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
+                        total: Callable[[float], float]) -> dict[str, float]:
+    """The mean over processes of each name's values, for the names some process has values of: a share of nothing
+    is left out of the log rather than logged as 0. Every process calls it with the same names (it gathers)."""
+    return {name: mean(values) for name, values in values_by_name.items() if total(float(len(values))) > 0}
+
+
+def stored_steps_shown(rows: Sequence[RolloutRow], question_ids: Sequence[str | None] | None
+                       ) -> tuple[list[float], list[float]]:
+    """Per stored step inserted into ``rows`` (fallbacks are not stored steps): 1.0 where its record came from the
+    row's own question, else 0.0 (rows with a question id, records whose question the store gave); and 1.0 where it
+    holds a final answer (``<answer>``), else 0.0."""
+    own, answer = [], []
+    for index, row in enumerate(rows):
+        question = question_ids[index] if question_ids is not None else None
+        for event in row.retrievals:
+            if event.is_fallback or event.text is None:
+                continue
+            answer.append(float(ANSWER_OPEN in event.text))
+            if question is not None and event.question_id is not None:
+                own.append(float(str(event.question_id) == question))
+    return own, answer
+
+
+def shown_a_stored_step(row: RolloutRow) -> bool:
+    """A hybrid row that a stored step was inserted into (a fallback text alone does not count)."""
+    return row.is_hybrid and any(not event.is_fallback for event in row.retrievals)
+
+
+def rewards_by_retrieval(rows: Sequence[RolloutRow], rewards: Sequence[float]) -> tuple[list[float], list[float]]:
+    """This process's rewards of the hybrid rows shown a stored step, and of the on-policy rows (NaN left out)."""
+    scored = [(row, reward) for row, reward in zip(rows, rewards, strict=True) if not math.isnan(reward)]
+    return ([reward for row, reward in scored if shown_a_stored_step(row)],
+            [reward for row, reward in scored if not row.is_hybrid])
+
+
+def retrieval_view_metrics(rows: Sequence[RolloutRow], question_ids: Sequence[str | None] | None,
+                           all_rewards: torch.Tensor, accelerator) -> dict[str, float]:
+    """The step's retrieval shares and its rewards by retrieval, over every process's rows (``all_rewards``: every
+    process's rows, this process's at its ``process_index``-th slice). Every process calls it (it gathers)."""
+    start = accelerator.process_index * len(rows)
+    own, answer = stored_steps_shown(rows, question_ids)
+    retrieved, on_policy = rewards_by_retrieval(rows, all_rewards[start : start + len(rows)].tolist())
+    return means_where_defined(
+        {"rapo/retrieved_own_question_share": own, "rapo/retrieved_answer_share": answer,
+         "rapo/reward_hybrid_retrieved": retrieved, "rapo/reward_on_policy": on_policy},
+        lambda values: gathered_mean(accelerator, values), lambda value: gathered_sum(accelerator, value))
