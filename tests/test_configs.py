@@ -24,10 +24,10 @@ def test_demo_recipe_parses_into_rapo_config():
     assert isinstance(args, RAPOConfig) and args.num_hybrid_generations == args.num_generations // 2 and args.use_cpu
     assert script.task == "word_problems" and model.use_peft and model.lora_r == 16
     # the demo reports fresh questions of RL's own stories (mean@k at the training temperature, the primary
-    # yardstick), held-out stories and held-out templates against the fair baseline; RL trains on stories
-    # demonstrated nowhere, the store and the warm start on the demonstrated ones
+    # yardstick), held-out stories and held-out templates against the fair baseline; RL trains on stories the warm
+    # start never shows, the warm start on the demonstrated ones, and the store holds RL's own questions (the paper's)
     assert script.sft_same_time and script.sft_warmup_steps > 0 and script.eval_size >= 64
-    assert (script.demo_split, script.train_split) == ("demonstrated", "reward_only")
+    assert (script.demo_split, script.train_split, script.store_split) == ("demonstrated", "reward_only", "reward_only")
     assert script.eval_splits == ["reward_only_fresh", "heldout_stories", "heldout_shapes"]
     assert script.eval_samples >= 4 and "reward_only_fresh" in script.eval_sampled_splits
     assert (script.eval_sample_size or script.eval_size) >= 64

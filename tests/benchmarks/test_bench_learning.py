@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -110,3 +112,28 @@ def test_report_only_still_reproduces_the_committed_report_from_old_records(tmp_
         shutil.copy(results / name, tmp_path / name)
     assert _bench().main(["--report-only", "--results", str(tmp_path)]) == 0
     assert (tmp_path / "learning.md").read_text() == (results / "learning.md").read_text()
+
+
+def test_stories_start_retrieves_from_rl_questions_and_imitates_the_demonstrated_stories(tmp_path, monkeypatch):
+    """Issue 42: the paper's store holds the off-policy agent's traces of the questions RL trains on; the warm start
+    (and the sft arm) keep the demonstrated stories. A store of other questions (one built before) is refused."""
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.tools import PythonTool
+
+    monkeypatch.setattr("rapo_trl.embeddings.default_embedder", lambda: HashingEmbedder())  # model-free, fast
+    bench = _bench()
+    args = bench.parse_args(["--starts", "stories", "--train-size", "4", "--undemonstrated-eval-size", "4",
+                             "--stories-eval-size", "4", "--eval-size", "4", "--difficulty", "1"])
+    sft_rows, rl_rows, eval_sets = bench.stories_rows(args)
+    store, sft_store = bench.stories_stores(tmp_path, sft_rows, rl_rows, [PythonTool()])
+    stored = store.to_dataset(include_embeddings=False)
+    assert set(stored["question_id"]) == set(rl_rows["question_id"])
+    assert set(sft_store.to_dataset(include_embeddings=False)["question_id"]) == set(sft_rows["question_id"])
+    keys = " ".join(stored["key"])
+    assert all(q in keys for q in rl_rows["question"])
+    assert not any(q in keys for rows in eval_sets.values() for q in rows["question"])
+    store.close()
+    sft_store.close()
+    # a store whose RL collection holds the demonstrated stories (the layout before issue 42) is not reused
+    with pytest.raises(SystemExit, match="not this start's"):
+        bench.stories_stores(tmp_path, sft_rows, sft_rows, [PythonTool()])

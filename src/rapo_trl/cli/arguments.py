@@ -77,8 +77,15 @@ class RAPOScriptArguments:
     )
     demo_split: str | None = field(
         default=None,
-        metadata={"help": "Split the store (build-store) and the SFT warm start draw from. Default: train_split. "
-                  "word_problems: `demonstrated` with train_split `reward_only` keeps RL questions undemonstrated."},
+        metadata={"help": "Split the SFT warm start imitates (and the store holds, unless store_split says otherwise). "
+                  "Default: train_split. word_problems: `demonstrated` with train_split `reward_only` keeps RL's "
+                  "questions out of the warm start."},
+    )
+    store_split: str | None = field(
+        default=None,
+        metadata={"help": "Split whose questions build-store has the agent solve for the store (what retrieval "
+                  "finds). Default: demo_split. Set it to train_split for the paper's store of RL's own questions; "
+                  "the warm start's trajectories then go to the collection `<store_collection>-warm-start`."},
     )
     eval_splits: list[str] | None = field(
         default=None,

@@ -21,6 +21,7 @@ from rapo_trl.cli.common import (
     resolve_model_path,
     task_split,
     training_rows,
+    warm_start_collection,
 )
 from rapo_trl.cli.rewards import make_reward, with_reward_columns
 
@@ -77,23 +78,61 @@ def _model_agent(script, rapo_args, model_args, tools):
     return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
 
 
+def _check_holds_only(store, rows, source: str, split: str, collection: str) -> None:
+    """Refuse a collection that already holds this agent's traces of questions outside ``rows``: a resume would add
+    to it, and retrieval (or the warm start) would find an earlier build's questions, e.g. the demonstrated stories'
+    of a store made before store_split."""
+    from rapo_trl.store.agent import stored_question_ids
+
+    others = stored_question_ids(store, source) - set(rows["question_id"])  # the ids build_from_agent stores
+    if others:
+        raise UsageError(f"collection '{collection}' at {store.location} already holds {source}'s traces of "
+                         f"{len(others)} questions that are not of split {split!r} (an earlier build from another "
+                         "split or size?); delete the store folder or set another store_path")
+
+
+def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, what: str) -> dict:
+    """``collection`` filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and holds."""
+    store = open_store(script, must_exist=False, collection=collection)
+    source = f"agent:{script.agent}"
+    _check_holds_only(store, rows, source, split, collection)
+    added = store.build_from_agent(
+        agent(rows), rows, reward, num_samples=script.num_samples, keep_top_k=script.keep_top_k,
+        source=source, seed=rapo_args.seed,
+    )
+    stats = store.stats()
+    print(f"Added {added} step records; {what} now holds {stats['records']} records "
+          f"from {stats['questions']} questions at {store.location}.")
+    return {"added": added, **stats}
+
+
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)  # before a model agent loads
     tools = build_tools(script)
     reward = make_reward(script)
-    # the prompts training uses, so a model agent sees the same
-    rows = with_reward_columns(training_rows(script, "demo", tools), {script.reward: reward})
-    print(count_line("Building the store from", script, {task_split(script, "demo"): rows}))
+
+    def rows_of(role):  # the prompts training uses, so a model agent sees the same
+        return with_reward_columns(training_rows(script, role, tools), {script.reward: reward})
+
+    roles = ["store"]
+    # A store of other questions than the warm start's (store_split): the warm start's trajectories are made by the
+    # same agent, with the same sampling and selection, into a collection of their own (see warm_start_collection).
+    if script.sft_warmup_steps > 0 and warm_start_collection(script) != script.store_collection:
+        roles.append("demo")
+    sets = {role: rows_of(role) for role in roles}
+    print(count_line("Building the store from", script, {task_split(script, r): rows for r, rows in sets.items()}))
     if script.agent == "expert":
-        agent = _expert_agent(script, rows, tools)
+        def agent(rows):  # the scripted expert answers the rows it is given
+            return _expert_agent(script, rows, tools)
     else:
-        agent = _model_agent(script, rapo_args, model_args, tools)
-    store = open_store(script, must_exist=False)
-    added = store.build_from_agent(
-        agent, rows, reward, num_samples=script.num_samples, keep_top_k=script.keep_top_k,
-        source=f"agent:{script.agent}", seed=rapo_args.seed,
-    )
-    stats = store.stats()
-    print(f"Added {added} step records; the store now holds {stats['records']} records "
-          f"from {stats['questions']} questions at {store.location}.")
-    return {"added": added, **stats}
+        model = _model_agent(script, rapo_args, model_args, tools)  # loaded once, for both collections
+
+        def agent(rows):
+            return model
+    result = _fill(script, rapo_args, agent, sets["store"], reward, script.store_collection,
+                   task_split(script, "store"), "the store")
+    if "demo" in sets:
+        name = warm_start_collection(script)
+        result["warm_start"] = _fill(script, rapo_args, agent, sets["demo"], reward, name, task_split(script, "demo"),
+                                     f"the warm start's collection '{name}'")
+    return result

@@ -121,18 +121,34 @@ def load_policy(path: str, device: str | None = None, quantization_config=None, 
     return load(path, device=device, dtype=dtype, quantization_config=quantization_config, **init_kwargs)
 
 
-TRAINING_ROLES = ("train", "demo")
+TRAINING_ROLES = ("train", "demo", "store")
 GENERIC_EVAL_SPLIT = "eval"
 
 
 def task_split(script: RAPOScriptArguments, split: str) -> str:
     """The task split behind ``split``: ``train`` is the RL questions (``train_split``), ``demo`` the questions the
-    store and the warm start draw from (``demo_split``, default ``train_split``); any other name is an eval set."""
+    warm start imitates (``demo_split``, default ``train_split``), ``store`` the questions the store holds
+    (``store_split``, default ``demo``'s); any other name is an eval set."""
     if split == "train":
         return script.train_split
     if split == "demo":
         return script.demo_split or script.train_split
+    if split == "store":
+        return script.store_split or task_split(script, "demo")
     return split
+
+
+WARM_START_SUFFIX = "-warm-start"
+
+
+def warm_start_collection(script: RAPOScriptArguments) -> str:
+    """The collection whose trajectories the SFT warm start imitates: the store's own when it holds the demo split's
+    questions; else ``<store_collection>-warm-start`` beside it. A collection, not trajectories drawn at train time:
+    build-store runs whatever agent the recipe names (a model too) once, and the store stays RL's questions alone, so
+    retrieval never finds a demonstrated question's step."""
+    if task_split(script, "store") == task_split(script, "demo"):
+        return script.store_collection
+    return script.store_collection + WARM_START_SUFFIX
 
 
 def is_eval_split(script: RAPOScriptArguments, split: str) -> bool:
@@ -309,13 +325,15 @@ def check_store_location(script: RAPOScriptArguments, must_exist: bool) -> tuple
     return None
 
 
-def open_store(script: RAPOScriptArguments, must_exist: bool):
+def open_store(script: RAPOScriptArguments, must_exist: bool, collection: str | None = None):
+    """The recipe's store: ``collection`` (default ``store_collection``) at ``store_server`` or ``store_path``."""
     from rapo_trl.store import TraceStore
 
+    collection = collection or script.store_collection
     server = check_store_location(script, must_exist)
     if server is not None:
-        return TraceStore.connect(*server, collection=script.store_collection)
-    return TraceStore(script.store_path, collection=script.store_collection)
+        return TraceStore.connect(*server, collection=collection)
+    return TraceStore(script.store_path, collection=collection)
 
 
 def write_json(path: str | Path, payload) -> None:

@@ -17,6 +17,7 @@ from rapo_trl.cli.common import (
     resolve_model_path,
     task_split,
     training_rows,
+    warm_start_collection,
 )
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
@@ -57,6 +58,11 @@ def run(script, rapo_args, model_args) -> dict:
     if demo_rows is not None and not same:
         print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
+    # The warm start's trajectories: the store's own, or the demonstrated questions' collection beside a store of
+    # RL's questions (store_split; build-store fills both).
+    demo_store = store
+    if demo_rows is not None and warm_start_collection(script) != script.store_collection:
+        demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
     # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
     model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)
     rapo_args.model_init_kwargs = init_kwargs = model_init_kwargs(model_args, rapo_args)
@@ -68,7 +74,7 @@ def run(script, rapo_args, model_args) -> dict:
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
-        sft = dict(tokenizer=tokenizer, rows=demo_rows, store=store, output_dir=rapo_args.output_dir,
+        sft = dict(tokenizer=tokenizer, rows=demo_rows, store=demo_store, output_dir=rapo_args.output_dir,
                    steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
                    use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
                    batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)

@@ -3,9 +3,11 @@
 Very small models (SmolLM2-135M) almost never write a closing tool tag on their own, so they never
 reach a tool step, and a hybrid rollout only retrieves after one. A short SFT on the off-policy
 agent's trajectories (reassembled from the trace store, so any agent's store works) teaches the tag
-protocol. With LoRA, RAPO then trains that same adapter further over the base it was trained on: the warm start is
-never merged into half-precision weights, where rounding (at load, or in bf16 autocast) would eat much of its small
-delta. A run that trains every weight merges it (in fp32) instead.
+protocol. With ``store_split`` set apart from ``demo_split`` they come from the collection beside the store that
+build-store fills with the demonstrated questions (the store itself holds RL's questions). With LoRA, RAPO then
+trains that same adapter further over the base it was trained on: the warm start is never merged into
+half-precision weights, where rounding (at load, or in bf16 autocast) would eat much of its small delta. A run that
+trains every weight merges it (in fp32) instead.
 """
 
 from __future__ import annotations
@@ -33,6 +35,22 @@ def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
         if reward >= min_reward and reward > best.get(row["question_id"], (float("-inf"), ""))[0]:
             best[row["question_id"]] = (reward, row["trajectory_id"])
     return {qid: "\n".join(text for _, text in sorted(steps[tid])) for qid, (_, tid) in best.items()}
+
+
+def warm_start_examples(rows, store, min_reward: float) -> list[dict]:
+    """SFT examples (``prompt``, ``completion``): each row's best trajectory in ``store`` (the collection of the
+    demonstrated questions, `rapo_trl.cli.common.warm_start_collection`); rows without one are left out."""
+    by_question = trajectories_from_store(store, min_reward)
+    examples = [
+        {"prompt": row["prompt"], "completion": [{"role": "assistant", "content": by_question[row["question_id"]]}]}
+        for row in rows
+        if row["question_id"] in by_question
+    ]
+    if not examples:
+        name = getattr(getattr(store, "collection", None), "name", None)
+        raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory for the warm "
+                         "start's questions; run `rapo build-store` with this recipe first")
+    return examples
 
 
 class _StopAfter:
@@ -145,15 +163,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
-    by_question = trajectories_from_store(store, min_reward)
-    examples = [
-        {"prompt": row["prompt"], "completion": [{"role": "assistant", "content": by_question[row["question_id"]]}]}
-        for row in rows
-        if row["question_id"] in by_question
-    ]
-    if not examples:
-        raise ValueError("the store holds no trajectory for the training questions to warm-start from; "
-                         "run `rapo build-store` on the same task first")
+    examples = warm_start_examples(rows, store, min_reward)
     target = Path(output_dir) / folder
     key = None
     if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused

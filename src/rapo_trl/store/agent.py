@@ -72,6 +72,15 @@ def _done_questions(store, question_ids: list[str], source: str) -> set[str]:
     return {metadata["question_id"] for metadata in found["metadatas"]}
 
 
+def stored_question_ids(store, source: str | None = None) -> set[str]:
+    """The question ids of ``store``'s records (of ``source`` alone when given): what a resumed build would skip,
+    and what tells a store of other questions (an earlier build from another split) from this build's."""
+    found = set()
+    for page in store.iter_batches():
+        found.update(m["question_id"] for m in page["metadatas"] if source is None or m["source"] == source)
+    return found
+
+
 def build_from_agent(
     store,
     agent,
