@@ -274,3 +274,31 @@ def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, in
         api.upload_folder(folder_path=folder, repo_id=url.repo_id, repo_type="dataset",
                           commit_message=commit_message)
     return f"https://huggingface.co/datasets/{url.repo_id}"
+
+
+def store_stats(store, bins: int = 10) -> dict:
+    """``TraceStore.stats``: records, questions, trajectories, sources, a reward histogram, the embedder, disk size."""
+    from rapo_trl.store.backend import directory_size
+
+    rewards, questions, trajectories, sources = [], set(), set(), {}
+    for page in store.iter_batches():
+        for metadata in page["metadatas"]:
+            rewards.append(float(metadata["reward"]))
+            questions.add(metadata["question_id"])
+            trajectories.add(metadata.get("trajectory_id"))
+            sources[metadata["source"]] = sources.get(metadata["source"], 0) + 1
+    counts, edges = np.histogram(rewards, bins=bins) if rewards else (np.zeros(0), np.zeros(0))
+    return {
+        "records": len(rewards),
+        "questions": len(questions),
+        "trajectories": len(trajectories),
+        "sources": sources,
+        "reward_mean": float(np.mean(rewards)) if rewards else None,
+        "reward_histogram": {"counts": counts.astype(int).tolist(), "edges": [float(e) for e in edges]},
+        "embedder": store.embedder.name,
+        "dimension": int(store.embedder.dimension),
+        "collection": store.collection_name,
+        "location": store.location,
+        "size_bytes": directory_size(store.path) if store.path is not None else None,
+        "index": (store.collection.configuration or {}).get("hnsw"),
+    }

@@ -21,7 +21,6 @@ from rapo_trl.store import lock as store_lock
 from rapo_trl.store.backend import (
     ClosedCollection,
     close_embedded,
-    directory_size,
     open_collection,
     open_http_client,
     open_persistent_client,
@@ -591,25 +590,6 @@ class TraceStore:
 
     def stats(self, bins: int = 10) -> dict:
         """Records, questions, trajectories, sources, a reward histogram, the embedder and disk size."""
-        rewards, questions, trajectories, sources = [], set(), set(), {}
-        for page in self.iter_batches():
-            for metadata in page["metadatas"]:
-                rewards.append(float(metadata["reward"]))
-                questions.add(metadata["question_id"])
-                trajectories.add(metadata.get("trajectory_id"))
-                sources[metadata["source"]] = sources.get(metadata["source"], 0) + 1
-        counts, edges = np.histogram(rewards, bins=bins) if rewards else (np.zeros(0), np.zeros(0))
-        return {
-            "records": len(rewards),
-            "questions": len(questions),
-            "trajectories": len(trajectories),
-            "sources": sources,
-            "reward_mean": float(np.mean(rewards)) if rewards else None,
-            "reward_histogram": {"counts": counts.astype(int).tolist(), "edges": [float(e) for e in edges]},
-            "embedder": self.embedder.name,
-            "dimension": int(self.embedder.dimension),
-            "collection": self.collection_name,
-            "location": self.location,
-            "size_bytes": directory_size(self.path) if self.path is not None else None,
-            "index": (self.collection.configuration or {}).get("hnsw"),
-        }
+        from rapo_trl.store.dataset_io import store_stats
+
+        return store_stats(self, bins)
