@@ -26,7 +26,8 @@ Limits, each the binding one of a memory-bound and a compute-bound time (P: the 
   so forward + backward is 2x the forward's matmul FLOPs (~4 P T; 3x, ~6 P T, when every weight trains), 3x for
   attention. LoRA's own matmuls (~5% of P at r16) are left out: the limit is a bound.
 
-Writes ``benchmarks/results/limits.{json,md}``; ``bench_step.py`` reads the json to report each stage as a fraction of
+Writes ``benchmarks/results/limits.{json,md}`` (``--report-only`` redraws the .md, with ``limits_notes.md``, a
+hand-written reading, after the table); ``bench_step.py`` reads the json to report each stage as a fraction of
 its limit on the same machine (:func:`stage_limits`).
 """
 
@@ -47,6 +48,7 @@ from common import (  # noqa: E402
     machine_line,
     markdown_table,
     use_offline_environment,
+    with_notes,
 )
 
 use_offline_environment()
@@ -298,7 +300,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--mib", type=int, default=256, help="size of the tensor the bandwidth is timed on")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--results", default=str(RESULTS / "limits"), help="path stem of the .json/.md results")
+    parser.add_argument("--report-only", action="store_true", help="rewrite the .md from the .json")
     args = parser.parse_args(argv)
+    stem = Path(args.results)
+    if args.report_only:
+        write_markdown(json.loads(stem.with_suffix(".json").read_text()), stem)
+        return
 
     config, inputs = recipe_inputs(args.recipe, args.prompt_tokens, args.completion_tokens, RESULTS / "step.json")
     shapes = model_shapes(config)
@@ -314,10 +321,13 @@ def main(argv: list[str] | None = None) -> None:
     report = {"recipe": args.recipe, "machine": machine, "command": command_line(), "inputs": inputs,
               "shapes": shapes, "matmul_runs": runs, "matmul": best, "bandwidth": bandwidth}
     report["limits"] = {precision: stage_limits(report, precision) for precision in ("fp32", "bf16")}
-    stem = Path(args.results)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    text = markdown(report)
+    write_markdown(report, stem)
+
+
+def write_markdown(report: dict, stem: Path) -> None:
+    text = with_notes(markdown(report), stem.parent / f"{stem.name}_notes.md")  # a hand-written reading, if any
     stem.with_suffix(".md").write_text(text)
     print(text)
 

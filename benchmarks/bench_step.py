@@ -225,7 +225,8 @@ def of_limits(report: dict, path: Path = RESULTS / "limits.json") -> dict | None
     """Each arm's decode and loss against this machine's limits (``bench_limits.py``) at the arm's precision, decode
     rows, rows sharing a prompt forward and mean completion: None without a limits.json measured on this CPU."""
     limits = json.loads(path.read_text()) if path.is_file() else None
-    if not limits or limits["machine"].get("cpu") != report["machine"].get("cpu"):
+    # A VM's CPU name ("AMD EPYC") hides its generation: the bf16 flag and core count tell more of them apart.
+    if not limits or any(limits["machine"].get(k) != report["machine"].get(k) for k in ("cpu", "cpus", "native_bf16")):
         return None
     import bench_limits
 

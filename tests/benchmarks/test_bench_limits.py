@@ -96,7 +96,8 @@ def test_bench_step_reports_each_arm_against_the_limits_of_its_own_cpu_only(tmp_
     import json
 
     step = load_bench("bench_step")
-    record = {"machine": {"cpu": "cpu A", "date": "today"}, "shapes": SHAPES,
+    machine = {"cpu": "cpu A", "cpus": 2, "native_bf16": False}
+    record = {"machine": {**machine, "date": "today"}, "shapes": SHAPES,
               "bandwidth": {"read_bytes_per_s": 10e9}, "matmul": {"fp32": {"flops_per_s": 1e12}},
               "inputs": {"decode_rows": 16, "rows_per_prompt": 2, "prompt_tokens": 0, "completion_tokens": 100,
                          "frozen_weights": True}}
@@ -105,12 +106,13 @@ def test_bench_step_reports_each_arm_against_the_limits_of_its_own_cpu_only(tmp_
     run = {"precision": "fp32", "rollouts_per_hour": 100, "completion_tokens_per_hour": 10_000,
            "generate_tokens_per_s": 40.0, "loss_s_per_rollout": 0.08,
            "batch": {"per_device_train_batch_size": 1, "steps_per_generation": 8, "share_prompt_forward": False}}
-    report = {"machine": {"cpu": "cpu A"}, "runs": {"old_recipe": run}}
+    report = {"machine": machine, "runs": {"old_recipe": run}}
     arm = step.of_limits(report, path)["arms"]["old_recipe"]
     # 8 rows at context 50: 400 MB of weights + 8 x 50 x 2 x 10 x 50 x 4 bytes of cache at 10 GB/s
     assert arm["decode_limit_tok_s"] == pytest.approx(8 / (400e6 + 8 * 50 * 2 * 10 * 50 * 4) * 10e9, abs=0.1)
     # row by row the loss reads the weights twice a row (800 MB fp32 at 10 GB/s: 0.08 s), over 4 P T's 0.04 s
     assert arm["loss_limit_s_per_row"] == pytest.approx(0.08) and arm["loss_fraction"] == pytest.approx(1.0)
     assert "old_recipe: decode" in step.limit_lines(step.of_limits(report, path))
-    assert step.of_limits({**report, "machine": {"cpu": "cpu B"}}, path) is None
+    assert step.of_limits({**report, "machine": {**machine, "cpu": "cpu B"}}, path) is None
+    assert step.of_limits({**report, "machine": {**machine, "native_bf16": True}}, path) is None
     assert step.of_limits(report, tmp_path / "none.json") is None
