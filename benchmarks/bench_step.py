@@ -17,7 +17,8 @@ Three arms, each in its own process (so each peak RSS is its own), on the same m
 Per step: generate / tools / retrieval (the rollout engine's own clock), scoring (the rest of TRL's
 ``_generate_and_score_completions``: rewards, advantages, old log-probs when needed), loss forward,
 backward, optimizer; policy tokens per second of generation; rollouts and completion tokens per hour; the
-process's peak RSS (and peak CUDA memory). The model is the demo's warm start (``<output_dir>/sft-warm-start``)
+process's peak RSS (and peak CUDA memory); with ``results/limits.json`` of this CPU (``bench_limits.py``), each
+arm's decode tok/s and loss s/row as a fraction of their limits at its precision and batch. The model is the demo's warm start (``<output_dir>/sft-warm-start``)
 when it exists, else the recipe's base model, so completion lengths are those of the demo's RL steps. Writes
 ``benchmarks/results/step.{json,md}``, naming the baseline and candidate arms at its top.
 """
@@ -220,6 +221,44 @@ def summarise(raw: dict, skip_first: bool) -> dict:
     return summary
 
 
+def of_limits(report: dict, path: Path = RESULTS / "limits.json") -> dict | None:
+    """Each arm's decode and loss against this machine's limits (``bench_limits.py``) at the arm's precision, decode
+    rows, rows sharing a prompt forward and mean completion: None without a limits.json measured on this CPU."""
+    limits = json.loads(path.read_text()) if path.is_file() else None
+    # A VM's CPU name ("AMD EPYC") hides its generation: the bf16 flag and core count tell more of them apart.
+    if not limits or any(limits["machine"].get(k) != report["machine"].get(k) for k in ("cpu", "cpus", "native_bf16")):
+        return None
+    import bench_limits
+
+    fractions = {}
+    for arm, r in report["runs"].items():
+        b = r["batch"]
+        if r.get("precision") not in limits["matmul"] or not r.get("rollouts_per_hour"):
+            continue
+        stage = bench_limits.stage_limits(
+            limits, r["precision"], b["per_device_train_batch_size"] * b["steps_per_generation"],
+            b["per_device_train_batch_size"] if b.get("share_prompt_forward") else 1,
+            r["completion_tokens_per_hour"] / r["rollouts_per_hour"])
+        decode, loss = stage["decode"]["tokens_per_s"], stage["loss"]["seconds_per_row"]
+        fractions[arm] = {"decode_limit_tok_s": round(decode, 1), "loss_limit_s_per_row": round(loss, 3),
+                          "decode_fraction": round(r["generate_tokens_per_s"] / decode, 3)
+                          if r.get("generate_tokens_per_s") else None,
+                          "loss_fraction": round(loss / r["loss_s_per_rollout"], 3)}
+    return {"limits": str(path), "measured": limits["machine"]["date"], "arms": fractions}
+
+
+def limit_lines(of_limit: dict | None) -> str:
+    if not of_limit:
+        return ""
+    lines = [f"Against this machine's limits ({Path(of_limit['limits']).name}, measured {of_limit['measured']}; "
+             "fraction = limit time / time taken, at each arm's precision and batch):\n"]
+    for arm, f in of_limit["arms"].items():
+        decode = (f"decode {f['decode_fraction']:.2f} of {f['decode_limit_tok_s']:.0f} tok/s"
+                  if f["decode_fraction"] is not None else "decode -")
+        lines.append(f"- {arm}: {decode}; loss {f['loss_fraction']:.2f} of {f['loss_limit_s_per_row']:.3f} s/row\n")
+    return "".join(lines) + "\n"
+
+
 def table(report: dict) -> str:
     runs = report["runs"]
     cuda = any("peak_cuda_mb" in r for r in runs.values())
@@ -287,6 +326,7 @@ def main() -> None:
         report["memory_ratio"] = round(new["peak_rss_mb"] / base["peak_rss_mb"], 3)
     if {"rapo", "grpo"} <= set(runs):
         report["loss_ratio_rapo_vs_grpo"] = round(runs["rapo"]["loss_s"] / runs["grpo"]["loss_s"], 2)
+    report["of_limit"] = of_limits(report)
     stem = Path(args.results)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2))
@@ -307,7 +347,8 @@ def write_markdown(report: dict, stem: Path) -> None:
             + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "rollouts_per_hour_ratio",
                                                         "completion_tokens_per_hour_ratio", "speedup", "memory_ratio",
                                                         "loss_ratio_rapo_vs_grpo") if k in report)
-            + f"\nCommand: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
+            + "\n" + limit_lines(report["of_limit"] if "of_limit" in report else of_limits(report))
+            + f"Command: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
             + (f" --set {' '.join(report['set'])}" if report.get("set") else "") + "`\n")
     text = with_notes(text, stem.parent / f"{stem.name}_notes.md")  # hand-written profile and reading
     stem.with_suffix(".md").write_text(text)
