@@ -3,7 +3,6 @@ rewards 0) and rank 1's is not. ``dynamic_sampling``: rank 0's group is replaced
 scoring with no rows of its own. ``group_failed`` (guide_failed_groups): only rank 0's hybrid rows may retrieve, judged
 from rewards gathered over both ranks. Each rank dumps what it computed."""
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
+from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
 
 
@@ -46,11 +46,7 @@ def main(model_dir: str, out_dir: str, mode: str) -> None:
         "hybrid": [row.is_hybrid for row in trainer.last_rollout.rows],
         "guided_group_share": metrics.get("rapo/guided_group_share"),
     }
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()  # as multiprocess_rollout_script.py: gloo down before exit
-
+    dump_and_finish(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1,20 +1,19 @@
 """Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one RAPO scoring
 pass where a group of 4 rollouts straddles the two processes. Each rank dumps what it computed."""
 
-import json
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.objective import trajectory_retrieval_reward  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
+from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
 from tests.helpers.scripted import ScriptedGenerate  # noqa: E402
 from tests.helpers.trainers import SCRIPTS, dataset, sevens  # noqa: E402
 
@@ -46,13 +45,7 @@ def main(model_dir: str, out_dir: str) -> None:
                          for name in ("rapo/reward_hybrid_retrieved", "rapo/reward_on_policy")
                          if name in trainer._metrics["train"]},
     }
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        # Tear gloo down before the interpreter exits: its threads, left running, abort a rank at exit
-        # ("terminate called without an active exception") now and then.
-        torch.distributed.destroy_process_group()
-
+    dump_and_finish(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

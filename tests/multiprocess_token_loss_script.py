@@ -2,7 +2,6 @@
 where rank 0 holds retrieved tokens to learn and rank 1 none. Both ranks must compute the term and join its gather
 (rank 1's term is zero). Each rank dumps its loss, its term and the logged metric."""
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY  # noqa: E402
 from tests.helpers.fakes import EchoTool  # noqa: E402
+from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
 
 
@@ -42,11 +42,7 @@ def main(model_dir: str, out_dir: str) -> None:
     loss.backward()
     metric = trainer._metrics["train"]["rapo/retrieved_token_loss"]
     dump = {"loss": loss.item(), "metric": metric[-1] if metric else None}
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()  # as multiprocess_rollout_script.py: gloo down before exit
-
+    dump_and_finish(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

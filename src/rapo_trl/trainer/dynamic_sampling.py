@@ -84,9 +84,6 @@ class Resampled:
     """Extra rollout rounds run (the same on every process)."""
     extra_rows: int = 0
     """Rows rolled out in those rounds on this process."""
-    extra_completion_tokens: int = 0
-    """Completion tokens of those rows, kept or not (TRL's token counts see only the rows trained on); counted by
-    the caller's ``rollout``."""
     stats: list[RolloutStats] = field(default_factory=list)
     """The rollout engine's stats of each extra round that rolled out rows here."""
 
@@ -173,11 +170,12 @@ def reward_logs_left_alone(trainer):
         trainer._pending_metrics.update(metrics)
 
 
-def dynamic_sampling_metrics(result: Resampled, mean, total) -> dict[str, float]:
+def dynamic_sampling_metrics(result: Resampled, extra_tokens: int, mean, total) -> dict[str, float]:
     """``dynamic_sampling/*`` over every process's groups (``mean`` and ``total`` gather, so every process calls
-    it)."""
+    it); ``extra_tokens``: completion tokens of the extra rounds' rows, kept or not (TRL counts only rows trained
+    on)."""
     return {
-        "dynamic_sampling/extra_completion_tokens": total(float(result.extra_completion_tokens)),
+        "dynamic_sampling/extra_completion_tokens": total(float(extra_tokens)),
         "dynamic_sampling/signal_share_before": mean([float(s) for s in result.signal_before]),
         "dynamic_sampling/signal_share_after": mean([float(s) for s in result.signal_after]),
         "dynamic_sampling/replaced_share": mean([float(a and not b) for a, b in

@@ -74,8 +74,7 @@ def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefi
                                          hooks.score, lambda n: int(hooks.total(float(n))))
         step.rows, step.replaced = resampled.rows, resampled.replaced
         step.stats = summed_stats(step.stats, resampled.stats)
-        resampled.extra_completion_tokens = sum(hooks.extra_tokens)
-        step.metrics.update(dynamic_sampling_metrics(resampled, hooks.mean, hooks.total))
+        step.metrics.update(dynamic_sampling_metrics(resampled, sum(hooks.extra_tokens), hooks.mean, hooks.total))
     return step
 
 
