@@ -43,12 +43,19 @@ ARMS = ("old_recipe", "rapo", "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
 # The demo recipe's settings before issue 31, as rapo train flags (the rest of the recipe is shared).
 OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
-              "steps_per_generation": "8", "share_prompt_forward": "false"}
+              "steps_per_generation": "8", "share_prompt_forward": "false",
+              "lora_dropout": "0.05"}
 PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
 
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _rss_mb() -> float:
+    """The process's resident memory now (the peak above only ever grows, so it cannot show growth step over step)."""
+    with open("/proc/self/statm") as statm:  # Linux: pages of size, resident, ...
+        return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 class _Clock:
@@ -110,7 +117,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
             clock.current["optimizer"] += time.perf_counter() - optimizer_start[0]
 
         def on_step_end(self, *a, **k):
-            clock.close_step({"peak_rss_mb": _peak_rss_mb()})
+            clock.close_step({"peak_rss_mb": _peak_rss_mb(), "rss_mb": _rss_mb()})
 
     peft = get_peft_config(model_args)
     if arm == "grpo":
@@ -180,7 +187,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         if arm == "grpo" and i < len(recorded):
             completion_tokens = sum(len(ids) for ids in recorded[i]["completion_ids"])
         per_step.append({"split_s": split, "policy_tokens": tokens, "completion_tokens": completion_tokens,
-                         "peak_rss_mb": phases["peak_rss_mb"]})
+                         "peak_rss_mb": phases["peak_rss_mb"], "rss_mb": phases["rss_mb"]})
     history = [e for e in trainer.state.log_history if "step_time" in e]
     result = {"arm": arm, "model": model_path, "wall_s": wall, "steps": per_step,
               "step_s": [e["step_time"] for e in history], "peak_rss_mb": _peak_rss_mb(),
@@ -215,7 +222,8 @@ def summarise(raw: dict, skip_first: bool) -> dict:
                "loss_s_per_rollout": round((split["loss_forward"] + split["backward"]) / rollouts, 3) if rollouts else None,
                "policy_tokens_per_step": round(tokens, 1),
                "generate_tokens_per_s": round(tokens / generate, 1) if generate else None,
-               "peak_rss_mb": round(raw["peak_rss_mb"]), "batch": raw["batch"], "steps_timed": len(steps)}
+               "peak_rss_mb": round(raw["peak_rss_mb"]), "batch": raw["batch"], "steps_timed": len(steps),
+               "rss_mb_per_step": [round(s["rss_mb"]) for s in raw["steps"] if "rss_mb" in s]}
     if "peak_cuda_mb" in raw:
         summary["peak_cuda_mb"] = round(raw["peak_cuda_mb"])
     return summary

@@ -137,6 +137,25 @@ def test_micro_batches_of_one_generation_are_put_back_in_generation_order():
     assert first["scale"].item() == 2.0 and second["absent"] is None
 
 
+def test_rows_of_one_prompt_are_paired_by_length_and_groups_keep_their_place():
+    # Generation order: prompt A's rows 0-3, then prompt B's rows 4-7 (shuffled by TRL across two chunks).
+    prompts = torch.tensor([[1, 2]] * 4 + [[3, 4]] * 4)
+    lengths = torch.tensor([2, 5, 1, 4, 3, 3, 6, 1])
+    mask = (torch.arange(6)[None, :] < lengths[:, None]).long()
+    rows = torch.arange(8)
+    shuffle = [[6, 1, 3, 4], [0, 7, 2, 5]]
+    chunks = [{"rapo_row": rows[i], "prompt_ids": prompts[i], "prompt_mask": torch.ones(4, 2, dtype=torch.long),
+               "completion_mask": mask[i]} for i in shuffle]
+    out = rows_in_generation_order(chunks)
+    order = [row for chunk in out for row in chunk["rapo_row"].tolist()]
+    assert order == [1, 3, 0, 2, 6, 4, 5, 7]  # A's rows longest first, then B's: [5, 4, 2, 1] and [6, 3, 3, 1]
+    assert [chunk["completion_mask"].sum(1).tolist() for chunk in out] == [[5, 4, 2, 1], [6, 3, 3, 1]]
+    # Padding paid over micro-batches of two, against generation order: 2x(5+2+3+6) = 32 positions vs 2x(5+4+3+6) = 36.
+    paired = [max(order_lengths) for order_lengths in ([5, 4], [2, 1], [6, 3], [3, 1])]
+    in_sampling_order = [max(pair) for pair in ([2, 5], [1, 4], [3, 3], [6, 1])]
+    assert sum(paired) < sum(in_sampling_order)
+
+
 def test_the_trainer_hands_each_micro_batch_one_groups_rows(tiny_model_dir, tmp_path):
     # One group of G = 4 over two micro-batches of 2, both in one optimizer step: TRL shuffles the rows; RAPO puts
     # consecutive rows together again, so each micro-batch runs one prompt forward.
@@ -146,7 +165,10 @@ def test_the_trainer_hands_each_micro_batch_one_groups_rows(tiny_model_dir, tmp_
     trainer.model.train()
     torch.manual_seed(3)  # a shuffle that splits the pairs
     first = trainer._prepare_inputs(batch_inputs())
-    assert [chunk["rapo_row"].tolist() for chunk in trainer._buffered_inputs] == [[0, 1], [2, 3]]
+    chunks = trainer._buffered_inputs
+    assert sorted(row for chunk in chunks for row in chunk["rapo_row"].tolist()) == [0, 1, 2, 3]
+    lengths = [length for chunk in chunks for length in chunk["completion_mask"].sum(1).tolist()]
+    assert lengths == sorted(lengths, reverse=True)  # one group: its rows paired longest first
     assert first is trainer._buffered_inputs[0]
     off = rapo_trainer(tiny_model_dir, tmp_path / "off", per_device_train_batch_size=2, gradient_accumulation_steps=1,
                        steps_per_generation=2)
