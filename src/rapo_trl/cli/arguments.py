@@ -69,6 +69,13 @@ class RAPOScriptArguments:
         metadata={"help": "word_problems: ask only held-out templates with at most 2 (1), 3 (2) or 4 (3) operations. "
                   "Default: every held-out template."},
     )
+    task_tool_steps: str | None = field(
+        default=None,
+        metadata={"help": "word_problems: how the scripted expert uses <python>, for the store and the warm start: one "
+                  "(one call for the whole expression) or per_operation (one call per operation, each later call "
+                  "using the number an earlier one printed). Same questions and answers either way. Default: one.",
+                  "choices": ["one", "per_operation"]},
+    )
     train_split: str = field(
         default="train",
         metadata={"help": "Split RL trains on. word_problems also has demonstrated, reward_only (stories of the "

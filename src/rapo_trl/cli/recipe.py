@@ -28,7 +28,7 @@ MODEL_LOADING = ("model_revision", "dtype", "attn_implementation", "trust_remote
 TASK = ("task", "dataset_path", "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split",
         "eval_dataset_path", "eval_fraction", "question_column", "answer_column", "task_seed", "tools", "search_corpus",
         "python_timeout")
-TRAINING_SPLITS = ("train_size", "task_difficulty", "train_split", "demo_split", "store_split")
+TRAINING_SPLITS = ("train_size", "task_difficulty", "task_tool_steps", "train_split", "demo_split", "store_split")
 RAPO = "RAPO"  # the group of the fields RAPOConfig declares itself
 
 # `rapo COMMAND --help`: the fields the command reads, grouped; `--help-all` adds every other one.
