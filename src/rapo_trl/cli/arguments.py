@@ -71,9 +71,8 @@ class RAPOScriptArguments:
     )
     task_tool_steps: str | None = field(
         default=None,
-        metadata={"help": "word_problems: how the scripted expert uses <python>, for the store and the warm start: one "
-                  "(one call for the whole expression) or per_operation (one call per operation, each later call "
-                  "using the number an earlier one printed). Same questions and answers either way. Default: one.",
+        metadata={"help": "word_problems, build-store's expert: one <python> call per question (one) or one per "
+                  "operation, each using the number the previous call printed (per_operation). Default: one.",
                   "choices": ["one", "per_operation"]},
     )
     train_split: str = field(

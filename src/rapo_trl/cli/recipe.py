@@ -28,7 +28,7 @@ MODEL_LOADING = ("model_revision", "dtype", "attn_implementation", "trust_remote
 TASK = ("task", "dataset_path", "dataset_name", "dataset_config", "dataset_train_split", "dataset_test_split",
         "eval_dataset_path", "eval_fraction", "question_column", "answer_column", "task_seed", "tools", "search_corpus",
         "python_timeout")
-TRAINING_SPLITS = ("train_size", "task_difficulty", "task_tool_steps", "train_split", "demo_split", "store_split")
+TRAINING_SPLITS = ("train_size", "task_difficulty", "train_split", "demo_split", "store_split")
 RAPO = "RAPO"  # the group of the fields RAPOConfig declares itself
 
 # `rapo COMMAND --help`: the fields the command reads, grouped; `--help-all` adds every other one.
@@ -48,7 +48,7 @@ HELP_GROUPS = {
     ),
     "build-store": (
         ("agent", ("agent", "expert_error_rate", "device", *MODEL_LOADING)),
-        ("task", (*TASK, *TRAINING_SPLITS, "reward")),
+        ("task", (*TASK, *TRAINING_SPLITS, "task_tool_steps", "reward")),  # only the expert reads tool steps
         ("store", ("store_path", "store_collection", "store_server", "num_samples", "keep_top_k", "sft_warmup_steps")),
         ("rollouts", ("max_completion_length", "max_turn_tokens", "temperature", "seed")),
     ),
