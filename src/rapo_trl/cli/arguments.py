@@ -69,6 +69,12 @@ class RAPOScriptArguments:
         metadata={"help": "word_problems: ask only held-out templates with at most 2 (1), 3 (2) or 4 (3) operations. "
                   "Default: every held-out template."},
     )
+    task_tool_steps: str | None = field(
+        default=None,
+        metadata={"help": "word_problems, build-store's expert: one <python> call per question (one) or one per "
+                  "operation, each using the number the previous call printed (per_operation). Default: one.",
+                  "choices": ["one", "per_operation"]},
+    )
     train_split: str = field(
         default="train",
         metadata={"help": "Split RL trains on. word_problems also has demonstrated, reward_only (stories of the "

@@ -177,7 +177,7 @@ def load_questions(script: RAPOScriptArguments, split: str):
     """Raw question/answer rows of the configured task: ``split`` is ``train``, ``demo`` or an eval set."""
     evaluating = is_eval_split(script, split)
     n = question_cap(script, evaluating)
-    for knob in ("task_difficulty", "eval_difficulty"):
+    for knob in ("task_difficulty", "eval_difficulty", "task_tool_steps"):
         if getattr(script, knob) is not None and script.task != "word_problems":
             raise UsageError(f"{knob} applies to task=word_problems only, not task={script.task}")
     name = task_split(script, split)
@@ -194,6 +194,8 @@ def load_questions(script: RAPOScriptArguments, split: str):
         # template) chooses which held-out templates are asked, the same for every model of a table.
         difficulty = script.eval_difficulty if evaluating else script.task_difficulty
         options = {"difficulty": difficulty} if difficulty is not None else {}
+        if script.task_tool_steps is not None and not evaluating:  # only the expert reads it: eval rows stay as they are
+            options["tool_steps"] = script.task_tool_steps
         try:
             return load_task(script.task, split=split, n=n, seed=script.task_seed, **options)
         except ValueError as error:

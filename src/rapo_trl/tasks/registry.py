@@ -29,7 +29,8 @@ TASKS: dict[str, Task] = {
     "arithmetic": Task("arithmetic", arithmetic.load, arithmetic.expert, ("python",)),
     "two_hop": Task("two_hop", two_hop.load, two_hop.expert, ("search", "python"), two_hop.corpus),
     "word_problems": Task(
-        "word_problems", word_problems.load, word_problems.expert, ("python",), options=("difficulty", "digits")
+        "word_problems", word_problems.load, word_problems.expert, ("python",),
+        options=("difficulty", "digits", "tool_steps"),
     ),
 }
 
@@ -43,7 +44,7 @@ def get_task(name: str) -> Task:
 
 def load_task(name: str, split: str = "train", n: int | None = None, seed: int = 0, **options) -> Dataset:
     """``n`` rows of a demo task's ``split`` ("train" or "eval"; disjoint), generated from ``seed``;
-    ``options`` are the task's own knobs (``word_problems``: ``difficulty``, ``digits``)."""
+    ``options`` are the task's own knobs (``word_problems``: ``difficulty``, ``digits``, ``tool_steps``)."""
     task = get_task(name)
     unknown = sorted(set(options) - set(task.options))
     if unknown:

@@ -18,6 +18,10 @@ Knobs of :func:`load`:
   ``rapo`` CLI's ``task_difficulty`` applies to training rows only).
 - ``digits`` (0, 1 or 2; default 0) adds that many digits to the large quantities of every story
   (those of 3+ digits; small multipliers and divisors keep their range).
+- ``tool_steps`` (``"one"``, the default, or ``"per_operation"``) says how the scripted expert uses ``<python>``:
+  one call for the whole expression, or one call per operation, each later call using the number an earlier one
+  printed (:mod:`rapo_trl.tasks.operation_steps`). The questions and answers are the same either way; only
+  ``per_operation`` rows carry a ``tool_steps`` column (the expert reads it), so ``one`` rows are today's rows.
 
 Division is always ``//``: a story either asks for whole units ("full boxes", "complete walls":
 floor division) or shares exactly ("split equally"), in which case the numbers are drawn so the
@@ -30,6 +34,7 @@ import random
 
 from datasets import Dataset
 
+from rapo_trl.tasks.operation_steps import DEFAULT_TOOL_STEPS, check_tool_steps, per_operation_expert
 from rapo_trl.tasks.python_expert import python_expert
 from rapo_trl.tasks.splits import split_of, stable_hash
 from rapo_trl.tasks.story_data import load_stories
@@ -119,6 +124,7 @@ def load(
     seed: int = 0,
     difficulty: int | None = DEFAULT_DIFFICULTY,
     digits: int = 0,
+    tool_steps: str = DEFAULT_TOOL_STEPS,
 ) -> Dataset:
     """``n`` problems of ``split`` (columns question, answer, question_id, code, template, ops, shape).
 
@@ -128,13 +134,16 @@ def load(
     questions of RL's own stories) from the reward-only stories, never a question ``reward_only`` can draw
     (:data:`QUESTION_BUCKETS`). ``template`` is the story's id and
     ``shape`` the template whose program it tells. ``difficulty`` (1, 2 or 3 = all; ``None`` = 3) caps the
-    operation count; ``digits`` (0..2) widens the large quantities. Deterministic for a given argument set.
+    operation count; ``digits`` (0..2) widens the large quantities; ``tool_steps`` (``one`` or ``per_operation``)
+    is how the expert solves them, never which questions are drawn. Deterministic for a given argument set.
     """
+    check_tool_steps(tool_steps)
     difficulty = DEFAULT_DIFFICULTY if difficulty is None else difficulty
     pool = templates(split, difficulty)
     if not isinstance(digits, int) or not DIGITS_RANGE[0] <= digits <= DIGITS_RANGE[1]:
         raise ValueError(f"digits must be an integer from {DIGITS_RANGE[0]} to {DIGITS_RANGE[1]}, got {digits!r}")
     n = DEFAULT_SIZES["eval" if split in EVAL_SPLITS else "train"] if n is None else n
+    # tool_steps stays out of the seed: both settings draw the same questions (splits, buckets, held-out stories).
     rng = random.Random(f"word_problems:{split}:{seed}:{difficulty}:{digits}")
     bucket = QUESTION_BUCKETS.get(split)
     rows, seen = [], set()
@@ -153,6 +162,8 @@ def load(
                 "template": template.id,
                 "ops": template.ops,
                 "shape": shape_id(template.id),
+                # Only when set: the default's rows stay column for column what they were before the option.
+                **({"tool_steps": tool_steps} if tool_steps != DEFAULT_TOOL_STEPS else {}),
             }
         )
     return Dataset.from_list(rows)
@@ -169,9 +180,12 @@ _PLANS = [
 def expert(question_row: dict, error_rate: float = 0.0, rng: random.Random | None = None, tools=None) -> str:
     """A correct tagged trajectory for a ``word_problems`` row (think, one ``<python>`` call over
     named variables, think, ``\\boxed{}`` answer); with probability ``error_rate`` one whose code has
-    a slip, so its (faithfully reported) answer is wrong.
+    a slip, so its (faithfully reported) answer is wrong. A row loaded with ``tool_steps="per_operation"``
+    gets one call per operation instead (:func:`rapo_trl.tasks.operation_steps.per_operation_expert`).
 
     ``rng`` defaults to one seeded by the question id; ``tools`` may map ``"python"`` to the real
     ``PythonTool`` so the result block is exactly what it prints.
     """
+    if check_tool_steps(question_row.get("tool_steps") or DEFAULT_TOOL_STEPS) == "per_operation":
+        return per_operation_expert(question_row, None, error_rate, rng, tools)
     return python_expert(question_row, _PLANS, error_rate, rng, tools)
