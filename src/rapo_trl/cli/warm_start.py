@@ -163,6 +163,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     from peft import LoraConfig
     from trl import SFTConfig, SFTTrainer
 
+    from rapo_trl.memory import with_freed_memory_release
+
     examples = warm_start_examples(rows, store, min_reward)
     target = Path(output_dir) / folder
     key = None
@@ -195,7 +197,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         model, peft_config = load_adapter_for_training(model_path, start_adapter, init_kwargs), None
     trainer = SFTTrainer(
         model, args=args, train_dataset=Dataset.from_list(examples), processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[stop.callback] if stop else None,
+        peft_config=peft_config, callbacks=with_freed_memory_release([stop.callback] if stop else None, args.device),
     )
     started = time.perf_counter()
     trainer.train()

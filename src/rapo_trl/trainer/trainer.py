@@ -28,6 +28,7 @@ from trl.extras.profiling import profiling_decorator
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.hardware import load_frozen_weights_in_half
+from rapo_trl.memory import with_freed_memory_release
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rewards.view import policy_view
@@ -129,7 +130,7 @@ class RAPOTrainer(GRPOTrainer):
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
+            callbacks=with_freed_memory_release(callbacks, args.device),
             optimizers=optimizers,
             quantization_config=quantization_config,
             peft_config=peft_config,
