@@ -91,6 +91,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     from rapo_trl.cli import parse_recipe
     from rapo_trl.cli.common import build_tools, open_store, resolve_model_path, training_rows
     from rapo_trl.cli.rewards import training_rewards
+    from rapo_trl.cli.train import warm_policy
     from rapo_trl.hardware import frozen_weights_dtype
     from rapo_trl.trainer import RAPOTrainer
 
@@ -100,8 +101,14 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     flags = [part for key, value in settings.items() for part in ("--" + key, value)]
     script, args, model_args = parse_recipe("train", ["--config", recipe, *flags])[:3]
     warm = Path(args.output_dir) / "sft-warm-start"
-    model_path = str(warm) if (warm / "config.json").is_file() else resolve_model_path(model_args.model_name_or_path)
+    base_path = resolve_model_path(model_args.model_name_or_path)
+    model_path = str(warm) if (warm / "config.json").is_file() else base_path
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    peft = get_peft_config(model_args)
+    policy = model_path
+    if peft is not None and (warm / "adapter_config.json").is_file():  # the warm start as an adapter: as rapo train
+        policy, peft = warm_policy(base_path, str(warm), peft, args, model_args)
+        model_path = str(warm)
     rows = training_rows(script, "train")
     reward_funcs, args.reward_weights = training_rewards(script, args.reward_weights)
     args.max_steps, args.logging_steps = steps, 1
@@ -119,7 +126,6 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         def on_step_end(self, *a, **k):
             clock.close_step({"peak_rss_mb": _peak_rss_mb(), "rss_mb": _rss_mb()})
 
-    peft = get_peft_config(model_args)
     if arm == "grpo":
         recorded = json.loads(Path(rollouts_file).read_text())
         # The recipe's GRPOConfig fields as written (not RAPOConfig's derived values), with RAPO's loss settings.
@@ -133,7 +139,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         half = frozen_weights_dtype(args.bf16, args.fp16)
         if peft is not None and half is not None:  # the same frozen-weight dtype as RAPOTrainer's rule loads
             grpo_args.model_init_kwargs = {**(grpo_args.model_init_kwargs or {}), "dtype": half}
-        trainer = GRPOTrainer(model_path, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
+        trainer = GRPOTrainer(policy, reward_funcs, args=grpo_args, train_dataset=rows, processing_class=tokenizer,
                               peft_config=peft, callbacks=[StepClock()])
         replay = iter(recorded)
 
@@ -143,7 +149,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         trainer.rollout_func = replayed
     else:
         store = open_store(script, must_exist=True) if Path(script.store_path).exists() else None
-        trainer = RAPOTrainer(model_path, reward_funcs, args=args, train_dataset=rows, processing_class=tokenizer,
+        trainer = RAPOTrainer(policy, reward_funcs, args=args, train_dataset=rows, processing_class=tokenizer,
                               peft_config=peft, trace_store=store, tools=build_tools(script), callbacks=[StepClock()])
         recorded = []
         rollout = trainer.rollout_func

@@ -130,6 +130,10 @@ def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):
         assert torch.equal(loaded.detach(), tensor)
     frozen = {p.dtype for n, p in policy.named_parameters() if not p.requires_grad}
     assert frozen == {torch.bfloat16}  # the base as the run loads it; the delta never rounded into it
+    # The run's lora_dropout, not the one the adapter was saved with: dropout is a training setting.
+    assert {m.p for n, m in policy.named_modules() if isinstance(m, torch.nn.Dropout)} == set()  # saved with 0.0
+    with_dropout = load_adapter_for_training(str(tiny_model_dir), path, {"dtype": torch.bfloat16}, lora_dropout=0.05)
+    assert {m.p for n, m in with_dropout.named_modules() if isinstance(m, torch.nn.Dropout)} == {0.05}
 
 
 @pytest.mark.slow

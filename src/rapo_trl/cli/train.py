@@ -81,7 +81,7 @@ def run(script, rapo_args, model_args) -> dict:
         # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
         # weights); a run that trains every weight starts from the merge.
         warm = warm_start(model_path, merge=peft_config is None, **sft)
-        policy, peft_config = _warm_policy(model_path, warm, peft_config, rapo_args, model_args)
+        policy, peft_config = warm_policy(model_path, warm, peft_config, rapo_args, model_args)
     # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
     # as it is, at every save, the warm start included.
     push, rapo_args.push_to_hub = rapo_args.push_to_hub, False
@@ -117,7 +117,7 @@ def run(script, rapo_args, model_args) -> dict:
     return result.metrics
 
 
-def _warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args):
+def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args):
     """What RAPO trains after a warm start, and the peft_config it is handed: with LoRA, the base loaded as the run
     would load it (its half type, its quantization) with the warm start's adapter on it, trainable; otherwise the
     merged warm start by path."""
@@ -132,7 +132,7 @@ def _warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args)
     load_frozen_weights_in_half(model_path, rapo_args, peft_config, quantization)
     kwargs = {**(rapo_args.model_init_kwargs or {}),
               **({"quantization_config": quantization} if quantization is not None else {})}
-    policy = load_adapter_for_training(model_path, warm, kwargs)
+    policy = load_adapter_for_training(model_path, warm, kwargs, getattr(peft_config, "lora_dropout", None))
     rapo_args.model_init_kwargs = None  # used here; TRL would warn that a loaded model ignores them
     return policy, None
 

@@ -93,14 +93,19 @@ def _merged_over_full_precision_base(peft_model, model_path: str, model_init_kwa
     return PeftModel.from_pretrained(base, adapter).merge_and_unload()
 
 
-def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: dict):
+def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: dict,
+                              lora_dropout: float | None = None):
     """The base loaded as a run loads it (``model_init_kwargs``, its half type included) with ``adapter`` on it,
-    trainable: the warm start's LoRA, trained further."""
-    from peft import PeftModel
+    trainable: the warm start's LoRA, trained further; with the run's ``lora_dropout`` where given (the adapter's
+    own otherwise: dropout is a training setting, not part of the weights)."""
+    from peft import PeftConfig, PeftModel
     from transformers import AutoModelForCausalLM
 
     base = AutoModelForCausalLM.from_pretrained(model_path, **model_init_kwargs)
-    return PeftModel.from_pretrained(base, adapter, is_trainable=True)
+    config = PeftConfig.from_pretrained(adapter)
+    if lora_dropout is not None:
+        config.lora_dropout = lora_dropout
+    return PeftModel.from_pretrained(base, adapter, config=config, is_trainable=True)
 
 
 WARM_START_KEY_FILE = "warm_start_key.json"
