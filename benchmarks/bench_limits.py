@@ -19,7 +19,8 @@ one, else half of ``max_completion_length``; ``--prompt-tokens`` / ``--completio
 Limits, each the binding one of a memory-bound and a compute-bound time (P: the model's matmul weights):
 
 - decode, tok/s at the recipe's decode batch of R rows at mean context c (prompt + half the completion): a step reads
-  every weight once plus R rows' KV cache, and computes R x (2 P + attention 4 L w c) FLOPs.
+  every weight once plus R rows' KV cache, and computes R x (2 P + attention 4 L w c) FLOPs, at the matmul rates
+  measured at R rows (the layers' shape and the LM head's apart: few-row matmuls run well below the square's rate).
 - prefill, tok/s: R prompts of p tokens, 2 P + 2 L w p FLOPs a token (causal attention), weights read once.
 - loss, s per row: a row's forward covers its completion plus its share of the prompt (p / rows sharing it), the
   LM head only the completion; backward with frozen base weights (LoRA) computes only the activations' gradients,
@@ -137,15 +138,18 @@ def _bound(tokens: float, memory_s: float, compute_s: float, **extra) -> dict:
             **extra}
 
 
-def decode_limit(shapes: dict, rows: int, context: float, value_bytes: int, bandwidth: float, flops_per_s: float) -> dict:
+def decode_limit(shapes: dict, rows: int, context: float, value_bytes: int, bandwidth: float, flops_per_s: float,
+                 head_flops_per_s: float | None = None) -> dict:
     """tok/s of one decode step of ``rows`` rows at ``context`` tokens each: every weight and the rows' KV cache read
-    once, 2 FLOPs per matmul weight and 4 L w c for attention per row."""
+    once, 2 FLOPs per matmul weight and 4 L w c for attention per row. ``head_flops_per_s``: the LM head's own rate
+    where it was measured apart (a vocabulary-wide matmul of few rows can run far below the layers' rate)."""
     weight_bytes = shapes["decode_read_params"] * value_bytes
     cache_bytes = rows * context * 2 * shapes["layers"] * shapes["kv_width"] * value_bytes
-    flops = rows * (2 * (shapes["body_matmul_params"] + shapes["head_params"])
-                    + 4 * shapes["layers"] * shapes["attention_width"] * context)
-    return _bound(rows, (weight_bytes + cache_bytes) / bandwidth, flops / flops_per_s,
-                  bytes_per_step=weight_bytes + cache_bytes, flops_per_step=flops)
+    body = rows * (2 * shapes["body_matmul_params"] + 4 * shapes["layers"] * shapes["attention_width"] * context)
+    head = rows * 2 * shapes["head_params"]
+    compute_s = body / flops_per_s + head / (head_flops_per_s or flops_per_s)
+    return _bound(rows, (weight_bytes + cache_bytes) / bandwidth, compute_s,
+                  bytes_per_step=weight_bytes + cache_bytes, flops_per_step=body + head)
 
 
 def prefill_limit(shapes: dict, rows: int, prompt_tokens: float, value_bytes: int, bandwidth: float,
@@ -191,9 +195,33 @@ def stage_limits(limits: dict, precision: str, decode_rows: int | None = None, r
     p = inputs["prompt_tokens"]
     c = inputs["completion_tokens"] if completion_tokens is None else completion_tokens
     size = BYTES[precision]
-    return {"decode": decode_limit(shapes, rows, p + c / 2, size, bandwidth, rate),
+    body_rate, head_rate = decode_rates(limits, precision, rows)
+    return {"decode": decode_limit(shapes, rows, p + c / 2, size, bandwidth, body_rate or rate, head_rate),
             "prefill": prefill_limit(shapes, rows, p, size, bandwidth, rate),
             "loss": loss_limit(shapes, p, c, sharing, size, bandwidth, rate, inputs["frozen_weights"])}
+
+
+def decode_rates(limits: dict, precision: str, rows: int) -> tuple[float | None, float | None]:
+    """The layers' and the LM head's matmul rates measured at the decode row count nearest ``rows`` (``None, None``
+    in a record measured before they were)."""
+    measured = limits.get("decode_matmul", {}).get(precision)
+    if not measured:
+        return None, None
+    nearest = min(measured, key=lambda r: (abs(int(r) - rows), int(r)))
+    return measured[nearest]["body_flops_per_s"], measured[nearest]["head_flops_per_s"]
+
+
+def measure_decode_matmuls(shapes: dict, rows_list, repeats: int) -> dict:
+    """Per precision and row count, the matmul rate at a decode step's own shapes: the rows against the MLP's up
+    projection (the layers) and against the vocabulary (the LM head)."""
+    out: dict = {}
+    for precision in BYTES:
+        for rows in rows_list:
+            body = measure_matmul(precision, rows, shapes["hidden"], shapes["intermediate"], repeats)
+            head = measure_matmul(precision, rows, shapes["hidden"], shapes["head_params"] // shapes["hidden"], repeats)
+            out.setdefault(precision, {})[str(rows)] = {"body_flops_per_s": body["flops_per_s"],
+                                                        "head_flops_per_s": head["flops_per_s"]}
+    return out
 
 
 # ------------------------------------------------------------------ the recipe
@@ -263,6 +291,17 @@ def report_lines(report: dict) -> list[str]:
                           rows, "llrrrl")
 
 
+def decode_rate_lines(report: dict) -> list[str]:
+    """The matmul rates at decode shapes (few rows against a layer's and the vocabulary's width), when measured."""
+    measured = report.get("decode_matmul")
+    if not measured:
+        return []
+    rows = [[precision, n, f"{r['body_flops_per_s'] / 1e9:.1f}", f"{r['head_flops_per_s'] / 1e9:.1f}"]
+            for precision, by_rows in measured.items() for n, r in sorted(by_rows.items(), key=lambda x: int(x[0]))]
+    return ["Decode shapes (best GFLOP/s of `torch.mm`, rows x hidden against the MLP's width and the vocabulary):", "",
+            *markdown_table(["precision", "rows", "layers GFLOP/s", "LM head GFLOP/s"], rows, "lrrr"), ""]
+
+
 def markdown(report: dict) -> str:
     m, bw, inputs, s = report["matmul_runs"], report["bandwidth"], report["inputs"], report["shapes"]
     rates = markdown_table(["precision", "m x k x n", "calls", "best GFLOP/s", "median GFLOP/s"],
@@ -277,7 +316,8 @@ def markdown(report: dict) -> str:
         f"Memory bandwidth ({bw['mib']} MiB fp32, best of {bw['repeats']}): read (sum) "
         f"**{bw['read_bytes_per_s'] / 1e9:.1f} GB/s** (median {bw['median_read_bytes_per_s'] / 1e9:.1f}), copy "
         f"{bw['copy_bytes_per_s'] / 1e9:.1f} GB/s (median {bw['median_copy_bytes_per_s'] / 1e9:.1f}). The limits use "
-        "the read bandwidth and each precision's best matmul rate.", "",
+        "the read bandwidth; prefill and the loss each precision's best matmul rate, decode the rates below.", "",
+        *decode_rate_lines(report),
         "## Limits", "", *report_lines(report), "",
         f"Model `{inputs['model']}`: {s['params'] / 1e6:.1f}M parameters ({s['body_matmul_params'] / 1e6:.1f}M in the "
         f"layers' matmuls, LM head {s['head_params'] / 1e6:.1f}M, tied: {s['tied_embeddings']}), {s['layers']} layers, "
@@ -315,11 +355,14 @@ def main(argv: list[str] | None = None) -> None:
     runs = [measure_matmul(precision, m, k, n, args.repeats)
             for precision in ("fp32", "bf16")
             for m, k, n in ((args.square,) * 3, (micro_tokens, shapes["hidden"], shapes["intermediate"]))]
+    decode_rows = sorted({8, 16, 32, 64, inputs["decode_rows"]})
+    decode_matmul = measure_decode_matmuls(shapes, decode_rows, args.repeats)
     bandwidth = measure_bandwidth(args.mib, args.repeats)
     best = {precision: max((r for r in runs if r["precision"] == precision), key=lambda r: r["flops_per_s"])
             for precision in ("fp32", "bf16")}
     report = {"recipe": args.recipe, "machine": machine, "command": command_line(), "inputs": inputs,
-              "shapes": shapes, "matmul_runs": runs, "matmul": best, "bandwidth": bandwidth}
+              "shapes": shapes, "matmul_runs": runs, "matmul": best, "decode_matmul": decode_matmul,
+              "bandwidth": bandwidth}
     report["limits"] = {precision: stage_limits(report, precision) for precision in ("fp32", "bf16")}
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")

@@ -92,6 +92,25 @@ def test_stage_limits_use_the_record_at_the_asked_precision_and_batch():
     assert bench.stage_limits(record, "fp32", decode_rows=8)["decode"]["seconds"] < fp32["decode"]["seconds"]
 
 
+def test_decode_takes_the_rates_measured_at_the_nearest_row_count_the_head_apart():
+    bench = _bench()
+    record = {"shapes": SHAPES, "bandwidth": {"read_bytes_per_s": 1e15},  # compute-bound: the rates decide
+              "matmul": {"fp32": {"flops_per_s": 1e12}},
+              "decode_matmul": {"fp32": {"8": {"body_flops_per_s": 1e11, "head_flops_per_s": 5e10},
+                                         "64": {"body_flops_per_s": 4e11, "head_flops_per_s": 2e11}}},
+              "inputs": {"decode_rows": 16, "rows_per_prompt": 2, "prompt_tokens": 10, "completion_tokens": 10,
+                         "frozen_weights": True}}  # no attention FLOPs (width 0): the matmuls alone
+    at_16 = bench.stage_limits(record, "fp32")["decode"]  # nearest measured: 8 rows
+    assert at_16["seconds"] == pytest.approx(16 * 2 * 90e6 / 1e11 + 16 * 2 * 10e6 / 5e10)
+    at_48 = bench.stage_limits(record, "fp32", decode_rows=48)["decode"]  # nearest: 64 rows
+    assert at_48["seconds"] == pytest.approx(48 * 2 * 90e6 / 4e11 + 48 * 2 * 10e6 / 2e11)
+    older = {k: v for k, v in record.items() if k != "decode_matmul"}  # a record from before: the square's rate
+    assert bench.stage_limits(older, "fp32")["decode"]["seconds"] == pytest.approx(16 * 2 * 100e6 / 1e12)
+    measured = bench.measure_decode_matmuls({"hidden": 8, "intermediate": 16, "head_params": 8 * 32}, [2, 4], repeats=1)
+    assert set(measured) == {"fp32", "bf16"} and set(measured["fp32"]) == {"2", "4"}
+    assert all(r["body_flops_per_s"] > 0 and r["head_flops_per_s"] > 0 for r in measured["bf16"].values())
+
+
 def test_bench_step_reports_each_arm_against_the_limits_of_its_own_cpu_only(tmp_path):
     import json
 
