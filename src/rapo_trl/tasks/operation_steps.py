@@ -12,8 +12,8 @@ in the evaluation order of the expression's tree (post-order, left operand first
 trajectory has one step per operation plus the answer. The sandbox keeps no state between calls, so a later call
 states what it needs: the story's quantities it uses, and each earlier result as the literal number that call
 printed (read from its output, never recomputed), so a later call depends on the earlier call's actual result.
-The answer is the expression's value either way, and a slip (:func:`~rapo_trl.tasks.python_expert.wrong_code`,
-drawn as in the one-call expert) is made to the whole program before it is split, so it propagates to the answer.
+The answer is the expression's value either way, and a slip (:func:`~rapo_trl.tasks.python_expert.drawn_program`,
+as in the one-call expert) is made to the whole program before it is split, so it propagates to the answer.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from rapo_trl.tasks.python_expert import wrong_code
+from rapo_trl.tasks.python_expert import drawn_program
 from rapo_trl.tasks.story_template import OPERATORS
 from rapo_trl.tasks.trajectory import TrajectoryWriter, run_python_locally
 
@@ -103,10 +103,7 @@ def per_operation_expert(question_row: dict, plans: list[str] | None = None, err
     ``rng`` defaults to one seeded by the question id; ``tools`` may map ``"python"`` to the real ``PythonTool``.
     A call that prints no integer (a failing tool) ends the chain: the expert reports what it printed.
     """
-    rng = rng or random.Random(question_row["question_id"])
-    code = question_row["code"]
-    if rng.random() < error_rate:  # drawn first, as python_expert does: the same question slips the same way
-        code = wrong_code(code, str(question_row["answer"]), rng)
+    rng, code = drawn_program(question_row, error_rate, rng)  # the one-call expert's slip, drawn the same way
     known, operations = split_program(code)
     writer = TrajectoryWriter(tools, {"python": run_python_locally})
     writer.think(f"{rng.choice(plans or _PLANS)} First: {operations[0].text}.")

@@ -44,6 +44,17 @@ def wrong_code(code: str, answer: str, rng: random.Random) -> str:
     return code[: -len(")")] + " + 1)"  # every slip was harmless; make one that counts
 
 
+def drawn_program(question_row: dict, error_rate: float, rng: random.Random | None) -> tuple[random.Random, str]:
+    """``(rng, program)``: the row's ``code``, slipped with probability ``error_rate``, and the generator the rest of
+    the trajectory draws from (seeded by the question id unless given). Every expert draws the slip first, so a
+    question slips the same way whichever expert writes it."""
+    rng = rng or random.Random(question_row["question_id"])
+    code = question_row["code"]
+    if rng.random() < error_rate:
+        code = wrong_code(code, str(question_row["answer"]), rng)
+    return rng, code
+
+
 def python_expert(question_row: dict, plans: list[str], error_rate: float = 0.0, rng: random.Random | None = None,
                   tools=None) -> str:
     """A tagged trajectory for a row with a ``code`` column: a plan from ``plans``, the program (slipped with
@@ -52,10 +63,7 @@ def python_expert(question_row: dict, plans: list[str], error_rate: float = 0.0,
     ``rng`` defaults to one seeded by the question id; ``tools`` may map ``"python"`` to the real
     ``PythonTool`` so the result block is exactly what it prints.
     """
-    rng = rng or random.Random(question_row["question_id"])
-    code = question_row["code"]
-    if rng.random() < error_rate:
-        code = wrong_code(code, str(question_row["answer"]), rng)
+    rng, code = drawn_program(question_row, error_rate, rng)
     writer = TrajectoryWriter(tools, {"python": run_python_locally})
     writer.think(rng.choice(plans))
     output = writer.call("python", code)
