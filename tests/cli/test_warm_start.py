@@ -178,3 +178,29 @@ def test_a_finished_warm_start_is_reused_and_a_changed_one_retrained(tiny_model_
     store.add_trajectories([GOOD], [1.0], ["q3"], prompts=["not in the store"])  # new data: q3 now demonstrated
     warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=3, learning_rate=1e-3, **common)
     assert json.loads(history.read_text())["examples"] == 3
+
+
+KEY_IN_A_FRESH_PROCESS = """
+import sys
+from peft import LoraConfig
+from rapo_trl.cli.warm_start import warm_start_key
+lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                      "up_proj", "down_proj"])
+print(warm_start_key(sys.argv[1], [{"prompt": "p", "completion": "c"}], steps=3, lora=lora.to_dict()))
+"""
+
+
+def test_the_warm_start_key_is_the_same_in_processes_with_different_hash_seeds(tmp_path):
+    # LoraConfig keeps target_modules as a set, whose order follows each process's string hash seed: a key that
+    # wrote it as it iterates never matched in the next process, so every run trained its warm start again.
+    import os
+    import subprocess
+    import sys
+
+    keys = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", KEY_IN_A_FRESH_PROCESS, str(tmp_path)], env=env,
+                              capture_output=True, text=True, check=True)
+        keys.add(done.stdout.strip().splitlines()[-1])
+    assert len(keys) == 1

@@ -76,6 +76,16 @@ def test_retrieval_view_metrics_of_one_process():
 
 
 
+def test_the_positive_advantage_share_of_rows_shown_a_stored_step():
+    # a hybrid row shown a stored step, a hybrid row shown only the fallback, two on-policy rows
+    rows = [row(event("q0")), row(event(fallback=True)), row(hybrid=False), row(hybrid=False)]
+    advantages = torch.tensor([1.5, 0.5, 1.0, -3.0])
+    metrics = retrieval_view_metrics(rows, None, torch.zeros(4), Accelerator(cpu=True), advantages)
+    assert metrics["rapo/positive_advantage_share_retrieved"] == pytest.approx(1.5 / 3.0)
+    flat = retrieval_view_metrics(rows, None, torch.zeros(4), Accelerator(cpu=True), torch.zeros(4))
+    assert "rapo/positive_advantage_share_retrieved" not in flat  # no credit given: nothing to share
+
+
 def test_each_process_reads_its_own_slice_of_the_gathered_rewards():
     second = SimpleNamespace(process_index=1, device="cpu", gather=lambda t: t)  # rank 1 of 2, alone in this test
     rows = [row(event("q")), row(hybrid=False)]  # its rows are the batch's rows 2 and 3

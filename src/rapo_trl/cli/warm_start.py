@@ -130,7 +130,15 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
             versions[name] = None
     payload = {"format": _FORMAT, "model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
                "settings": settings, "versions": versions}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=_stable_json).encode()).hexdigest()
+
+
+def _stable_json(value):
+    """JSON for what ``json`` cannot write, the same in every process: a set (``LoraConfig.target_modules``) is
+    written sorted, since its iteration order follows the process's string hash seed."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
 
 
 def cached_warm_start(target: Path, key: str) -> bool:

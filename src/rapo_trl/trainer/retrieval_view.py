@@ -49,14 +49,31 @@ def rewards_by_retrieval(rows: Sequence[RolloutRow], rewards: Sequence[float]) -
             [reward for row, reward in scored if not row.is_hybrid])
 
 
+def positive_advantage_shown_a_stored_step(rows: Sequence[RolloutRow], advantages: torch.Tensor) -> tuple[float, float]:
+    """``(credit to rows shown a stored step, all credit)``: the sums of the positive advantages of this process's
+    rows. Their ratio says how much of what the step reinforces was earned next to a retrieved step."""
+    positive = advantages.detach().float().clamp(min=0)
+    if positive.dim() > 1:  # per-token advantages: a row's credit is its mean
+        positive = positive.mean(dim=1)
+    shown = torch.tensor([shown_a_stored_step(row) for row in rows], dtype=torch.bool, device=positive.device)
+    return float(positive[shown].sum()), float(positive.sum())
+
+
 def retrieval_view_metrics(rows: Sequence[RolloutRow], question_ids: Sequence[str | None] | None,
-                           all_rewards: torch.Tensor, accelerator) -> dict[str, float]:
+                           all_rewards: torch.Tensor, accelerator,
+                           advantages: torch.Tensor | None = None) -> dict[str, float]:
     """The step's retrieval shares and its rewards by retrieval, over every process's rows (``all_rewards``: every
     process's rows, this process's at its ``process_index``-th slice). Every process calls it (it gathers)."""
     start = accelerator.process_index * len(rows)
     own, answer = stored_steps_shown(rows, question_ids)
     retrieved, on_policy = rewards_by_retrieval(rows, all_rewards[start : start + len(rows)].tolist())
-    return means_where_defined(
+    metrics = means_where_defined(
         {"rapo/retrieved_own_question_share": own, "rapo/retrieved_answer_share": answer,
          "rapo/reward_hybrid_retrieved": retrieved, "rapo/reward_on_policy": on_policy},
         lambda values: gathered_mean(accelerator, values), lambda value: gathered_sum(accelerator, value))
+    if advantages is not None:  # this process's rows' advantages, as TRL leaves them after its split
+        shown_credit, credit = positive_advantage_shown_a_stored_step(rows, advantages)
+        shown_credit, credit = gathered_sum(accelerator, shown_credit), gathered_sum(accelerator, credit)
+        if credit > 0:
+            metrics["rapo/positive_advantage_share_retrieved"] = shown_credit / credit
+    return metrics

@@ -184,7 +184,8 @@ class RAPOTrainer(GRPOTrainer):
             metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
                 self.accelerator, [float((weights != 0).sum())])
         metrics.update(signal_metrics(step.rewards, self.num_generations),
-                       **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator))
+                       **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator,
+                                                out["advantages"]))
         self._log_metrics("train", metrics)
         warn_on_lost_signal(self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator)
         if self.args.grow_store and self.trace_store is not None:
