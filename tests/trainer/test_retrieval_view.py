@@ -151,6 +151,15 @@ def test_a_training_step_logs_the_shares_and_the_rewards_by_retrieval(tiny_model
     assert store.asked == [None, None]  # similarity alone: the option is off
 
 
+def test_the_completions_table_says_what_each_row_was_shown(tiny_model_dir, tmp_path):
+    # log_completions: TRL writes one table a logged step; RAPO adds per-row columns beside its rewards
+    trainer, _ = step(tiny_model_dir, tmp_path, ScriptedStore(ANSWERS), inputs_with("q-own"), log_completions=True)
+    extra = {column: list(values) for column, values in trainer._logs["extra"].items()}
+    assert extra["rapo_hybrid"] == [True, True, True, False]
+    assert extra["rapo_stored_steps_shown"] == [1, 2, 0, 0]  # row 0's second retrieval was the fallback
+    assert extra["rapo_answer_step_shown"] == [True, False, False, False]
+
+
 def test_rows_without_question_ids_leave_the_own_question_share_out(tiny_model_dir, tmp_path):
     _, logged = step(tiny_model_dir, tmp_path, ScriptedStore(ANSWERS), inputs_with(None))
     assert "rapo/retrieved_own_question_share" not in logged

@@ -49,6 +49,18 @@ def rewards_by_retrieval(rows: Sequence[RolloutRow], rewards: Sequence[float]) -
             [reward for row, reward in scored if not row.is_hybrid])
 
 
+def completion_columns(rows: Sequence[RolloutRow]) -> dict[str, list]:
+    """Per-row columns for TRL's completions table (``log_completions``): whether the row was hybrid, how many
+    stored steps it was shown, and whether one of them held a final answer; so a row's reward can be read beside
+    what it was handed."""
+    stored = [[event for event in row.retrievals if not event.is_fallback and event.text is not None] for row in rows]
+    return {
+        "rapo_hybrid": [row.is_hybrid for row in rows],
+        "rapo_stored_steps_shown": [len(events) for events in stored],
+        "rapo_answer_step_shown": [any(ANSWER_OPEN in event.text for event in events) for events in stored],
+    }
+
+
 def positive_advantage_shown_a_stored_step(rows: Sequence[RolloutRow], advantages: torch.Tensor) -> tuple[float, float]:
     """``(credit to rows shown a stored step, all credit)``: the sums of the positive advantages of this process's
     rows. Their ratio says how much of what the step reinforces was earned next to a retrieved step."""

@@ -51,7 +51,7 @@ from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
 from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
-from rapo_trl.trainer.retrieval_view import retrieval_view_metrics
+from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
@@ -220,6 +220,9 @@ class RAPOTrainer(GRPOTrainer):
                                       engine.last_stats)
         mode = "train" if training else "eval"
         step.rolled_out(rollout.rows, mode, rollout.replaced)
+        if self.log_completions:
+            for column, values in completion_columns(rollout.rows).items():
+                self._log_completion_extra(column, values)
         mean = functools.partial(gathered_mean, self.accelerator)
         self._log_metrics(mode, {**rollout.metrics, **rollout_metrics(rollout.rows, rollout.stats, engine.store_errors,
                                                                       engine.config.retrieve_prob, mean)})
