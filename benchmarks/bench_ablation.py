@@ -26,17 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine_info, markdown_table, update_results, use_offline_environment  # noqa: E402
+from common import RESULTS, machine_info, markdown_table, run_rapo, update_results, use_offline_environment  # noqa: E402
 
 use_offline_environment()
 
-ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "configs/demo_cpu.yaml"
 RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
 ARMS = {
@@ -86,17 +84,11 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def rapo(*arguments: str) -> None:
-    command = [str(Path(sys.executable).parent / "rapo"), *arguments]
-    print("+", " ".join(command), flush=True)
-    subprocess.run(command, check=True, cwd=ROOT)
-
-
 def build_store(workdir: Path) -> Path:
     """The recipe's store (RL's own questions, the warm start's collection beside it), built once."""
     store = workdir / "store"
     if not store.exists():
-        rapo("build-store", "--config", RECIPE, "--store_path", str(store))
+        run_rapo("build-store", "--config", RECIPE, "--store_path", str(store))
     return store
 
 
@@ -127,7 +119,7 @@ def run_arm(arm: str, workdir: Path, store: Path, steps: int) -> dict:
         shutil.copytree(shared_warm_start, output / WARM_START_DIR)
     arm_store = store_without_answer_steps(workdir, store) if arm == "no_answer_steps" else store
     started = time.perf_counter()
-    rapo("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(arm_store),
+    run_rapo("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(arm_store),
          "--max_steps", str(steps), "--sft_same_time", "false", *ARMS[arm])
     train_seconds = time.perf_counter() - started
     if not shared_warm_start.exists():
@@ -143,7 +135,7 @@ def run_arm(arm: str, workdir: Path, store: Path, steps: int) -> dict:
 
 def evaluate(model: Path, store: Path) -> tuple[dict, float]:
     started = time.perf_counter()
-    rapo("eval", "--config", RECIPE, "--eval_model", str(model), "--store_path", str(store),
+    run_rapo("eval", "--config", RECIPE, "--eval_model", str(model), "--store_path", str(store),
          "--eval_splits", EVAL_SPLIT, "--eval_base", "false", "--eval_sampled_models", "trained",
          "--eval_report", "")
     payload = json.loads((model / "eval_results.json").read_text())

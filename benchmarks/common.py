@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
@@ -103,6 +104,13 @@ def command_line() -> str:
 
 
 @contextlib.contextmanager
+def run_rapo(*arguments: str) -> None:
+    """The ``rapo`` command of this Python's environment, from the repository's root: what a user runs."""
+    command = [str(Path(sys.executable).parent / "rapo"), *arguments]
+    print("+", " ".join(command), flush=True)
+    subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent)
+
+
 def locked(path: Path):
     """An exclusive lock on ``path`` (a sidecar file), so parallel processes set up and append one at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
