@@ -80,7 +80,7 @@ def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefi
 
 def _need(inputs, option: str) -> Sequence[dict]:
     if inputs is None:
-        from rapo_trl.trainer.pending import RolloutHandOverError
+        from rapo_trl.trainer.step_state import RolloutHandOverError
 
         raise RolloutHandOverError(f"RAPO: {option} needs the step's input rows; rollout_func ran outside "
                                    "_generate_and_score_completions.")

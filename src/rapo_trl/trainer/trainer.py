@@ -1,16 +1,24 @@
 """RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (docs/design.md).
 
-Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
-against the installed TRL, in ``rapo_trl.internals``. One ``StepState`` carries a step across TRL's hooks
+The TRL adapter of ``rapo_trl.core``: RAPO's maths lives there (``core.reference.reference_step`` is the whole step
+for one group); this module wires it into GRPOTrainer's hooks, in the order a step runs. Every TRL method and
+attribute it relies on is listed, and checked against the installed TRL, in ``rapo_trl.internals``.
+
+TRL's hooks do not return to each other, so a step hands over state twice, each in one place
 (docs/trl-integration.md):
-1. ``_generate_and_score_completions`` opens it with the step's input rows;
+- ``StepState`` (``step_state.py``) carries a step from ``_generate_and_score_completions`` through ``rollout_func``
+  and ``_calculate_rewards`` back to it, checking each hand-over;
+- ``LossForward`` (``loss_forward.py``) carries the shaped ratio's old log-probs from the loss's forward to TRL's
+  loss, which reads them from its inputs.
+
+A step:
+1. ``_generate_and_score_completions`` opens the ``StepState`` with the step's input rows;
 2. ``rollout_func`` (``_hybrid_rollout``): the rollout stage (``step_rollout.py``: plain, guided for failed groups,
    dynamic sampling) gives ids, env_mask and RAPO's per-row state;
 3. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
-4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row
-   ratio shift log(1 + m F_ret) and retrieved-token weights stored beside them in the batch;
-5. ``_compute_loss``: TRL's loss with its one forward as a ``LossForward`` (old log-probs lowered by the shift, so
-   TRL's clip acts on (1 + m F_ret) r; log-probs kept for the retrieved-token term), plus that term.
+4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, F_ret per row and the
+   extra loss terms' tensors stored beside them in the batch;
+5. ``_compute_loss``: TRL's loss on the shaped ratio (1 + m F_ret) r, plus the extra loss terms.
 """
 
 from __future__ import annotations
@@ -48,9 +56,9 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
-from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
+from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
+from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
-from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
 from rapo_trl.trainer.retrieval_view import retrieval_view_metrics
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
@@ -60,6 +68,7 @@ from rapo_trl.trainer.shared_prompt import (
     scores_with_shared_prompts,
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
+from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
@@ -148,6 +157,8 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout: StepState | None = None
         """The last scored step (rows, mode, weighted rewards), for inspection."""
         self._loss_forward: LossForward | None = None  # the loss's one forward, while TRL's loss runs
+        self.loss_terms = loss_terms(args)
+        """Extra loss terms the config turns on, added to TRL's policy loss (``trainer/loss_terms.py``)."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
@@ -174,15 +185,11 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout = step
         if step.mode != "train":
             return out
-        out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
+        out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
             step.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
-        if self.args.retrieved_token_loss_weight > 0:
-            weights = retrieved_token_weights(step.rows, out["advantages"], self.args.retrieved_token_loss_weight,
-                                              out["completion_ids"].size(1))
-            weights = weights * out["completion_mask"]  # rows TRL masks (mask_truncated_completions) learn nothing
-            out[RETRIEVED_WEIGHT_KEY] = weights
-            metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
-                self.accelerator, [float((weights != 0).sum())])
+        for term in self.loss_terms:
+            out[term.key], term_metrics = term.batch_field(step.rows, out["advantages"], out["completion_mask"])
+            metrics.update({name: gathered_mean(self.accelerator, [value]) for name, value in term_metrics.items()})
         metrics.update(signal_metrics(step.rewards, self.num_generations),
                        **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator,
                                                 out["advantages"]))
@@ -331,41 +338,35 @@ class RAPOTrainer(GRPOTrainer):
         return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss with RAPO's shaped importance ratio, plus the retrieved-token term where it is on."""
+        """TRL's policy loss on RAPO's shaped ratio (1 + m F_ret) r, plus the extra loss terms in the batch.
+
+        TRL's loss computes the ratio exp(logps - old_logps) and clips it; the loss forward (``LossForward``) hands
+        it old log-probs lowered by log(1 + m F_ret) (``core.objective.shaped_old_logps``), so the ratio it clips is
+        the shaped one.
+        """
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
-        weights = inputs.get(RETRIEVED_WEIGHT_KEY)  # on every process or on none (the option, in training)
-        shift = inputs.get("rapo_log_ratio_shift")
-        shift = shift.unsqueeze(1) if shift is not None and bool((shift != 0).any()) else None
-        if shift is None and weights is None:
-            return super()._compute_loss(model, inputs)
-        inputs = dict(inputs)  # the buffered batch stays unshifted
-        old = inputs.get("old_per_token_logps")
-        if shift is not None and old is not None:
-            # Only the clipped ratio is shaped. The off-policy mask compares with the sampler's log-probs (TRL falls
-            # back to the old ones when none were sampled): keep them unshifted. TRL's vLLM importance-sampling
-            # correction (importance_sampling_ratio) was computed before the loss from unshifted old log-probs.
-            inputs.setdefault("sampling_per_token_logps", old)
-            inputs["old_per_token_logps"] = old - shift
-            shift = None
-            if weights is None:
-                return super()._compute_loss(model, inputs)
-        # Aligned generation: TRL takes the forward's own log-probs as the old ones; the forward lowers them by shift.
-        self._loss_forward = forward = LossForward(inputs, shift, keep_logps=weights is not None)
+        inputs = dict(inputs)  # the loss forward writes the shaped old log-probs here; the buffered batch stays
+        forward = LossForward(inputs, inputs.get(RETRIEVED_FRACTION_KEY), self.args.importance_shaping_weight)
+        self._loss_forward = forward
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
             self._loss_forward = None
         forward.check_used()
-        if weights is None:
-            return loss
-        # On every process (zero where no row retrieved with A > 0: it gathers), with DAPO's token-mean normalizer
-        # whatever the loss type, so a guided token weighs like a sampled token of the same advantage.
+        for term in self.loss_terms:
+            if term.key not in inputs:  # evaluation batches carry no term
+                continue
+            extra = term.loss(forward.logps, inputs[term.key], self._token_mean_normalizer(inputs))
+            self._metrics["train"][term.metric].append(self.accelerator.gather(extra.detach()).mean().item())
+            loss = loss + extra
+        return loss
+
+    def _token_mean_normalizer(self, inputs) -> torch.Tensor:
+        """The DAPO token mean's denominator for this micro-batch, whatever the loss type, so an extra term's token
+        weighs like a sampled token of the same advantage."""
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        extra = retrieved_token_loss(forward.logps, weights, self.args.retrieved_token_shaping, normalizer)
-        self._metrics["train"]["rapo/retrieved_token_loss"].append(self.accelerator.gather(extra.detach()).mean().item())
-        return loss + extra
+        return normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **side_inputs):

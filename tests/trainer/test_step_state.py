@@ -3,12 +3,15 @@ raises instead of training as plain GRPO."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from trl import GRPOTrainer
 
 from rapo_trl.rollout import RolloutRow
-from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
+from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
+from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
 from tests.helpers.fakes import FixedStore
 from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
 
@@ -56,14 +59,14 @@ def test_replacements_reach_trls_prompts_only_when_the_inputs_hold_them():
 
 def test_ratio_shift_is_applied_to_one_forward_only():
     inputs = {}
-    forward = LossForward(inputs, torch.tensor([[0.5]]))
+    forward = LossForward(inputs, torch.tensor([math.exp(0.5) - 1.0]), shaping_weight=1.0)  # log(1 + m F) = 0.5
     with pytest.raises(RolloutHandOverError, match="did not run"):
         forward.check_used()
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     forward.apply(logps)
-    assert inputs["old_per_token_logps"].tolist() == [[-1.5, -2.5]] and not inputs["old_per_token_logps"].requires_grad
+    assert inputs["old_per_token_logps"][0].tolist() == pytest.approx([-1.5, -2.5])
+    assert not inputs["old_per_token_logps"].requires_grad
     assert inputs["sampling_per_token_logps"].tolist() == [[-1.0, -2.0]]  # the off-policy mask is not shaped
-    assert forward.logps is None  # kept only for the retrieved-token term
     forward.check_used()
     with pytest.raises(RolloutHandOverError, match="more than one forward"):
         forward.apply(logps)
@@ -71,7 +74,7 @@ def test_ratio_shift_is_applied_to_one_forward_only():
 
 def test_the_forward_keeps_its_logps_for_the_retrieved_token_term_with_its_graph():
     inputs = {"old_per_token_logps": torch.zeros(1, 2)}
-    forward = LossForward(inputs, shift=None, keep_logps=True)
+    forward = LossForward(inputs, retrieved_fractions=None, shaping_weight=0.05)  # evaluation: nothing to shape
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     forward.apply(logps)
     assert forward.logps is logps and inputs["old_per_token_logps"].tolist() == [[0.0, 0.0]]  # nothing shifted
@@ -128,7 +131,7 @@ def test_a_loss_that_runs_two_forwards_refuses_the_shaped_ratio(tiny_model_dir, 
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    assert bool((batch["rapo_log_ratio_shift"] != 0).any())
+    assert bool((batch[RETRIEVED_FRACTION_KEY] != 0).any())
     stock = GRPOTrainer._compute_loss
 
     def two_forwards(self, model, inputs):
