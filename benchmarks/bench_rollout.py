@@ -1,4 +1,4 @@
-"""Rollout throughput: RAPO's hybrid rollout engine against TRL's own multi-turn tool loop (issue 4).
+"""Rollout throughput: RAPO's hybrid rollout engine against TRL's own multi-turn tool loop.
 
 Side by side in one process, on the same model object, prompts, batch, completion budget and sampling
 (temperature 1.0, torch seeded identically before the matching runs of each path):

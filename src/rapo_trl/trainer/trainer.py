@@ -125,8 +125,9 @@ class RAPOTrainer(GRPOTrainer):
         trace_store=None,
         vllm_llm=None,
     ):
-        args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func,
-                                 environment_factory=environment_factory)
+        args = checked_arguments(
+            model, args, train_dataset, rollout_func=rollout_func, environment_factory=environment_factory
+        )
         # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
         self.rapo_tools = list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
@@ -147,7 +148,11 @@ class RAPOTrainer(GRPOTrainer):
         self.trace_store = trace_store
         configure_store(trace_store, args, self.accelerator.num_processes)
         self.rollout_engine = HybridRolloutEngine(
-            self._tokenizer, make_backend(self, vllm_llm), self.rapo_tools, trace_store, rollout_config(args),
+            self._tokenizer,
+            make_backend(self, vllm_llm),
+            self.rapo_tools,
+            trace_store,
+            rollout_config(args),
             seed=args.seed + self.accelerator.process_index,
         )
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
@@ -164,7 +169,9 @@ class RAPOTrainer(GRPOTrainer):
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
         if self.accelerator.is_main_process:
-            warn_if_learning_rate_too_low_for_peft(self.accelerator.unwrap_model(self.model), args.learning_rate)
+            warn_if_learning_rate_too_low_for_peft(
+                self.accelerator.unwrap_model(self.model), args.learning_rate
+            )
             warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
@@ -186,19 +193,30 @@ class RAPOTrainer(GRPOTrainer):
         if step.mode != "train":
             return out
         out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
-            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
+            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args
+        )
         for term in self.loss_terms:
-            out[term.key], term_metrics = term.batch_field(step.rows, out["advantages"], out["completion_mask"])
-            metrics.update({name: gathered_mean(self.accelerator, [value]) for name, value in term_metrics.items()})
-        metrics.update(signal_metrics(step.rewards, self.num_generations),
-                       **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator,
-                                                out["advantages"]))
+            out[term.key], term_metrics = term.batch_field(
+                step.rows, out["advantages"], out["completion_mask"]
+            )
+            metrics.update(
+                {name: gathered_mean(self.accelerator, [value]) for name, value in term_metrics.items()}
+            )
+        metrics.update(
+            signal_metrics(step.rewards, self.num_generations),
+            **retrieval_view_metrics(
+                step.rows, question_ids(inputs), step.rewards, self.accelerator, out["advantages"]
+            ),
+        )
         self._log_metrics("train", metrics)
-        warn_on_lost_signal(self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator)
+        warn_on_lost_signal(
+            self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator
+        )
         if self.args.grow_store and self.trace_store is not None:
             start = self.accelerator.process_index * len(step.rows)
-            chosen = best_of_each_group(step.rewards, self.num_generations, start, len(step.rows),
-                                        self.args.grow_store_min_reward)
+            chosen = best_of_each_group(
+                step.rewards, self.num_generations, start, len(step.rows), self.args.grow_store_min_reward
+            )
             grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer)
         return out
 
@@ -211,8 +229,10 @@ class RAPOTrainer(GRPOTrainer):
         training = self.model.training
         group = self.num_generations if training else self.num_generations_eval
         offset = self.accelerator.process_index * len(prompts)
-        hybrid = [training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
-                  for i in range(len(prompts))]
+        hybrid = [
+            training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
+            for i in range(len(prompts))
+        ]
         prompt_ids, _, _ = self._tokenize_prompts(prompts)
         engine = self.rollout_engine
         engine.config.retrieve_prob = self.current_retrieve_prob()
@@ -220,16 +240,33 @@ class RAPOTrainer(GRPOTrainer):
         with vllm_kv_cache_awake(self):
             if training:
                 inputs = step.inputs if step.inputs is not None and len(step.inputs) == len(prompts) else None
-                rollout = roll_out_step(engine, inputs, prompt_ids, prefixes, hybrid, group_size=group,
-                                        offset=offset, args=self.args, hooks=self._step_hooks(prompts, inputs))
+                rollout = roll_out_step(
+                    engine,
+                    inputs,
+                    prompt_ids,
+                    prefixes,
+                    hybrid,
+                    group_size=group,
+                    offset=offset,
+                    args=self.args,
+                    hooks=self._step_hooks(prompts, inputs),
+                )
             else:
-                rollout = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=False),
-                                      engine.last_stats)
+                rollout = StepRollout(
+                    engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=False), engine.last_stats
+                )
         mode = "train" if training else "eval"
         step.rolled_out(rollout.rows, mode, rollout.replaced)
         mean = functools.partial(gathered_mean, self.accelerator)
-        self._log_metrics(mode, {**rollout.metrics, **rollout_metrics(rollout.rows, rollout.stats, engine.store_errors,
-                                                                      engine.config.retrieve_prob, mean)})
+        self._log_metrics(
+            mode,
+            {
+                **rollout.metrics,
+                **rollout_metrics(
+                    rollout.rows, rollout.stats, engine.store_errors, engine.config.retrieve_prob, mean
+                ),
+            },
+        )
         rows = rollout.rows
         use_logprobs = all(row.logprobs is not None for row in rows)
         # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is the step's.
@@ -251,25 +288,39 @@ class RAPOTrainer(GRPOTrainer):
             return self._score_rows(rows_in, rows, conversational, filler=filler[0] if filler else None)
 
         def draw(n, round_, exclude):
-            drawn = self._prompt_draw.for_all_processes(n, step=self.state.global_step, round_=round_,
-                                                        exclude=exclude, rank=self.accelerator.process_index,
-                                                        gather=gather_object)
+            drawn = self._prompt_draw.for_all_processes(
+                n,
+                step=self.state.global_step,
+                round_=round_,
+                exclude=exclude,
+                rank=self.accelerator.process_index,
+                gather=gather_object,
+            )
             return [{column: row[column] for column in inputs[0]} for row in drawn]
 
         def roll_out_rows(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
-            rows = self.rollout_engine.run(self._tokenize_prompts(texts)[0], [prompt_text(p) + "\n" for p in texts],
-                                           flags, retrieval_enabled=True, question_ids=question_ids(candidates))
+            rows = self.rollout_engine.run(
+                self._tokenize_prompts(texts)[0],
+                [prompt_text(p) + "\n" for p in texts],
+                flags,
+                retrieval_enabled=True,
+                question_ids=question_ids(candidates),
+            )
             tokens.append(sum(len(row.completion_ids) for row in rows))
             return rows, self.rollout_engine.last_stats
 
         tokens: list[int] = []
         device = self.accelerator.device
         return StepHooks(
-            score=score, gather=lambda t: self.accelerator.gather(t.to(device)),
+            score=score,
+            gather=lambda t: self.accelerator.gather(t.to(device)),
             mean=functools.partial(gathered_mean, self.accelerator),
-            total=functools.partial(gathered_sum, self.accelerator), draw=draw if self._prompt_draw else None,
-            roll_out_rows=roll_out_rows, extra_tokens=tokens)
+            total=functools.partial(gathered_sum, self.accelerator),
+            draw=draw if self._prompt_draw else None,
+            roll_out_rows=roll_out_rows,
+            extra_tokens=tokens,
+        )
 
     def _score_rows(self, inputs: list[dict], rows: list, conversational: bool, filler=None) -> torch.Tensor:
         """Weighted rewards of ``rows`` (this process's), scored as ``_calculate_rewards`` scores the step's rows
@@ -278,11 +329,15 @@ class RAPOTrainer(GRPOTrainer):
         count = len(rows)
         width = int(self.accelerator.gather(torch.tensor([count], device=self.accelerator.device)).max())
         if width > count:
-            inputs, rows = list(inputs) + [filler[0]] * (width - count), list(rows) + [filler[1]] * (width - count)
+            inputs, rows = (
+                list(inputs) + [filler[0]] * (width - count),
+                list(rows) + [filler[1]] * (width - count),
+            )
         completions, policy_ids = self._reward_view(rows, conversational)
         with reward_logs_left_alone(self):
-            rewards_per_func = super()._calculate_rewards(inputs, [row["prompt"] for row in inputs], completions,
-                                                          policy_ids)
+            rewards_per_func = super()._calculate_rewards(
+                inputs, [row["prompt"] for row in inputs], completions, policy_ids
+            )
         start = self.accelerator.process_index * width
         return weighted_rewards(rewards_per_func[start : start + count], self.reward_weights)
 
@@ -291,7 +346,9 @@ class RAPOTrainer(GRPOTrainer):
         ``score_retrieved_blocks``), as chat messages when the prompts are conversational, and its token ids."""
         policy_ids = [policy_view(row, self.args.score_retrieved_blocks) for row in rows]
         texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
-        completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        completions = (
+            [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        )
         return completions, policy_ids
 
     def current_retrieve_prob(self) -> float:
@@ -301,7 +358,9 @@ class RAPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         step = self.step_state
         if step is None or step.rows is None:
-            raise RolloutHandOverError("RAPO: _calculate_rewards ran without a pending rollout from rollout_func.")
+            raise RolloutHandOverError(
+                "RAPO: _calculate_rewards ran without a pending rollout from rollout_func."
+            )
         step.apply_replacements(inputs, prompts)
         # Reward functions see the policy's own text: retrieved spans removed by token span.
         conversational = bool(completions) and isinstance(completions[0], list)
@@ -319,7 +378,8 @@ class RAPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         generated = self.model.training and (
             self._buffered_inputs is None
-            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0)
+            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0
+        )
         inputs = super()._prepare_inputs(generation_batch)
         if generated and self._regroups_micro_batches():
             self._buffered_inputs = rows_in_generation_order(self._buffered_inputs)
@@ -346,7 +406,9 @@ class RAPOTrainer(GRPOTrainer):
         """
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
-        inputs = dict(inputs)  # the loss forward writes the shaped old log-probs here; the buffered batch stays
+        inputs = dict(
+            inputs
+        )  # the loss forward writes the shaped old log-probs here; the buffered batch stays
         forward = LossForward(inputs, inputs.get(RETRIEVED_FRACTION_KEY), self.args.importance_shaping_weight)
         self._loss_forward = forward
         try:
@@ -368,20 +430,38 @@ class RAPOTrainer(GRPOTrainer):
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
         return normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **side_inputs):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **side_inputs,
+    ):
         scored = None
-        if self.args.share_prompt_forward and not compute_aux_loss and all(v is None for v in side_inputs.values()):
+        if (
+            self.args.share_prompt_forward
+            and not compute_aux_loss
+            and all(v is None for v in side_inputs.values())
+        ):
+
             def trl_scores(ids, mask):
                 return super(RAPOTrainer, self)._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
+                )
 
-            scored = scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                compute_entropy, trl_scores, self.accelerator.autocast)
+            scored = scores_with_shared_prompts(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, trl_scores,
+                self.accelerator.autocast,
+            )
         if scored is None:
             scored = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
-                **side_inputs)
+                **side_inputs,
+            )
         if self._loss_forward is not None:
             self._loss_forward.apply(scored[0])
         return scored
@@ -407,8 +487,14 @@ class RAPOTrainer(GRPOTrainer):
             return
         from rapo_trl.model_card import build_model_card
 
-        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags,
-                                base_model=kwargs.get("base_model"), evaluation=kwargs.get("evaluation"))
+        card = build_model_card(
+            self,
+            model_name=model_name,
+            dataset_name=dataset_name,
+            tags=tags,
+            base_model=kwargs.get("base_model"),
+            evaluation=kwargs.get("evaluation"),
+        )
         output_dir = kwargs.get("output_dir") or self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         card.save(os.path.join(output_dir, "README.md"))
@@ -418,5 +504,7 @@ class RAPOTrainer(GRPOTrainer):
         # PEFT's save_pretrained leaves its empty card template (with a local base path): put RAPO's card in
         # its place. Checkpoints are left as they are (TRL writes the card to output_dir when it saves one).
         folder = output_dir or self.args.output_dir
-        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith("checkpoint-"):
+        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith(
+            "checkpoint-"
+        ):
             self.create_model_card(output_dir=folder)
