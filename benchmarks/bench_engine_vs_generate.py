@@ -291,9 +291,9 @@ class RowLengths(StoppingCriteria):
 
 def run_engine(engine, prompts: list[list[int]]) -> tuple[RunResult, list[int]]:
     start, cpu = time.perf_counter(), time.process_time()
-    rows = engine.run(prompts)
+    rollout = engine.roll_out(prompts)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    stats = engine.last_stats
+    rows, stats = rollout.rows, rollout.stats
     policy = [sum(r.env_mask) for r in rows]
     total = sum(len(r.completion_ids) for r in rows)
     result = RunResult(seconds, len(rows), sum(policy), total - sum(policy),

@@ -165,16 +165,16 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     clock.wrap(trainer, "_compute_loss", "loss_forward")
     clock.wrap(trainer.accelerator, "backward", "backward")
     if arm != "grpo":
-        run = trainer.rollout_engine.run
+        roll_out = trainer.rollout_engine.roll_out
 
         def counted(*a, **k):
-            result = run(*a, **k)
-            s = trainer.rollout_engine.last_stats
+            result = roll_out(*a, **k)
+            s, rows = result.stats, result.rows
             engine_stats.append((s.generate_seconds, s.tool_seconds, s.retrieval_seconds,
-                                 sum(sum(r.env_mask) for r in result), sum(len(r.completion_ids) for r in result)))
+                                 sum(sum(r.env_mask) for r in rows), sum(len(r.completion_ids) for r in rows)))
             return result
 
-        trainer.rollout_engine.run = counted
+        trainer.rollout_engine.roll_out = counted
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()

@@ -111,16 +111,28 @@ def test_rollout_twice_or_rewards_without_rollout_raise(tiny_model_dir, tmp_path
     prompts = [row["prompt"] for row in batch_inputs()]
     with pytest.raises(RolloutHandOverError, match="without a pending rollout"):
         trainer._calculate_rewards(batch_inputs(), prompts, ["x"] * 4, [[1]] * 4)
+    trainer.step_state = StepState(inputs=batch_inputs())  # as _generate_and_score_completions opens a step
     trainer._hybrid_rollout(prompts)
     with pytest.raises(RolloutHandOverError, match="twice"):
         trainer._hybrid_rollout(prompts)
 
 
-def test_a_step_that_failed_after_its_rollout_leaves_nothing_behind(tiny_model_dir, tmp_path):
+def test_a_rollout_outside_a_step_or_a_failed_step_leaves_nothing_behind(tiny_model_dir, tmp_path):
     trainer = rapo_trainer(tiny_model_dir, tmp_path)
     trainer.model.train()
     script(trainer)
-    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])  # as if the rewards had raised
+    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])  # a bare rollout_func call
+    assert trainer.step_state is None
+
+    def failing(completions, **kwargs):
+        raise RuntimeError("reward failed")
+
+    rewards, trainer.reward_funcs = trainer.reward_funcs, [failing]
+    script(trainer)
+    with pytest.raises(RuntimeError, match="reward failed"):
+        trainer._generate_and_score_completions(batch_inputs())
+    assert trainer.step_state is None
+    trainer.reward_funcs = rewards
     script(trainer)
     out = trainer._generate_and_score_completions(batch_inputs())
     assert trainer.step_state is None and len(trainer.last_rollout.rows) == len(out["advantages"]) == 4

@@ -268,8 +268,7 @@ def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0, num_hybrid_generations=G)
     script(trainer)
     trainer.model.eval()
-    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
-    rows = trainer.step_state.rows
+    rows = trainer.roll_out_prompts([row["prompt"] for row in batch_inputs()]).rows
     assert store.queries == [] and [len(r.retrievals) for r in rows] == [0] * G
     assert not any(r.is_hybrid for r in rows)
 

@@ -221,52 +221,15 @@ class RAPOTrainer(GRPOTrainer):
         return out
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
+        """``rollout_func``: the rows as TRL takes them. RAPO's per-row state goes to the step's ``StepState`` (the
+        hybrid rows' retrievals, entropies and F_ret, read back by ``_calculate_rewards`` and the advantages); called
+        outside a step it is dropped (``roll_out_prompts`` returns it)."""
         step = self.step_state
-        if step is None:  # called on its own (a benchmark, a test): a step of these prompts alone
-            self.step_state = step = StepState()
-        if step.rows is not None:
+        if step is not None and step.rows is not None:
             raise RolloutHandOverError("RAPO: rollout_func ran twice before its completions were scored.")
-        training = self.model.training
-        group = self.num_generations if training else self.num_generations_eval
-        offset = self.accelerator.process_index * len(prompts)
-        hybrid = [
-            training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
-            for i in range(len(prompts))
-        ]
-        prompt_ids, _, _ = self._tokenize_prompts(prompts)
-        engine = self.rollout_engine
-        engine.config.retrieve_prob = self.current_retrieve_prob()
-        prefixes = [prompt_text(p) + "\n" for p in prompts]
-        with vllm_kv_cache_awake(self):
-            if training:
-                inputs = step.inputs if step.inputs is not None and len(step.inputs) == len(prompts) else None
-                rollout = roll_out_step(
-                    engine,
-                    inputs,
-                    prompt_ids,
-                    prefixes,
-                    hybrid,
-                    group_size=group,
-                    offset=offset,
-                    args=self.args,
-                    hooks=self._step_hooks(prompts, inputs),
-                )
-            else:
-                rollout = StepRollout(
-                    engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=False), engine.last_stats
-                )
-        mode = "train" if training else "eval"
-        step.rolled_out(rollout.rows, mode, rollout.replaced)
-        mean = functools.partial(gathered_mean, self.accelerator)
-        self._log_metrics(
-            mode,
-            {
-                **rollout.metrics,
-                **rollout_metrics(
-                    rollout.rows, rollout.stats, engine.store_errors, engine.config.retrieve_prob, mean
-                ),
-            },
-        )
+        rollout = self.roll_out_prompts(prompts, step.inputs if step is not None else None)
+        if step is not None:
+            step.rolled_out(rollout.rows, "train" if self.model.training else "eval", rollout.replaced)
         rows = rollout.rows
         use_logprobs = all(row.logprobs is not None for row in rows)
         # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is the step's.
@@ -277,7 +240,45 @@ class RAPOTrainer(GRPOTrainer):
             "env_mask": [row.env_mask for row in rows],
         }
 
-    def _step_hooks(self, prompts: list, inputs: list[dict] | None) -> StepHooks:
+    def roll_out_prompts(self, prompts: list, inputs: list[dict] | None = None) -> StepRollout:
+        """Roll out this process's ``prompts`` (each repeated per group, as TRL passes them) as a training or an
+        evaluation step does, and log the rollout's metrics. ``inputs``: the step's training rows, which guided
+        retrieval and dynamic sampling need (dynamic sampling writes its replacement rows into them)."""
+        training = self.model.training
+        group = self.num_generations if training else self.num_generations_eval
+        offset = self.accelerator.process_index * len(prompts)
+        hybrid = [
+            training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
+            for i in range(len(prompts))
+        ]
+        prompt_ids, _, _ = self._tokenize_prompts(prompts)
+        engine = self.rollout_engine
+        retrieve_prob = self.current_retrieve_prob()
+        prefixes = [prompt_text(p) + "\n" for p in prompts]
+        with vllm_kv_cache_awake(self):
+            if training:
+                inputs = inputs if inputs is not None and len(inputs) == len(prompts) else None
+                rollout = roll_out_step(
+                    engine,
+                    inputs,
+                    prompt_ids,
+                    prefixes,
+                    hybrid,
+                    group_size=group,
+                    offset=offset,
+                    retrieve_prob=retrieve_prob,
+                    args=self.args,
+                    hooks=self._step_hooks(prompts, inputs, retrieve_prob),
+                )
+            else:
+                plain = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=False)
+                rollout = StepRollout(plain.rows, plain.stats)
+        mean = functools.partial(gathered_mean, self.accelerator)
+        metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob, mean)
+        self._log_metrics("train" if training else "eval", {**rollout.metrics, **metrics})
+        return rollout
+
+    def _step_hooks(self, prompts: list, inputs: list[dict] | None, retrieve_prob: float) -> StepHooks:
         """What the rollout stage needs of this trainer: scoring, gathering, and drawing and rolling out prompts."""
         conversational = is_conversational({"prompt": prompts[0]})
         filler: list = []  # an (input row, rollout row) pair, padding a process with fewer rows to score
@@ -300,15 +301,16 @@ class RAPOTrainer(GRPOTrainer):
 
         def roll_out_rows(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
-            rows = self.rollout_engine.run(
+            rollout = self.rollout_engine.roll_out(
                 self._tokenize_prompts(texts)[0],
                 [prompt_text(p) + "\n" for p in texts],
                 flags,
                 retrieval_enabled=True,
                 question_ids=question_ids(candidates),
+                retrieve_prob=retrieve_prob,
             )
-            tokens.append(sum(len(row.completion_ids) for row in rows))
-            return rows, self.rollout_engine.last_stats
+            tokens.append(sum(len(row.completion_ids) for row in rollout.rows))
+            return rollout.rows, rollout.stats
 
         tokens: list[int] = []
         device = self.accelerator.device
