@@ -1,4 +1,4 @@
-"""The rollout engine's KV-cached sampling loop against plain ``model.generate`` (issue 17 §5).
+"""The rollout engine's KV-cached sampling loop against plain ``model.generate``.
 
 SmolLM2 rollouts of RAPO's ``HybridRolloutEngine`` (``kv_decode.py``: the cache is kept across turns) on
 arithmetic eval prompts, against, on the same rows and from the same seed:
@@ -64,7 +64,7 @@ KV_ENGINE = "engine (KV cache)"
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_shared_flags(parser)
-    # The --ev-* spellings are this benchmark's flags from when it was a mode of bench_rollout.py.
+    # The --ev-* spellings keep recorded command lines (benchmarks/results) runnable.
     parser.add_argument("--rows", "--ev-rows", type=int, nargs="+", default=[4, 16], help="rows per batch")
     parser.add_argument("--max-len", "--ev-max-len", type=int, default=256, help="max_completion_length")
     parser.add_argument("--turn-tokens", "--ev-turn-tokens", type=int, default=160, help="max_turn_tokens")
@@ -291,9 +291,9 @@ class RowLengths(StoppingCriteria):
 
 def run_engine(engine, prompts: list[list[int]]) -> tuple[RunResult, list[int]]:
     start, cpu = time.perf_counter(), time.process_time()
-    rows = engine.run(prompts)
+    rollout = engine.roll_out(prompts)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-    stats = engine.last_stats
+    rows, stats = rollout.rows, rollout.stats
     policy = [sum(r.env_mask) for r in rows]
     total = sum(len(r.completion_ids) for r in rows)
     result = RunResult(seconds, len(rows), sum(policy), total - sum(policy),
@@ -351,7 +351,7 @@ def render(section: dict) -> str:
         inv = section["invocations"][i - 1]
         runs.append(f"{i}. `{inv['command']}` ({inv['seconds']} s; {inv['machine']['date']}; load average at start "
                     f"{inv['load_average_at_start']}). {machine_line(inv['machine'])}. {inv['settings']}")
-    return "\n".join(["## The engine against plain `generate` (issue 17 §5)", "", *markdown_table(head, rows),
+    return "\n".join(["## The engine against plain `generate`", "", *markdown_table(head, rows),
                       "", LEGEND, "", "Runs:", "", *runs])
 
 

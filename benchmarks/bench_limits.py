@@ -1,5 +1,5 @@
 """What this machine allows each stage of an RL step: measured matmul rate and memory bandwidth, and from them the
-limit of decode, prefill and the loss for a recipe's model and batch (issue 43).
+limit of decode, prefill and the loss for a recipe's model and batch.
 
     .venv/bin/python benchmarks/bench_limits.py --recipe configs/demo_cpu.yaml
 

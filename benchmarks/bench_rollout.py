@@ -1,4 +1,4 @@
-"""Rollout throughput: RAPO's hybrid rollout engine against TRL's own multi-turn tool loop (issue 4).
+"""Rollout throughput: RAPO's hybrid rollout engine against TRL's own multi-turn tool loop.
 
 Side by side in one process, on the same model object, prompts, batch, completion budget and sampling
 (temperature 1.0, torch seeded identically before the matching runs of each path):
@@ -11,8 +11,8 @@ Side by side in one process, on the same model object, prompts, batch, completio
      as B (A's prompts also carry TRL's JSON tool schema), so B/A0 is the engine's own overhead.
   B  RAPO: a ``RAPOTrainer`` with ``PythonTool``, a Chroma ``TraceStore`` (all-MiniLM-L6-v2) built from
      the arithmetic task's expert trajectories, hybrid rows (num_generations // 2 per group) and
-     retrieve_prob 0.5, timing ``trainer._generate(prompts)``, which runs the hybrid rollout through
-     ``rollout_func``. ``rollout_engine.last_stats`` splits its time into generate / tools / retrieval.
+     retrieve_prob 0.5, timing ``trainer.roll_out_prompts(prompts)``, the hybrid rollout its ``rollout_func``
+     runs. The rollout's stats split its time into generate / tools / retrieval.
 
 Variants:
   natural   the model as it is. The random tiny model never writes a tool call and SmolLM2 almost never
@@ -427,15 +427,13 @@ def run_trl(trainer, prompts, tool_wrapper) -> RunResult:
 
 def run_rapo(trainer, prompts) -> RunResult:
     start = time.perf_counter()
-    prompt_ids, completion_ids, tool_mask, *_ = trainer._generate(prompts)
+    rollout = trainer.roll_out_prompts(prompts)
     seconds = time.perf_counter() - start
-    policy = sum(sum(m) for m in tool_mask)
-    total = sum(len(c) for c in completion_ids)
-    stats = trainer.rollout_engine.last_stats
-    # _generate alone hands the rows over to no scoring step: take them, so the next call's hand-over starts empty.
-    rows, trainer.step_state = trainer.step_state.rows, None
-    return RunResult(seconds, len(completion_ids), policy, total - policy,
-                     statistics.mean(len(p) for p in prompt_ids), sum(r.tool_calls for r in rows),
+    rows, stats = rollout.rows, rollout.stats
+    policy = sum(sum(r.env_mask) for r in rows)
+    total = sum(len(r.completion_ids) for r in rows)
+    return RunResult(seconds, len(rows), policy, total - policy,
+                     statistics.mean(len(r.prompt_ids) for r in rows), sum(r.tool_calls for r in rows),
                      sum(len(r.retrievals) for r in rows), stats.generate_seconds, stats.tool_seconds,
                      stats.retrieval_seconds)
 
@@ -472,7 +470,7 @@ LEGEND = (
     "Rates are medians over the timed runs; B/A ratios are medians over rounds of the ratio within a round "
     "(same seed, adjacent in time). policy tok = completion tokens with mask 1; forced tok = tool results (+ "
     "retrieved steps for B) and, for TRL, the chat-template tool-response framing. generate/tools/retrieval = "
-    "share of B's wall time from `rollout_engine.last_stats` (A: tools share = time inside the tool function). A0 "
+    "share of B's wall time from the rollout's stats (A: tools share = time inside the tool function). A0 "
     "(natural variant only) is TRL's plain `_generate` without `tools=`: same prompt tokens as B, so B/A0 is the "
     "engine's own overhead; A's prompts also carry TRL's tool schema."
 )

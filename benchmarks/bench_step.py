@@ -1,10 +1,10 @@
-"""Cost of one RL step of a recipe: seconds by phase, rollouts and tokens per hour, peak memory (issues 23, 31).
+"""Cost of one RL step of a recipe: seconds by phase, rollouts and tokens per hour, peak memory.
 
     .venv/bin/python benchmarks/bench_step.py --recipe configs/demo_cpu.yaml --steps 4
 
 Three arms, each in its own process (so each peak RSS is its own), on the same model and training rows:
 
-  old_recipe   RAPOTrainer with the demo recipe as it was before issue 31: fp32 everywhere, one prompt's G rows per
+  old_recipe   RAPOTrainer with the demo recipe without its speed settings: fp32 everywhere, one prompt's G rows per
                step, the loss row by row (per_device_train_batch_size 1, gradient accumulation G), every row
                running its own copy of the prompt (share_prompt_forward off). The baseline.
   rapo         RAPOTrainer with the recipe as it is (the candidate): the precision rule (bf16 on a CPU with
@@ -41,7 +41,7 @@ from common import RESULTS, machine_info, markdown_table, use_offline_environmen
 use_offline_environment()  # nothing loads from a hub here; inherited by the arms' processes
 ARMS = ("old_recipe", "rapo", "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
-# The demo recipe's settings before issue 31, as rapo train flags (the rest of the recipe is shared).
+# The demo recipe without its speed settings, as rapo train flags (the rest of the recipe is shared).
 OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
               "steps_per_generation": "8", "share_prompt_forward": "false",
               "lora_dropout": "0.05"}
@@ -165,16 +165,16 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     clock.wrap(trainer, "_compute_loss", "loss_forward")
     clock.wrap(trainer.accelerator, "backward", "backward")
     if arm != "grpo":
-        run = trainer.rollout_engine.run
+        roll_out = trainer.rollout_engine.roll_out
 
         def counted(*a, **k):
-            result = run(*a, **k)
-            s = trainer.rollout_engine.last_stats
+            result = roll_out(*a, **k)
+            s, rows = result.stats, result.rows
             engine_stats.append((s.generate_seconds, s.tool_seconds, s.retrieval_seconds,
-                                 sum(sum(r.env_mask) for r in result), sum(len(r.completion_ids) for r in result)))
+                                 sum(sum(r.env_mask) for r in rows), sum(len(r.completion_ids) for r in rows)))
             return result
 
-        trainer.rollout_engine.run = counted
+        trainer.rollout_engine.roll_out = counted
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Trace-store benchmark at the paper's scale (169,489 step records).
 
-What it measures (RAPO issue 3):
+What it measures:
   * build: keys/s of the real all-MiniLM-L6-v2 embedder (fp32 and bf16 probed, the faster one used)
     on realistic synthetic keys, and records/s of indexing into Chroma through ``TraceStore.add_records``;
   * ``select`` for a batch of 64 contexts at 10k, 100k and 170k records: embedding (real MiniLM)

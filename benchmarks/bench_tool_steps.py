@@ -1,5 +1,5 @@
 """What a hybrid rollout would retrieve from the demo's store, with the expert's one ``<python>`` call or one call per
-operation (issue 42, item 3), simulated without a model.
+operation, simulated without a model.
 
 For each ``tool_steps`` setting (``one``, ``per_operation``) it builds the demo recipe's store as ``rapo build-store``
 does (``configs/demo_cpu.yaml``: the scripted expert on RL's ``reward_only`` questions, difficulty 1, 128 questions,
@@ -121,7 +121,7 @@ def report(results: dict, questions: int, difficulty: int, machine: dict) -> lis
             rows.append([setting, result["records"], label, similar["queries"], f"{similar['answer']:.2f}",
                          f"{similar['own']:.2f}", f"{own['answer']:.2f}", f"{own['own']:.2f}"])
     return [
-        f"# Retrieved steps with one `<python>` call or one per operation (issue 42, item 3): difficulty {difficulty}",
+        f"# Retrieved steps with one `<python>` call or one per operation: difficulty {difficulty}",
         "",
         f"`{command_line()}`; {machine_line(machine)}.",
         "",

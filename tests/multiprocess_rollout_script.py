@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent))
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from rapo_trl.config import RAPOConfig  # noqa: E402
-from rapo_trl.objective import trajectory_retrieval_reward  # noqa: E402
+from rapo_trl.core.objective import trajectory_retrieval_reward  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
 from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
@@ -38,7 +38,7 @@ def main(model_dir: str, out_dir: str) -> None:
         "hybrid": [r.is_hybrid for r in rows],
         "z": [trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in r.retrievals) for r in rows],
         "advantages": batch["advantages"].tolist(),
-        "shift": batch["rapo_log_ratio_shift"].tolist(),
+        "f_ret_batch": batch["rapo_retrieved_fraction"].tolist(),
         "f_ret": [r.retrieved_fraction for r in rows],
         "hybrid_share": trainer._metrics["train"]["rapo/hybrid_share"][-1],
         "by_retrieval": {name: trainer._metrics["train"][name][-1]

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
-from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY  # noqa: E402
+from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY  # noqa: E402
 from tests.helpers.fakes import EchoTool  # noqa: E402
 from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402

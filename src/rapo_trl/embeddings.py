@@ -67,8 +67,9 @@ class SentenceTransformerEmbedder:
         model: a ``SentenceTransformer``, or a path/name to load one (offline: a local folder).
         name: identity recorded in stores; defaults to the model's folder name.
         batch_size: texts per forward pass.
-        bf16: run the transformer in bfloat16 (cosine >= 0.9998 to fp32). About 3x faster on CPUs with
-            native bf16 (AVX512-BF16/AMX); on AVX2-only CPUs torch emulates it and it is ~5x SLOWER.
+        bf16: run the transformer in bfloat16 (vectors as good as fp32's for retrieval). Faster on CPUs with
+            native bf16 (AVX512-BF16/AMX); much slower on AVX2-only CPUs, where torch emulates it
+            (benchmarks/results/measurements_notes.md).
         max_seq_length: truncate inputs to this many tokens (``None`` keeps the model's own limit).
         device: where a model loaded from a path/name runs; ``None`` follows `rapo_trl.hardware` (the GPU
             when there is one, so the store's queries are embedded beside the policy). Vectors stay fp32.

@@ -7,9 +7,8 @@ every path and a CPU machine computes in bf16 exactly where its cores do so nati
 - device: CUDA when torch sees a GPU (``cuda:$LOCAL_RANK`` under a distributed launcher), else Apple
   MPS, else the CPU.
 - precision: bf16 where the device computes it natively (Ampere and newer, MPS on macOS >= 14), fp16
-  on GPUs without it (T4, V100); on the CPU bf16 where it has AVX512-BF16 or AMX-BF16 (measured on a
-  2-core EPYC with AVX512-BF16: LoRA forward+backward 2.9x faster than fp32, decoding 1.3x), else fp32
-  (emulated bf16 is several times slower than fp32).
+  on GPUs without it (T4, V100); on the CPU bf16 where it has AVX512-BF16 or AMX-BF16 (faster than fp32 there:
+  benchmarks/results/measurements_notes.md), else fp32 (emulated bf16 is several times slower than fp32).
 - LoRA: the frozen base weights load in that half precision and the adapters stay fp32 (PEFT upcasts
   them), as mixed-precision LoRA training is usually run; see :func:`frozen_weights_dtype`.
 

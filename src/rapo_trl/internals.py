@@ -56,16 +56,17 @@ INTERNALS: tuple[Internal, ...] = (
              ("inputs",), calls_in_order=("self._generate(", "self._calculate_rewards(")),
     Internal(GRPO, "_calculate_rewards", "override: rewards see the policy's text without retrieved spans",
              ("inputs", "prompts", "completions", "completion_ids_list")),
-    Internal(GRPO, "_compute_loss", "override: old log-probs lowered by the ratio shift (aligned generation reads "
-             "them from the forward's output, right after the forward)", ("model", "inputs"),
+    Internal(GRPO, "_compute_loss", "override: the loss forward writes old log-probs lowered by log(1 + m F_ret) "
+             "between the forward and TRL's read of them (loss_forward.py)", ("model", "inputs"),
              calls_in_order=("self._get_per_token_logps_and_entropies(", 'inputs.get("old_per_token_logps")')),
-    Internal(GRPO, "_compute_loss", "the retrieved-token loss is normalized as TRL's DAPO loss is (guided.py)",
+    Internal(GRPO, "_compute_loss", "extra loss terms are normalized as TRL's DAPO loss is (loss_terms.py)",
              ("model", "inputs"), calls_in_order=('inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes',
                                                   "self.current_gradient_accumulation_steps / self.args.steps_per_generation")),
-    Internal(TRAINER, "current_gradient_accumulation_steps", "the retrieved-token loss's accumulation window",
+    Internal(TRAINER, "current_gradient_accumulation_steps", "the extra loss terms' accumulation window",
              attribute=True),
-    Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the pending "
-             "ratio shift; with share_prompt_forward scores as it does (labels, fused head) with each prompt run once",
+    Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the loss "
+             "forward (shaped ratio, extra terms); with share_prompt_forward scores as it does (labels, fused "
+             "head) with each prompt run once",
              ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
               "compute_aux_loss"),
              calls_in_order=("labels[:, :-logits_to_keep] = -100", "fused_lm_head=True",

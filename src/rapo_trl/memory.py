@@ -2,9 +2,9 @@
 
 PyTorch's CPU tensors come from glibc's ``malloc``. Activations of a few MiB each are served from its heaps once
 its mmap threshold has grown past them (it grows with every large block freed), and a heap gives freed pages back
-only from its top. A loss whose micro-batches change shape every step leaves the heaps fragmented: measured on the
-demo model (LoRA, 2-row micro-batches of 200-460 tokens, fp32), the resident size after each step grew from 3.6 to
-4.2 GB while the live tensors were ~1.1 GB; with ``malloc_trim(0)`` after each step it stayed at 1.1-1.2 GB.
+only from its top. A loss whose micro-batches change shape every step leaves the heaps fragmented, and the resident
+size grows step after step well past the live tensors; ``malloc_trim(0)`` after each step keeps it flat
+(benchmarks/results/measurements_notes.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from rapo_trl.objective import retrieval_reward
+from rapo_trl.core.objective import retrieval_reward
 from rapo_trl.rollout.entropy import step_entropy, token_entropies
 
 

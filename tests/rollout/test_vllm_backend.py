@@ -305,8 +305,9 @@ def test_hybrid_rollout_with_a_tool_end_to_end(llm, tokenizer, hf_model, plain_p
         ),
     )
     tool_prompt = chat_ids(tokenizer, "What is 6 times 7? Use Python.", few_shot=True)
-    rows = engine.run([tool_prompt, plain_prompt])
-    assert engine.last_stats.turns >= 2
+    rollout = engine.roll_out([tool_prompt, plain_prompt])
+    rows = rollout.rows
+    assert rollout.stats.turns >= 2
 
     for row in rows:
         assert len(row.completion_ids) == len(row.env_mask) == len(row.logprobs) > 0

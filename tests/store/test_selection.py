@@ -5,12 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rapo_trl.store import DEFAULT_FALLBACK_TEXT, StepRecord
-from rapo_trl.store.selection import choose
-
-
-def _meta(reward, value="v"):
-    return {"reward": reward, "value": value, "question_id": "q", "step_index": 0, "source": "offline"}
-
+from rapo_trl.store.selection import pick
 
 CHOOSE_CASES = [
     # (rewards, cosine distances, expected chosen id or None for fallback)
@@ -24,21 +19,19 @@ CHOOSE_CASES = [
 
 
 @pytest.mark.parametrize(("rewards", "distances", "expected"), CHOOSE_CASES)
-def test_choose(rewards, distances, expected):
+def test_pick(rewards, distances, expected):
     ids = ["a", "b", "c"][: len(rewards)]
-    got = choose(ids, distances, [_meta(r, f"value-{i}") for i, r in zip(ids, rewards)], "cosine", 0.0, "FB")
+    got = pick(ids, rewards, distances, "cosine", 0.0)
     if expected is None:
-        assert got.is_fallback and got.text == "FB" and got.record_id is None and got.reward is None
+        assert got is None
     else:
         index = ids.index(expected)
-        assert not got.is_fallback and got.record_id == expected and got.text == f"value-{expected}"
-        assert got.reward == rewards[index] and got.similarity == pytest.approx(1 - distances[index])
+        assert got[0] == expected and got[1] == rewards[index] and got[2] == pytest.approx(1 - distances[index])
 
 
-def test_choose_min_reward_is_configurable():
-    metas = [_meta(0.5)]
-    assert choose(["a"], [0.0], metas, "cosine", 0.4, "FB").record_id == "a"
-    assert choose(["a"], [0.0], metas, "cosine", 0.5, "FB").is_fallback
+def test_pick_min_reward_is_configurable():
+    assert pick(["a"], [0.5], [0.0], "cosine", 0.4)[0] == "a"
+    assert pick(["a"], [0.5], [0.0], "cosine", 0.5) is None
 
 
 def _record(rid, key, value, reward, question="q"):

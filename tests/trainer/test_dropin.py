@@ -174,7 +174,7 @@ def test_retrieval_off_matches_grpo_trainer(tiny_model_dir, tmp_path, loss_type,
     grpo = agentic_grpo_trainer(tiny_model_dir, tmp_path / "grpo", **settings)
     grpo_batch, grpo_loss, grpo_grads = _batch_loss_grads(grpo, perturb=num_iterations > 1)
 
-    assert rapo_batch.keys() == grpo_batch.keys() | {"rapo_log_ratio_shift", "rapo_row"}
+    assert rapo_batch.keys() == grpo_batch.keys() | {"rapo_retrieved_fraction", "rapo_row"}
     assert ("old_per_token_logps" in rapo_batch) == (num_iterations > 1)
     assert ("ref_per_token_logps" in rapo_batch) == (beta > 0)
     assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])

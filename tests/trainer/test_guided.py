@@ -9,13 +9,10 @@ import pytest
 import torch
 
 from rapo_trl import RAPOConfig
+from rapo_trl.core.objective import retrieved_token_loss, retrieved_token_weights
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
-from rapo_trl.trainer.guided import (
-    RETRIEVED_WEIGHT_KEY,
-    failed_groups,
-    retrieved_token_loss,
-    retrieved_token_weights,
-)
+from rapo_trl.trainer.guided import failed_groups
+from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY
 from tests.helpers.fakes import FixedStore
 from tests.helpers.scripted import Turn
 from tests.helpers.trainers import SCRIPTS, batch_inputs, loss_and_grads, rapo_trainer, script

@@ -117,7 +117,7 @@ def test_dual_clip_binds_for_negative_advantages(tiny_model_dir, tmp_path):
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    shift = batch["rapo_log_ratio_shift"]
+    shift = torch.log1p(5.0 * batch["rapo_retrieved_fraction"])
     loss, grads = loss_and_grads(trainer, batch)
     expected_loss, expected_grads, ratio = by_hand(trainer, batch, shift, delta=3.0)
     assert_same(loss, grads, expected_loss, expected_grads)
@@ -170,7 +170,7 @@ def test_paper_recipe_takes_two_optimizer_updates_per_generation_batch(tiny_mode
 
     def recording_loss(model, inputs):
         micro_batches.append((inputs.get("old_per_token_logps") is not None,
-                              bool((inputs["rapo_log_ratio_shift"] != 0).any())))
+                              bool((inputs["rapo_retrieved_fraction"] != 0).any())))
         return compute_loss(model, inputs)
 
     trainer.rollout_func, trainer._compute_loss = counting_rollout, recording_loss

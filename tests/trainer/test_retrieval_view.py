@@ -11,7 +11,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from rapo_trl.rollout import RolloutStats
+from rapo_trl.rollout import Rollout, RolloutStats
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum
 from rapo_trl.trainer.retrieval_view import (
@@ -192,16 +192,17 @@ def test_retrieve_own_question_warns_when_it_cannot_be_served(tiny_model_dir, tm
 
 
 class RecordingEngine:
-    """An engine that rolls out nothing and remembers the question ids of each ``run``."""
+    """An engine that rolls out nothing and remembers the question ids of each rollout."""
 
     store = object()
 
     def __init__(self):
-        self.asked, self.last_stats = [], RolloutStats()
+        self.asked = []
 
-    def run(self, prompt_ids, prefixes, hybrid, retrieval_enabled=True, question_ids=None):
+    def roll_out(self, prompt_ids, prefixes, hybrid, retrieval_enabled=True, question_ids=None, retrieve_prob=None):
         self.asked.append(question_ids)
-        return [RolloutRow(list(ids), completion_ids=[1], is_hybrid=flag) for ids, flag in zip(prompt_ids, hybrid)]
+        rows = [RolloutRow(list(ids), completion_ids=[1], is_hybrid=flag) for ids, flag in zip(prompt_ids, hybrid)]
+        return Rollout(rows, RolloutStats())
 
 
 @pytest.mark.parametrize("guided", [False, True])
@@ -210,8 +211,8 @@ def test_the_rollout_stage_passes_each_rows_question_id(guided):
     inputs = [{"question_id": q} for q in ("a", "a", 7, None)]
     hooks = StepHooks(score=lambda rows_in, rows: torch.zeros(len(rows)), gather=lambda t: t, mean=None, total=None)
     args = SimpleNamespace(guide_failed_groups=guided, dynamic_sampling=False, group_failed_reward=0.0)
-    roll_out_step(engine, inputs, [[1]] * 4, [""] * 4, [True, True, False, False], group_size=4, offset=0, args=args,
-                  hooks=hooks)
+    roll_out_step(engine, inputs, [[1]] * 4, [""] * 4, [True, True, False, False], group_size=4, offset=0,
+                  retrieve_prob=0.5, args=args, hooks=hooks)
     # guided: the on-policy rows first (retrieval off: no ids needed), then the hybrid rows with theirs
     assert engine.asked == ([None, ["a", "a"]] if guided else [["a", "a", "7", None]])
 
@@ -220,6 +221,6 @@ def test_dynamic_samplings_replacement_rows_roll_out_with_their_own_question_ids
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=ScriptedStore([]), retrieve_own_question=True)
     engine = trainer.rollout_engine = RecordingEngine()
     inputs = inputs_with("q-own")
-    hooks = trainer._step_hooks([row["prompt"] for row in inputs], inputs)
+    hooks = trainer._step_hooks([row["prompt"] for row in inputs], inputs, retrieve_prob=0.5)
     hooks.roll_out_rows([{**inputs[0], "question_id": "q-new"}, {"prompt": inputs[0]["prompt"]}], [True, False])
     assert engine.asked == [["q-new", None]]

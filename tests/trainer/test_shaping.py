@@ -14,7 +14,7 @@ def shaped_batch(trainer):
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    assert bool((batch["rapo_log_ratio_shift"] != 0).any())
+    assert bool((batch["rapo_retrieved_fraction"] != 0).any())
     return batch
 
 

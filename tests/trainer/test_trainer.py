@@ -59,7 +59,7 @@ def test_shaped_ratio_is_clipped_and_forced_tokens_carry_no_gradient(tiny_model_
     rows = trainer.last_rollout.rows
     f_ret = torch.tensor([r.retrieved_fraction for r in rows])
     assert (f_ret[:2] > 0).all() and (f_ret[2:] == 0).all()
-    assert torch.allclose(batch["rapo_log_ratio_shift"], torch.log1p(m * f_ret))
+    assert torch.equal(batch["rapo_retrieved_fraction"], f_ret)
 
     mask = batch["completion_mask"] * batch["tool_mask"]
     policy_tokens = sum(sum(r.env_mask) for r in rows)
@@ -97,7 +97,7 @@ def test_retrieval_reward_reweights_advantages(tiny_model_dir, tmp_path):
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    from rapo_trl.objective import group_normalize, trajectory_retrieval_reward
+    from rapo_trl.core.objective import group_normalize, trajectory_retrieval_reward
 
     rows = trainer.last_rollout.rows
     z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in r.retrievals) for r in rows])
@@ -268,8 +268,7 @@ def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0, num_hybrid_generations=G)
     script(trainer)
     trainer.model.eval()
-    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])
-    rows = trainer.step_state.rows
+    rows = trainer.roll_out_prompts([row["prompt"] for row in batch_inputs()]).rows
     assert store.queries == [] and [len(r.retrievals) for r in rows] == [0] * G
     assert not any(r.is_hybrid for r in rows)
 

@@ -91,14 +91,14 @@ def build_trainer(trainer_cls, tiny_model_dir, tmp_path):
     trainer.rollouts = []
     engine = getattr(trainer, "rollout_engine", None)
     if engine is not None:
-        run = engine.run
+        roll_out = engine.roll_out
 
-        def recording_run(*args, **kwargs):
-            rows = run(*args, **kwargs)
-            trainer.rollouts.append(rows)
-            return rows
+        def recording_roll_out(*args, **kwargs):
+            rollout = roll_out(*args, **kwargs)
+            trainer.rollouts.append(rollout.rows)
+            return rollout
 
-        engine.run = recording_run
+        engine.roll_out = recording_roll_out
     return trainer, tokenizer, masks
 
 

@@ -4,6 +4,7 @@ from rapo_trl.rollout.backends import GenerationBackend, SamplingSettings, Trans
 from rapo_trl.rollout.engine import (
     RETRIEVE_PREFACE,
     HybridRolloutEngine,
+    Rollout,
     RolloutConfig,
     RolloutStats,
     extract_tool_call,
@@ -17,6 +18,7 @@ __all__ = [
     "GenerationBackend",
     "HybridRolloutEngine",
     "RetrievalEvent",
+    "Rollout",
     "RolloutConfig",
     "RolloutRow",
     "RolloutStats",

@@ -117,13 +117,21 @@ class RolloutConfig:
 
 @dataclass
 class RolloutStats:
-    """Timings and counts of one ``run`` call (for metrics and benchmarks)."""
+    """Timings and counts of one rollout (for metrics and benchmarks)."""
 
     generate_seconds: float = 0.0
     tool_seconds: float = 0.0
     retrieval_seconds: float = 0.0
     turns: int = 0
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class Rollout:
+    """What ``HybridRolloutEngine.roll_out`` returns: the rows, and how the rollout spent its time."""
+
+    rows: list[RolloutRow]
+    stats: RolloutStats
 
 
 def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
@@ -177,7 +185,6 @@ class HybridRolloutEngine:
         self.store = store
         self.config = config or RolloutConfig()
         self.rng = random.Random(seed)
-        self.last_stats = RolloutStats()
         self.store_errors = 0
         """Retrievals given up after the store kept failing (cumulative; logged as ``rapo/store_errors``)."""
         self._warned_long_prompt = False
@@ -205,21 +212,31 @@ class HybridRolloutEngine:
             self._warned_long_prompt = True
         return list(ids[-limit:]), True
 
-    def run(
+    def run(self, *args, **kwargs) -> list[RolloutRow]:
+        """The rows of ``roll_out`` (same arguments), its stats dropped."""
+        return self.roll_out(*args, **kwargs).rows
+
+    def roll_out(
         self,
         prompt_ids: Sequence[Sequence[int]],
         query_prefixes: Sequence[str] | None = None,
         hybrid: Sequence[bool] | None = None,
         retrieval_enabled: bool = True,
         question_ids: Sequence[str | None] | None = None,
-    ) -> list[RolloutRow]:
+        retrieve_prob: float | None = None,
+    ) -> Rollout:
         """Roll out every row to completion.
 
         ``query_prefixes`` is each row's retrieval context before its completion (usually the question
         without the system prompt); ``hybrid`` marks the rows that may retrieve; ``question_ids`` names each row's
-        question (``None``: unknown), which ``retrieve_own_question`` restricts its retrievals to.
+        question (``None``: unknown), which ``retrieve_own_question`` restricts its retrievals to;
+        ``retrieve_prob`` is p for this rollout (``None``: the config's), e.g. a trainer's scheduled value.
         """
         cfg = self.config
+        if retrieve_prob is None:
+            retrieve_prob = cfg.retrieve_prob
+        if not 0.0 <= retrieve_prob <= 1.0:
+            raise ValueError(f"retrieve_prob must be in [0, 1], got {retrieve_prob}.")
         stats = RolloutStats()
         rows = []
         for i, ids in enumerate(prompt_ids):
@@ -229,7 +246,7 @@ class HybridRolloutEngine:
         if question_ids is not None and len(question_ids) != len(rows):
             raise ValueError(f"run() got {len(question_ids)} question ids for {len(rows)} rows.")
         own = list(question_ids) if question_ids is not None and cfg.retrieve_own_question else [None] * len(rows)
-        can_retrieve = retrieval_enabled and self.store is not None and cfg.retrieve_prob > 0
+        can_retrieve = retrieval_enabled and self.store is not None and retrieve_prob > 0
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
         # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
         # policy step (``carried``), so on-policy rows are the rows they would be without the plan boundary.
@@ -295,7 +312,7 @@ class HybridRolloutEngine:
                 if "tool_step" in cfg.retrieve_at:
                     boundaries.update((i, "tool_step") for i, _, _ in calls)
                 start = time.perf_counter()
-                self._retrieve(rows, boundaries, prefixes, own)
+                self._retrieve(rows, boundaries, prefixes, own, retrieve_prob)
                 stats.retrieval_seconds += time.perf_counter() - start
             for i in planned:
                 if rows[i].segments[-1].kind != "policy":  # it retrieved: the plan was a step of its own
@@ -313,8 +330,7 @@ class HybridRolloutEngine:
                 row.segments.append(Segment("policy", 0, 1, None))
                 if row.logprobs is not None:
                     row.logprobs = [0.0]
-        self.last_stats = stats
-        return rows
+        return Rollout(rows, stats)
 
     def _append_forced(self, row: RolloutRow, ids: list[int], kind: str) -> tuple[int, int]:
         room = self.config.max_completion_length - len(row.completion_ids)
@@ -372,13 +388,13 @@ class HybridRolloutEngine:
             self._append_forced(rows[i], self.encode(block), "tool")
 
     def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str],
-                  question_ids: list[str | None]) -> None:
+                  question_ids: list[str | None], retrieve_prob: float) -> None:
         """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary); a row with
         a question id asks for its own question's records (``retrieve_own_question``)."""
         cfg = self.config
         chosen = [
             i for i in boundaries
-            if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < cfg.retrieve_prob
+            if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < retrieve_prob
         ]
         if not chosen:
             return

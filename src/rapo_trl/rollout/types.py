@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rapo_trl.core.objective import retrieved_fraction
+
 FinishReason = Literal["stop", "eos", "length"]
 
 
@@ -100,4 +102,4 @@ class RolloutRow:
     @property
     def retrieved_fraction(self) -> float:
         """F_ret (docs/design.md, Importance shaping): retrieved tokens over all completion tokens."""
-        return self.retrieved_tokens / len(self.completion_ids) if self.completion_ids else 0.0
+        return retrieved_fraction(self.retrieved_tokens, len(self.completion_ids))

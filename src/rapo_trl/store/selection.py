@@ -60,19 +60,25 @@ def retrieved(record_id: str, metadata: dict, reward: float, similarity: float) 
     )
 
 
-def choose(
-    ids: list[str],
-    distances: list[float],
-    metadatas: list[dict],
-    space: str,
-    min_reward: float,
-    fallback_text: str,
-) -> Retrieved:
-    """Apply the selection rule to one query's neighbours."""
+def pick(ids: list[str], rewards, distances, space: str, min_reward: float) -> tuple[str, float, float] | None:
+    """RAPO's rule for one query's neighbours: ``(id, reward, similarity)`` of the highest stored reward (ties: the
+    most similar, then the nearer rank), or ``None`` (the fallback text) when that reward is not above
+    ``min_reward`` or there is no neighbour."""
+    best = best_candidate(rewards, distances, space)
+    if best is None or best[1] <= min_reward:
+        return None
+    position, reward, similarity = best
+    return ids[position], reward, similarity
+
+
+def choose(ids: list[str], distances: list[float], metadatas: list[dict], space: str, min_reward: float,
+           fallback_text: str) -> Retrieved:
+    """``pick`` over one query's neighbours with their Chroma metadata, as the retrieval it inserts (the store's own
+    path reads rewards from its in-memory map instead; this one is the reference its tests compare with)."""
     if not len(ids) == len(distances) == len(metadatas):
         raise ValueError("choose() needs one distance and one metadata per id.")
-    best = best_candidate([metadata["reward"] for metadata in metadatas], distances, space)
-    if best is None or best[1] <= min_reward:
+    chosen = pick(ids, [metadata["reward"] for metadata in metadatas], distances, space, min_reward)
+    if chosen is None:
         return fallback(fallback_text)
-    position, reward, similarity = best
-    return retrieved(ids[position], metadatas[position], reward, similarity)
+    record_id, reward, similarity = chosen
+    return retrieved(record_id, metadatas[ids.index(record_id)], reward, similarity)

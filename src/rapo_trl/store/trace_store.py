@@ -31,7 +31,7 @@ from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.local_index import LocalIndex
 from rapo_trl.store.retry import clean_text
-from rapo_trl.store.selection import Retrieved, best_candidate, fallback, retrieved
+from rapo_trl.store.selection import Retrieved, fallback, pick, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
 
 
@@ -237,15 +237,15 @@ class TraceStore:
         picks = []
         for ids, distances in zip(id_rows, distance_rows, strict=True):
             known = [(i, d) for i, d in zip(ids, distances, strict=True) if i in rewards]
-            best = best_candidate([rewards[i] for i, _ in known], [d for _, d in known], space)
-            picks.append(None if best is None or best[1] <= min_reward else (known[best[0]][0], *best[1:]))
-        winners = [i for i in dict.fromkeys(pick[0] for pick in picks if pick) if i not in fetched]
+            picks.append(pick([i for i, _ in known], [rewards[i] for i, _ in known], [d for _, d in known], space,
+                              min_reward))
+        winners = [i for i in dict.fromkeys(chosen[0] for chosen in picks if chosen) if i not in fetched]
         if winners:
             fetched.update(self._fetch_metadata(winners))
         stale = [
             row
-            for row, pick in enumerate(picks)
-            if pick and (pick[0] not in fetched or float(fetched[pick[0]]["reward"]) != pick[1])
+            for row, chosen in enumerate(picks)
+            if chosen and (chosen[0] not in fetched or float(fetched[chosen[0]]["reward"]) != chosen[1])
         ]
         if stale:  # changed or deleted behind this process's back: decide these rows on fresh data
             again = [i for i in dict.fromkeys(i for row in stale for i in id_rows[row]) if i not in fetched]
@@ -255,15 +255,13 @@ class TraceStore:
                 pairs = [
                     (i, d) for i, d in zip(id_rows[row], distance_rows[row], strict=True) if i in fetched
                 ]
-                picks[row] = None
-                best = best_candidate([fetched[i]["reward"] for i, _ in pairs], [d for _, d in pairs], space)
-                if best is not None and best[1] > min_reward:
-                    picks[row] = (pairs[best[0]][0], *best[1:])
+                picks[row] = pick([i for i, _ in pairs], [fetched[i]["reward"] for i, _ in pairs],
+                                  [d for _, d in pairs], space, min_reward)
         return [
             fallback(fallback_text)
-            if pick is None
-            else retrieved(pick[0], fetched[pick[0]], pick[1], pick[2])
-            for pick in picks
+            if chosen is None
+            else retrieved(chosen[0], fetched[chosen[0]], chosen[1], chosen[2])
+            for chosen in picks
         ]
 
     def _fetch_metadata(self, ids: list[str]) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""The per-operation expert (issue 42): one ``<python>`` call per operation, each later call using what an earlier
+"""The per-operation expert: one ``<python>`` call per operation, each later call using what an earlier
 call printed.
 
 With one call computing the whole expression, a stored trajectory has two steps (plan + call, answer), so the step a

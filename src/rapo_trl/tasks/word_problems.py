@@ -21,7 +21,7 @@ Knobs of :func:`load`:
 - ``tool_steps`` (``"one"``, the default, or ``"per_operation"``) says how the scripted expert uses ``<python>``:
   one call for the whole expression, or one call per operation, each later call using the number an earlier one
   printed (:mod:`rapo_trl.tasks.operation_steps`). The questions and answers are the same either way; only
-  ``per_operation`` rows carry a ``tool_steps`` column (the expert reads it), so ``one`` rows are today's rows.
+  ``per_operation`` rows carry a ``tool_steps`` column (the expert reads it); ``one`` rows carry none.
 
 Division is always ``//``: a story either asks for whole units ("full boxes", "complete walls":
 floor division) or shares exactly ("split equally"), in which case the numbers are drawn so the
@@ -162,7 +162,7 @@ def load(
                 "template": template.id,
                 "ops": template.ops,
                 "shape": shape_id(template.id),
-                # Only when set: the default's rows stay column for column what they were before the option.
+                # Only when set: default rows keep the columns stores and warm-start caches were built from (their keys).
                 **({"tool_steps": tool_steps} if tool_steps != DEFAULT_TOOL_STEPS else {}),
             }
         )

@@ -1,20 +1,15 @@
-"""RAPO's terms added to TRL's advantages: the retrieval-reward reweighting and the per-row ratio shift."""
+"""RAPO's advantage for TRL's batch: the retrieval-reward reweighting, with Z normalised over whole groups."""
 
 from __future__ import annotations
 
 import torch
 
-from rapo_trl.objective import (
-    group_normalize,
-    ratio_log_shift,
-    reweight_advantages,
-    trajectory_retrieval_reward,
-)
+from rapo_trl.core.objective import group_normalize, reweight_advantages, trajectory_retrieval_reward
 from rapo_trl.trainer.metrics import retrieval_reward_metrics
 
 
 def retrieval_terms(rows, advantages: torch.Tensor, accelerator, group_size: int, args):
-    """(advantages reweighted by the group-normalised retrieval reward, log(1 + m F_ret) per row, metrics).
+    """(advantages reweighted by the group-normalised retrieval reward, F_ret per row, metrics).
 
     Groups may straddle processes, so Z is gathered before it is normalised per group.
     """
@@ -28,5 +23,4 @@ def retrieval_terms(rows, advantages: torch.Tensor, accelerator, group_size: int
     f_ret = torch.tensor([row.retrieved_fraction for row in rows], dtype=torch.float32, device=device)
     retrieved = z.new_tensor([float(bool(row.retrievals)) for row in rows])
     metrics = retrieval_reward_metrics(all_z, accelerator.gather(retrieved).bool(), all_a_ret, accelerator.gather(f_ret))
-    return (reweight_advantages(advantages, a_ret, args.retrieval_advantage_weight),
-            ratio_log_shift(f_ret, args.importance_shaping_weight), metrics)
+    return reweight_advantages(advantages, a_ret, args.retrieval_advantage_weight), f_ret, metrics

@@ -59,14 +59,16 @@ def question_ids(inputs: Sequence[dict] | None) -> list[str | None] | None:
 
 
 def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str], hybrid: list[bool],
-                  *, group_size: int, offset: int, args, hooks: StepHooks) -> StepRollout:
-    """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says."""
+                  *, group_size: int, offset: int, retrieve_prob: float, args, hooks: StepHooks) -> StepRollout:
+    """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says, hybrid rows
+    retrieving with probability ``retrieve_prob``."""
     if args.guide_failed_groups and engine.store is not None:
         step = _guided_for_failed_groups(engine, _need(inputs, "guide_failed_groups"), prompt_ids, prefixes,
-                                         hybrid, group_size, offset, args.group_failed_reward, hooks)
+                                         hybrid, group_size, offset, args.group_failed_reward, retrieve_prob, hooks)
     else:
-        step = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=True,
-                                      question_ids=question_ids(inputs)), engine.last_stats)
+        rollout = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=True,
+                                  question_ids=question_ids(inputs), retrieve_prob=retrieve_prob)
+        step = StepRollout(rollout.rows, rollout.stats)
     if args.dynamic_sampling:
         inputs = _need(inputs, "dynamic_sampling")
         resampled = resample_flat_groups(step.rows, inputs, hybrid, hooks.score(list(inputs), step.rows),
@@ -80,7 +82,7 @@ def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefi
 
 def _need(inputs, option: str) -> Sequence[dict]:
     if inputs is None:
-        from rapo_trl.trainer.pending import RolloutHandOverError
+        from rapo_trl.trainer.step_state import RolloutHandOverError
 
         raise RolloutHandOverError(f"RAPO: {option} needs the step's input rows; rollout_func ran outside "
                                    "_generate_and_score_completions.")
@@ -88,22 +90,23 @@ def _need(inputs, option: str) -> Sequence[dict]:
 
 
 def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, group_size, offset, threshold,
-                              hooks: StepHooks) -> StepRollout:
+                              retrieve_prob, hooks: StepHooks) -> StepRollout:
     own = [i for i, flag in enumerate(hybrid) if not flag]
     mixed = [i for i, flag in enumerate(hybrid) if flag]
-    first = engine.run([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
-                       retrieval_enabled=False)
-    first_stats = engine.last_stats
+    on_policy = engine.roll_out([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
+                                retrieval_enabled=False, retrieve_prob=retrieve_prob)
+    first = on_policy.rows
     # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
     rewards = torch.full((len(hybrid),), float("nan"))
     rewards[own] = hooks.score([inputs[i] for i in own], first).float().cpu()
     failed = failed_groups(hooks.gather(rewards), group_size, threshold).cpu()
     guided = [bool(failed[(offset + i) // group_size]) for i in mixed]
     ids = question_ids(inputs)
-    second = engine.run([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided, retrieval_enabled=True,
-                        question_ids=[ids[i] for i in mixed])
+    guided_rollout = engine.roll_out([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided,
+                                     retrieval_enabled=True, question_ids=[ids[i] for i in mixed],
+                                     retrieve_prob=retrieve_prob)
     rows: list[RolloutRow] = [None] * len(hybrid)  # type: ignore[list-item]
-    for index, row in zip(own + mixed, first + second):
+    for index, row in zip(own + mixed, first + guided_rollout.rows):
         rows[index] = row
-    return StepRollout(rows, summed_stats(first_stats, [engine.last_stats]),
+    return StepRollout(rows, summed_stats(on_policy.stats, [guided_rollout.stats]),
                        metrics={"rapo/guided_group_share": float(failed.float().mean())})

@@ -1,16 +1,24 @@
 """RAPOTrainer: GRPOTrainer with step-wise hybrid rollouts and RAPO's objective (docs/design.md).
 
-Wiring only, in the order a step runs; every TRL method and attribute it relies on is listed, and checked
-against the installed TRL, in ``rapo_trl.internals``. One ``StepState`` carries a step across TRL's hooks
+The TRL adapter of ``rapo_trl.core``: RAPO's maths lives there (``core.reference.reference_step`` is the whole step
+for one group); this module wires it into GRPOTrainer's hooks, in the order a step runs. Every TRL method and
+attribute it relies on is listed, and checked against the installed TRL, in ``rapo_trl.internals``.
+
+TRL's hooks do not return to each other, so a step hands over state twice, each in one place
 (docs/trl-integration.md):
-1. ``_generate_and_score_completions`` opens it with the step's input rows;
+- ``StepState`` (``step_state.py``) carries a step from ``_generate_and_score_completions`` through ``rollout_func``
+  and ``_calculate_rewards`` back to it, checking each hand-over;
+- ``LossForward`` (``loss_forward.py``) carries the shaped ratio's old log-probs from the loss's forward to TRL's
+  loss, which reads them from its inputs.
+
+A step:
+1. ``_generate_and_score_completions`` opens the ``StepState`` with the step's input rows;
 2. ``rollout_func`` (``_hybrid_rollout``): the rollout stage (``step_rollout.py``: plain, guided for failed groups,
    dynamic sampling) gives ids, env_mask and RAPO's per-row state;
 3. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
-4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, and the per-row
-   ratio shift log(1 + m F_ret) and retrieved-token weights stored beside them in the batch;
-5. ``_compute_loss``: TRL's loss with its one forward as a ``LossForward`` (old log-probs lowered by the shift, so
-   TRL's clip acts on (1 + m F_ret) r; log-probs kept for the retrieved-token term), plus that term.
+4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, F_ret per row and the
+   extra loss terms' tensors stored beside them in the batch;
+5. ``_compute_loss``: TRL's loss on the shaped ratio (1 + m F_ret) r, plus the extra loss terms.
 """
 
 from __future__ import annotations
@@ -48,9 +56,9 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
-from rapo_trl.trainer.guided import RETRIEVED_WEIGHT_KEY, retrieved_token_loss, retrieved_token_weights
+from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
+from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
-from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
@@ -60,6 +68,7 @@ from rapo_trl.trainer.shared_prompt import (
     scores_with_shared_prompts,
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
+from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
@@ -116,8 +125,9 @@ class RAPOTrainer(GRPOTrainer):
         trace_store=None,
         vllm_llm=None,
     ):
-        args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func,
-                                 environment_factory=environment_factory)
+        args = checked_arguments(
+            model, args, train_dataset, rollout_func=rollout_func, environment_factory=environment_factory
+        )
         # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
         self.rapo_tools = list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
@@ -138,7 +148,11 @@ class RAPOTrainer(GRPOTrainer):
         self.trace_store = trace_store
         configure_store(trace_store, args, self.accelerator.num_processes)
         self.rollout_engine = HybridRolloutEngine(
-            self._tokenizer, make_backend(self, vllm_llm), self.rapo_tools, trace_store, rollout_config(args),
+            self._tokenizer,
+            make_backend(self, vllm_llm),
+            self.rapo_tools,
+            trace_store,
+            rollout_config(args),
             seed=args.seed + self.accelerator.process_index,
         )
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
@@ -148,12 +162,16 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout: StepState | None = None
         """The last scored step (rows, mode, weighted rewards), for inspection."""
         self._loss_forward: LossForward | None = None  # the loss's one forward, while TRL's loss runs
+        self.loss_terms = loss_terms(args)
+        """Extra loss terms the config turns on, added to TRL's policy loss (``trainer/loss_terms.py``)."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
         if self.accelerator.is_main_process:
-            warn_if_learning_rate_too_low_for_peft(self.accelerator.unwrap_model(self.model), args.learning_rate)
+            warn_if_learning_rate_too_low_for_peft(
+                self.accelerator.unwrap_model(self.model), args.learning_rate
+            )
             warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
@@ -174,58 +192,47 @@ class RAPOTrainer(GRPOTrainer):
         self.last_rollout = step
         if step.mode != "train":
             return out
-        out["advantages"], out["rapo_log_ratio_shift"], metrics = retrieval_terms(
-            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args)
-        if self.args.retrieved_token_loss_weight > 0:
-            weights = retrieved_token_weights(step.rows, out["advantages"], self.args.retrieved_token_loss_weight,
-                                              out["completion_ids"].size(1))
-            weights = weights * out["completion_mask"]  # rows TRL masks (mask_truncated_completions) learn nothing
-            out[RETRIEVED_WEIGHT_KEY] = weights
-            metrics["rapo/retrieved_tokens_learned"] = gathered_mean(
-                self.accelerator, [float((weights != 0).sum())])
-        metrics.update(signal_metrics(step.rewards, self.num_generations),
-                       **retrieval_view_metrics(step.rows, question_ids(inputs), step.rewards, self.accelerator,
-                                                out["advantages"]))
+        out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
+            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args
+        )
+        for term in self.loss_terms:
+            out[term.key], term_metrics = term.batch_field(
+                step.rows, out["advantages"], out["completion_mask"]
+            )
+            metrics.update(
+                {name: gathered_mean(self.accelerator, [value]) for name, value in term_metrics.items()}
+            )
+        metrics.update(
+            signal_metrics(step.rewards, self.num_generations),
+            **retrieval_view_metrics(
+                step.rows, question_ids(inputs), step.rewards, self.accelerator, out["advantages"]
+            ),
+        )
         self._log_metrics("train", metrics)
-        warn_on_lost_signal(self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator)
+        warn_on_lost_signal(
+            self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator
+        )
         if self.args.grow_store and self.trace_store is not None:
             start = self.accelerator.process_index * len(step.rows)
-            chosen = best_of_each_group(step.rewards, self.num_generations, start, len(step.rows),
-                                        self.args.grow_store_min_reward)
+            chosen = best_of_each_group(
+                step.rewards, self.num_generations, start, len(step.rows), self.args.grow_store_min_reward
+            )
             grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer)
         return out
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
+        """``rollout_func``: the rows as TRL takes them. RAPO's per-row state goes to the step's ``StepState`` (the
+        hybrid rows' retrievals, entropies and F_ret, read back by ``_calculate_rewards`` and the advantages); called
+        outside a step it is dropped (``roll_out_prompts`` returns it)."""
         step = self.step_state
-        if step is None:  # called on its own (a benchmark, a test): a step of these prompts alone
-            self.step_state = step = StepState()
-        if step.rows is not None:
+        if step is not None and step.rows is not None:
             raise RolloutHandOverError("RAPO: rollout_func ran twice before its completions were scored.")
-        training = self.model.training
-        group = self.num_generations if training else self.num_generations_eval
-        offset = self.accelerator.process_index * len(prompts)
-        hybrid = [training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
-                  for i in range(len(prompts))]
-        prompt_ids, _, _ = self._tokenize_prompts(prompts)
-        engine = self.rollout_engine
-        engine.config.retrieve_prob = self.current_retrieve_prob()
-        prefixes = [prompt_text(p) + "\n" for p in prompts]
-        with vllm_kv_cache_awake(self):
-            if training:
-                inputs = step.inputs if step.inputs is not None and len(step.inputs) == len(prompts) else None
-                rollout = roll_out_step(engine, inputs, prompt_ids, prefixes, hybrid, group_size=group,
-                                        offset=offset, args=self.args, hooks=self._step_hooks(prompts, inputs))
-            else:
-                rollout = StepRollout(engine.run(prompt_ids, prefixes, hybrid, retrieval_enabled=False),
-                                      engine.last_stats)
-        mode = "train" if training else "eval"
-        step.rolled_out(rollout.rows, mode, rollout.replaced)
-        if self.log_completions:
+        rollout = self.roll_out_prompts(prompts, step.inputs if step is not None else None)
+        if step is not None:
+            step.rolled_out(rollout.rows, "train" if self.model.training else "eval", rollout.replaced)
+        if self.log_completions and step is not None:
             for column, values in completion_columns(rollout.rows).items():
                 self._log_completion_extra(column, values)
-        mean = functools.partial(gathered_mean, self.accelerator)
-        self._log_metrics(mode, {**rollout.metrics, **rollout_metrics(rollout.rows, rollout.stats, engine.store_errors,
-                                                                      engine.config.retrieve_prob, mean)})
         rows = rollout.rows
         use_logprobs = all(row.logprobs is not None for row in rows)
         # Only TRL's keys: it would copy extra keys into rows and reward kwargs. RAPO's state is the step's.
@@ -236,7 +243,45 @@ class RAPOTrainer(GRPOTrainer):
             "env_mask": [row.env_mask for row in rows],
         }
 
-    def _step_hooks(self, prompts: list, inputs: list[dict] | None) -> StepHooks:
+    def roll_out_prompts(self, prompts: list, inputs: list[dict] | None = None) -> StepRollout:
+        """Roll out this process's ``prompts`` (each repeated per group, as TRL passes them) as a training or an
+        evaluation step does, and log the rollout's metrics. ``inputs``: the step's training rows, which guided
+        retrieval and dynamic sampling need (dynamic sampling writes its replacement rows into them)."""
+        training = self.model.training
+        group = self.num_generations if training else self.num_generations_eval
+        offset = self.accelerator.process_index * len(prompts)
+        hybrid = [
+            training and is_hybrid_row(offset + i, group, self.args.num_hybrid_generations)
+            for i in range(len(prompts))
+        ]
+        prompt_ids, _, _ = self._tokenize_prompts(prompts)
+        engine = self.rollout_engine
+        retrieve_prob = self.current_retrieve_prob()
+        prefixes = [prompt_text(p) + "\n" for p in prompts]
+        with vllm_kv_cache_awake(self):
+            if training:
+                inputs = inputs if inputs is not None and len(inputs) == len(prompts) else None
+                rollout = roll_out_step(
+                    engine,
+                    inputs,
+                    prompt_ids,
+                    prefixes,
+                    hybrid,
+                    group_size=group,
+                    offset=offset,
+                    retrieve_prob=retrieve_prob,
+                    args=self.args,
+                    hooks=self._step_hooks(prompts, inputs, retrieve_prob),
+                )
+            else:
+                plain = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=False)
+                rollout = StepRollout(plain.rows, plain.stats)
+        mean = functools.partial(gathered_mean, self.accelerator)
+        metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob, mean)
+        self._log_metrics("train" if training else "eval", {**rollout.metrics, **metrics})
+        return rollout
+
+    def _step_hooks(self, prompts: list, inputs: list[dict] | None, retrieve_prob: float) -> StepHooks:
         """What the rollout stage needs of this trainer: scoring, gathering, and drawing and rolling out prompts."""
         conversational = is_conversational({"prompt": prompts[0]})
         filler: list = []  # an (input row, rollout row) pair, padding a process with fewer rows to score
@@ -247,25 +292,40 @@ class RAPOTrainer(GRPOTrainer):
             return self._score_rows(rows_in, rows, conversational, filler=filler[0] if filler else None)
 
         def draw(n, round_, exclude):
-            drawn = self._prompt_draw.for_all_processes(n, step=self.state.global_step, round_=round_,
-                                                        exclude=exclude, rank=self.accelerator.process_index,
-                                                        gather=gather_object)
+            drawn = self._prompt_draw.for_all_processes(
+                n,
+                step=self.state.global_step,
+                round_=round_,
+                exclude=exclude,
+                rank=self.accelerator.process_index,
+                gather=gather_object,
+            )
             return [{column: row[column] for column in inputs[0]} for row in drawn]
 
         def roll_out_rows(candidates, flags):
             texts = copy.deepcopy([row["prompt"] for row in candidates])
-            rows = self.rollout_engine.run(self._tokenize_prompts(texts)[0], [prompt_text(p) + "\n" for p in texts],
-                                           flags, retrieval_enabled=True, question_ids=question_ids(candidates))
-            tokens.append(sum(len(row.completion_ids) for row in rows))
-            return rows, self.rollout_engine.last_stats
+            rollout = self.rollout_engine.roll_out(
+                self._tokenize_prompts(texts)[0],
+                [prompt_text(p) + "\n" for p in texts],
+                flags,
+                retrieval_enabled=True,
+                question_ids=question_ids(candidates),
+                retrieve_prob=retrieve_prob,
+            )
+            tokens.append(sum(len(row.completion_ids) for row in rollout.rows))
+            return rollout.rows, rollout.stats
 
         tokens: list[int] = []
         device = self.accelerator.device
         return StepHooks(
-            score=score, gather=lambda t: self.accelerator.gather(t.to(device)),
+            score=score,
+            gather=lambda t: self.accelerator.gather(t.to(device)),
             mean=functools.partial(gathered_mean, self.accelerator),
-            total=functools.partial(gathered_sum, self.accelerator), draw=draw if self._prompt_draw else None,
-            roll_out_rows=roll_out_rows, extra_tokens=tokens)
+            total=functools.partial(gathered_sum, self.accelerator),
+            draw=draw if self._prompt_draw else None,
+            roll_out_rows=roll_out_rows,
+            extra_tokens=tokens,
+        )
 
     def _score_rows(self, inputs: list[dict], rows: list, conversational: bool, filler=None) -> torch.Tensor:
         """Weighted rewards of ``rows`` (this process's), scored as ``_calculate_rewards`` scores the step's rows
@@ -274,11 +334,15 @@ class RAPOTrainer(GRPOTrainer):
         count = len(rows)
         width = int(self.accelerator.gather(torch.tensor([count], device=self.accelerator.device)).max())
         if width > count:
-            inputs, rows = list(inputs) + [filler[0]] * (width - count), list(rows) + [filler[1]] * (width - count)
+            inputs, rows = (
+                list(inputs) + [filler[0]] * (width - count),
+                list(rows) + [filler[1]] * (width - count),
+            )
         completions, policy_ids = self._reward_view(rows, conversational)
         with reward_logs_left_alone(self):
-            rewards_per_func = super()._calculate_rewards(inputs, [row["prompt"] for row in inputs], completions,
-                                                          policy_ids)
+            rewards_per_func = super()._calculate_rewards(
+                inputs, [row["prompt"] for row in inputs], completions, policy_ids
+            )
         start = self.accelerator.process_index * width
         return weighted_rewards(rewards_per_func[start : start + count], self.reward_weights)
 
@@ -287,7 +351,9 @@ class RAPOTrainer(GRPOTrainer):
         ``score_retrieved_blocks``), as chat messages when the prompts are conversational, and its token ids."""
         policy_ids = [policy_view(row, self.args.score_retrieved_blocks) for row in rows]
         texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
-        completions = [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        completions = (
+            [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts
+        )
         return completions, policy_ids
 
     def current_retrieve_prob(self) -> float:
@@ -297,7 +363,9 @@ class RAPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         step = self.step_state
         if step is None or step.rows is None:
-            raise RolloutHandOverError("RAPO: _calculate_rewards ran without a pending rollout from rollout_func.")
+            raise RolloutHandOverError(
+                "RAPO: _calculate_rewards ran without a pending rollout from rollout_func."
+            )
         step.apply_replacements(inputs, prompts)
         # Reward functions see the policy's own text: retrieved spans removed by token span.
         conversational = bool(completions) and isinstance(completions[0], list)
@@ -315,7 +383,8 @@ class RAPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         generated = self.model.training and (
             self._buffered_inputs is None
-            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0)
+            or self._step % (self.args.steps_per_generation * self.num_iterations) == 0
+        )
         inputs = super()._prepare_inputs(generation_batch)
         if generated and self._regroups_micro_batches():
             self._buffered_inputs = rows_in_generation_order(self._buffered_inputs)
@@ -334,56 +403,70 @@ class RAPOTrainer(GRPOTrainer):
         return self._compute_loss(model, inputs)
 
     def _compute_loss(self, model, inputs):
-        """TRL's loss with RAPO's shaped importance ratio, plus the retrieved-token term where it is on."""
+        """TRL's policy loss on RAPO's shaped ratio (1 + m F_ret) r, plus the extra loss terms in the batch.
+
+        TRL's loss computes the ratio exp(logps - old_logps) and clips it; the loss forward (``LossForward``) hands
+        it old log-probs lowered by log(1 + m F_ret) (``core.objective.shaped_old_logps``), so the ratio it clips is
+        the shaped one.
+        """
         if self.args.trim_padding:
             inputs = trim_padding_columns(inputs)
-        weights = inputs.get(RETRIEVED_WEIGHT_KEY)  # on every process or on none (the option, in training)
-        shift = inputs.get("rapo_log_ratio_shift")
-        shift = shift.unsqueeze(1) if shift is not None and bool((shift != 0).any()) else None
-        if shift is None and weights is None:
-            return super()._compute_loss(model, inputs)
-        inputs = dict(inputs)  # the buffered batch stays unshifted
-        old = inputs.get("old_per_token_logps")
-        if shift is not None and old is not None:
-            # Only the clipped ratio is shaped. The off-policy mask compares with the sampler's log-probs (TRL falls
-            # back to the old ones when none were sampled): keep them unshifted. TRL's vLLM importance-sampling
-            # correction (importance_sampling_ratio) was computed before the loss from unshifted old log-probs.
-            inputs.setdefault("sampling_per_token_logps", old)
-            inputs["old_per_token_logps"] = old - shift
-            shift = None
-            if weights is None:
-                return super()._compute_loss(model, inputs)
-        # Aligned generation: TRL takes the forward's own log-probs as the old ones; the forward lowers them by shift.
-        self._loss_forward = forward = LossForward(inputs, shift, keep_logps=weights is not None)
+        inputs = dict(
+            inputs
+        )  # the loss forward writes the shaped old log-probs here; the buffered batch stays
+        forward = LossForward(inputs, inputs.get(RETRIEVED_FRACTION_KEY), self.args.importance_shaping_weight)
+        self._loss_forward = forward
         try:
             loss = super()._compute_loss(model, inputs)
         finally:
             self._loss_forward = None
         forward.check_used()
-        if weights is None:
-            return loss
-        # On every process (zero where no row retrieved with A > 0: it gathers), with DAPO's token-mean normalizer
-        # whatever the loss type, so a guided token weighs like a sampled token of the same advantage.
-        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-        extra = retrieved_token_loss(forward.logps, weights, self.args.retrieved_token_shaping, normalizer)
-        self._metrics["train"]["rapo/retrieved_token_loss"].append(self.accelerator.gather(extra.detach()).mean().item())
-        return loss + extra
+        for term in self.loss_terms:
+            if term.key not in inputs:  # evaluation batches carry no term
+                continue
+            extra = term.loss(forward.logps, inputs[term.key], self._token_mean_normalizer(inputs))
+            self._metrics["train"][term.metric].append(self.accelerator.gather(extra.detach()).mean().item())
+            loss = loss + extra
+        return loss
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **side_inputs):
+    def _token_mean_normalizer(self, inputs) -> torch.Tensor:
+        """The DAPO token mean's denominator for this micro-batch, whatever the loss type, so an extra term's token
+        weighs like a sampled token of the same advantage."""
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        return normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **side_inputs,
+    ):
         scored = None
-        if self.args.share_prompt_forward and not compute_aux_loss and all(v is None for v in side_inputs.values()):
+        if (
+            self.args.share_prompt_forward
+            and not compute_aux_loss
+            and all(v is None for v in side_inputs.values())
+        ):
+
             def trl_scores(ids, mask):
                 return super(RAPOTrainer, self)._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy
+                )
 
-            scored = scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep, batch_size,
-                                                compute_entropy, trl_scores, self.accelerator.autocast)
+            scored = scores_with_shared_prompts(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, trl_scores,
+                self.accelerator.autocast,
+            )
         if scored is None:
             scored = super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
-                **side_inputs)
+                **side_inputs,
+            )
         if self._loss_forward is not None:
             self._loss_forward.apply(scored[0])
         return scored
@@ -409,8 +492,14 @@ class RAPOTrainer(GRPOTrainer):
             return
         from rapo_trl.model_card import build_model_card
 
-        card = build_model_card(self, model_name=model_name, dataset_name=dataset_name, tags=tags,
-                                base_model=kwargs.get("base_model"), evaluation=kwargs.get("evaluation"))
+        card = build_model_card(
+            self,
+            model_name=model_name,
+            dataset_name=dataset_name,
+            tags=tags,
+            base_model=kwargs.get("base_model"),
+            evaluation=kwargs.get("evaluation"),
+        )
         output_dir = kwargs.get("output_dir") or self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
         card.save(os.path.join(output_dir, "README.md"))
@@ -420,5 +509,7 @@ class RAPOTrainer(GRPOTrainer):
         # PEFT's save_pretrained leaves its empty card template (with a local base path): put RAPO's card in
         # its place. Checkpoints are left as they are (TRL writes the card to output_dir when it saves one).
         folder = output_dir or self.args.output_dir
-        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith("checkpoint-"):
+        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith(
+            "checkpoint-"
+        ):
             self.create_model_card(output_dir=folder)

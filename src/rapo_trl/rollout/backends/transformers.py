@@ -33,10 +33,9 @@ logger = logging.getLogger(__name__)
 def decode_attention(device: torch.device, avoid_cudnn: bool) -> contextlib.AbstractContextManager:
     """On CUDA with ``avoid_cudnn``, scaled-dot-product attention without its cuDNN backend while decoding.
 
-    Profiled on an H100 (torch 2.11, SmolLM2-135M bf16, batch 8, KV loop): ``aten::_cudnn_attention_forward`` took
-    1.55 ms of CPU per call, 58% of the decode's CPU time, against 5 us of GPU time; the GPU was idle ~96% of the
-    time. Decoding calls attention with a new key length every step, one short call per layer, so a per-call host
-    cost dominates; the memory-efficient and flash kernels take the same masks.
+    Decoding calls attention with a new key length every step, one short call per layer, so a per-call host cost
+    dominates, and cuDNN's attention has a large one (benchmarks/results/measurements_notes.md); the
+    memory-efficient and flash kernels take the same masks.
     """
     if device.type != "cuda" or not avoid_cudnn:
         return contextlib.nullcontext()

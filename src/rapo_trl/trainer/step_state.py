@@ -1,10 +1,9 @@
-"""One step's state across TRL's hooks, and the loss forward's.
+"""One step's state across TRL's hooks.
 
 TRL calls ``rollout_func``, then ``_calculate_rewards``, then returns from ``_generate_and_score_completions``;
 RAPO's per-row state (retrievals, entropies, F_ret) must reach the last two unchanged. ``StepState`` carries the
 step from its input rows to its advantages and checks every hand-over, so a TRL change in how often or in which
-order these hooks run fails loudly instead of training as plain GRPO. ``LossForward`` does the same for the one
-forward inside TRL's loss: the shaped ratio's old log-probs, and the log-probs the retrieved-token term reads.
+order these hooks run fails loudly instead of training as plain GRPO.
 """
 
 from __future__ import annotations
@@ -87,39 +86,4 @@ class StepState:
         if n_advantages != len(self.rows):
             raise RolloutHandOverError(
                 HOOKS_CHANGED + f"{n_advantages} advantages for a rollout of {len(self.rows)} rows."
-            )
-
-
-@dataclass
-class LossForward:
-    """The one forward of TRL's loss, as RAPO needs it: its old log-probs lowered by the per-row ``shift``
-    log(1 + m F_ret) (aligned generation: TRL takes the forward's own log-probs as the old ones), and its
-    log-probs kept for the retrieved-token term (``keep_logps``)."""
-
-    inputs: dict
-    shift: torch.Tensor | None = None
-    """[B, 1], or ``None``: the ratio is shaped through the inputs' own old log-probs, or not at all."""
-    keep_logps: bool = False
-    logps: torch.Tensor | None = None
-    used: int = 0
-
-    def apply(self, per_token_logps: torch.Tensor) -> None:
-        self.used += 1
-        if self.used > 1:
-            raise RolloutHandOverError(
-                HOOKS_CHANGED + "_compute_loss ran more than one forward; the shaped old log-probs are ambiguous."
-            )
-        if self.keep_logps:
-            self.logps = per_token_logps
-        if self.shift is not None:
-            # The off-policy mask compares with the sampler's log-probs (here: this forward's); only the clipped
-            # ratio is shaped.
-            self.inputs.setdefault("sampling_per_token_logps", per_token_logps.detach())
-            self.inputs["old_per_token_logps"] = per_token_logps.detach() - self.shift
-
-    def check_used(self) -> None:
-        if self.used != 1:
-            raise RolloutHandOverError(
-                HOOKS_CHANGED + "_compute_loss did not run _get_per_token_logps_and_entropies; the shaped "
-                "importance ratio was not applied."
             )

@@ -3,12 +3,15 @@ raises instead of training as plain GRPO."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from trl import GRPOTrainer
 
 from rapo_trl.rollout import RolloutRow
-from rapo_trl.trainer.pending import LossForward, RolloutHandOverError, StepState
+from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
+from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
 from tests.helpers.fakes import FixedStore
 from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
 
@@ -56,14 +59,14 @@ def test_replacements_reach_trls_prompts_only_when_the_inputs_hold_them():
 
 def test_ratio_shift_is_applied_to_one_forward_only():
     inputs = {}
-    forward = LossForward(inputs, torch.tensor([[0.5]]))
+    forward = LossForward(inputs, torch.tensor([math.exp(0.5) - 1.0]), shaping_weight=1.0)  # log(1 + m F) = 0.5
     with pytest.raises(RolloutHandOverError, match="did not run"):
         forward.check_used()
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     forward.apply(logps)
-    assert inputs["old_per_token_logps"].tolist() == [[-1.5, -2.5]] and not inputs["old_per_token_logps"].requires_grad
+    assert inputs["old_per_token_logps"][0].tolist() == pytest.approx([-1.5, -2.5])
+    assert not inputs["old_per_token_logps"].requires_grad
     assert inputs["sampling_per_token_logps"].tolist() == [[-1.0, -2.0]]  # the off-policy mask is not shaped
-    assert forward.logps is None  # kept only for the retrieved-token term
     forward.check_used()
     with pytest.raises(RolloutHandOverError, match="more than one forward"):
         forward.apply(logps)
@@ -71,7 +74,7 @@ def test_ratio_shift_is_applied_to_one_forward_only():
 
 def test_the_forward_keeps_its_logps_for_the_retrieved_token_term_with_its_graph():
     inputs = {"old_per_token_logps": torch.zeros(1, 2)}
-    forward = LossForward(inputs, shift=None, keep_logps=True)
+    forward = LossForward(inputs, retrieved_fractions=None, shaping_weight=0.05)  # evaluation: nothing to shape
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     forward.apply(logps)
     assert forward.logps is logps and inputs["old_per_token_logps"].tolist() == [[0.0, 0.0]]  # nothing shifted
@@ -108,16 +111,28 @@ def test_rollout_twice_or_rewards_without_rollout_raise(tiny_model_dir, tmp_path
     prompts = [row["prompt"] for row in batch_inputs()]
     with pytest.raises(RolloutHandOverError, match="without a pending rollout"):
         trainer._calculate_rewards(batch_inputs(), prompts, ["x"] * 4, [[1]] * 4)
+    trainer.step_state = StepState(inputs=batch_inputs())  # as _generate_and_score_completions opens a step
     trainer._hybrid_rollout(prompts)
     with pytest.raises(RolloutHandOverError, match="twice"):
         trainer._hybrid_rollout(prompts)
 
 
-def test_a_step_that_failed_after_its_rollout_leaves_nothing_behind(tiny_model_dir, tmp_path):
+def test_a_rollout_outside_a_step_or_a_failed_step_leaves_nothing_behind(tiny_model_dir, tmp_path):
     trainer = rapo_trainer(tiny_model_dir, tmp_path)
     trainer.model.train()
     script(trainer)
-    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])  # as if the rewards had raised
+    trainer._hybrid_rollout([row["prompt"] for row in batch_inputs()])  # a bare rollout_func call
+    assert trainer.step_state is None
+
+    def failing(completions, **kwargs):
+        raise RuntimeError("reward failed")
+
+    rewards, trainer.reward_funcs = trainer.reward_funcs, [failing]
+    script(trainer)
+    with pytest.raises(RuntimeError, match="reward failed"):
+        trainer._generate_and_score_completions(batch_inputs())
+    assert trainer.step_state is None
+    trainer.reward_funcs = rewards
     script(trainer)
     out = trainer._generate_and_score_completions(batch_inputs())
     assert trainer.step_state is None and len(trainer.last_rollout.rows) == len(out["advantages"]) == 4
@@ -128,7 +143,7 @@ def test_a_loss_that_runs_two_forwards_refuses_the_shaped_ratio(tiny_model_dir, 
     script(trainer)
     trainer.model.train()
     batch = trainer._generate_and_score_completions(batch_inputs())
-    assert bool((batch["rapo_log_ratio_shift"] != 0).any())
+    assert bool((batch[RETRIEVED_FRACTION_KEY] != 0).any())
     stock = GRPOTrainer._compute_loss
 
     def two_forwards(self, model, inputs):

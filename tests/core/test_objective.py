@@ -5,11 +5,14 @@ import math
 import pytest
 import torch
 
-from rapo_trl.objective import (
+from rapo_trl.core.objective import (
+    dual_clipped_token_loss,
     group_normalize,
-    ratio_log_shift,
     retrieval_reward,
+    retrieved_fraction,
     reweight_advantages,
+    shaped_ratio,
+    token_mean,
     trajectory_retrieval_reward,
 )
 
@@ -61,9 +64,24 @@ def test_reweight_advantages_hand_computed_and_token_level():
     assert reweight_advantages(tokens, a_ret, 0.2)[:, 0].tolist() == pytest.approx([1.1, -1.6])
 
 
-def test_ratio_log_shift():
+def test_shaped_ratio_is_one_plus_m_f_ret_times_r():
     f = torch.tensor([0.0, 0.5])
-    assert torch.exp(ratio_log_shift(f, 0.05)).tolist() == pytest.approx([1.0, 1.025])
+    logps, old = torch.tensor([[-1.0], [-1.0]]), torch.tensor([[-1.0], [-1.0 - math.log(2.0)]])  # r = 1 and 2
+    assert shaped_ratio(logps, old, f, 0.05).flatten().tolist() == pytest.approx([1.0, 2 * 1.025])
+    assert retrieved_fraction(3, 12) == 0.25 and retrieved_fraction(0, 0) == 0.0
+
+
+def test_dual_clipped_token_loss_and_token_mean():
+    ratio = torch.tensor([[0.5, 1.5, 5.0]])
+    # A > 0: the clip caps the gain at 1 + eps_high, and a low ratio keeps its own (smaller) value.
+    assert dual_clipped_token_loss(ratio, torch.tensor([1.0]), 0.2, 0.28, 3.0)[0].tolist() == pytest.approx(
+        [-0.5, -1.28, -1.28])
+    # A < 0: a low ratio is clipped at 1 - eps_low, a ratio beyond delta costs at most delta * |A|.
+    assert dual_clipped_token_loss(ratio, torch.tensor([-1.0]), 0.2, 0.28, 3.0)[0].tolist() == pytest.approx(
+        [0.8, 1.5, 3.0])
+    assert dual_clipped_token_loss(ratio, torch.tensor([-1.0]), 0.2, 0.28, None)[0, 2].item() == pytest.approx(5.0)
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    assert token_mean(torch.tensor([[1.0, 3.0, 100.0]]), mask).item() == 2.0
 
 
 def test_retrieval_advantage_epsilon_is_the_papers(tmp_path):
@@ -79,3 +97,21 @@ def test_retrieval_advantage_epsilon_is_the_papers(tmp_path):
     assert group_normalize(z, 4, eps=1e-4)[0].item() == pytest.approx(full / 3, rel=0.03)
     with pytest.raises(ValueError, match="retrieval_advantage_epsilon"):
         RAPOConfig(output_dir=str(tmp_path), use_cpu=True, retrieval_advantage_epsilon=0.0)
+
+
+def test_the_core_imports_torch_only():
+    """The algorithm reads without TRL: its modules import the standard library, torch and each other only."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import rapo_trl.core
+
+    for path in Path(rapo_trl.core.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top == "torch" or name.startswith("rapo_trl.core"), (
+                    path.name, name)

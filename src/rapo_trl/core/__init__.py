@@ -1,0 +1,34 @@
+"""RAPO's algorithm without TRL: the objective's maths (``objective``) and one step for one group that strings it
+together (``reference``). Imports torch only; ``RAPOTrainer`` is the TRL adapter that calls it."""
+
+from rapo_trl.core.objective import (
+    dual_clipped_token_loss,
+    group_normalize,
+    retrieval_reward,
+    retrieved_fraction,
+    retrieved_token_loss,
+    retrieved_token_weights,
+    reweight_advantages,
+    shaped_old_logps,
+    shaped_ratio,
+    token_mean,
+    trajectory_retrieval_reward,
+)
+from rapo_trl.core.reference import Coefficients, StepResult, reference_step
+
+__all__ = [
+    "Coefficients",
+    "StepResult",
+    "dual_clipped_token_loss",
+    "group_normalize",
+    "reference_step",
+    "retrieval_reward",
+    "retrieved_fraction",
+    "retrieved_token_loss",
+    "retrieved_token_weights",
+    "reweight_advantages",
+    "shaped_old_logps",
+    "shaped_ratio",
+    "token_mean",
+    "trajectory_retrieval_reward",
+]

@@ -1,0 +1,63 @@
+"""RAPOTrainer's loss and gradients equal ``reference_step``'s on the same rollout rows: the trainer is the paper's
+step, spread over TRL's hooks (beside tests/trainer/test_trainer.py's equality with GRPOTrainer at p = 0)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rapo_trl.core import Coefficients, reference_step
+from rapo_trl.rewards.view import policy_view
+from tests.helpers.fakes import FixedStore
+from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
+
+LONG_STEP = "<think>" + "hint " * 30 + "</think>"  # F_ret > 0.28: with m = 1 the clip binds
+STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"  # a hybrid row beats its group
+
+
+def coefficients(args) -> Coefficients:
+    return Coefficients(
+        retrieval_advantage_weight=args.retrieval_advantage_weight,
+        importance_shaping_weight=args.importance_shaping_weight,
+        epsilon_low=args.epsilon,
+        epsilon_high=args.epsilon_high,
+        delta=args.delta,
+        retrieval_advantage_epsilon=args.retrieval_advantage_epsilon,
+        retrieved_token_loss_weight=args.retrieved_token_loss_weight,
+        retrieved_token_shaping=args.retrieved_token_shaping,
+    )
+
+
+@pytest.mark.parametrize("stored, settings", [
+    (LONG_STEP, dict(importance_shaping_weight=1.0, max_completion_length=192)),
+    (STORED, dict(retrieved_token_loss_weight=0.5)),
+], ids=["shaped-and-clipped", "retrieved-token-loss"])
+def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp_path, stored, settings):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(stored), retrieve_prob=1.0,
+                           num_hybrid_generations=2, **settings)
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    loss, grads = loss_and_grads(trainer, batch)
+    rows = trainer.last_rollout.rows
+
+    tokenizer = trainer.processing_class
+
+    def sevens(row):
+        return float(tokenizer.decode(policy_view(row, False), skip_special_tokens=True).count("7"))
+
+    model = trainer.model
+    model.zero_grad()
+    reference = reference_step(model, rows, sevens, coefficients(trainer.args))
+    reference.loss.backward()
+
+    assert reference.retrieval_rewards[:2].ne(0).all() and reference.retrieved_fractions[:2].gt(0).all()
+    assert torch.allclose(reference.rewards, trainer.last_rollout.rewards)
+    assert torch.allclose(reference.advantages, batch["advantages"], atol=1e-6)
+    assert torch.allclose(reference.loss.detach(), loss, atol=1e-6) and loss != 0
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            assert torch.allclose(param.grad, grads[name], atol=1e-6), name
+    assert grads.keys() == {name for name, param in model.named_parameters() if param.grad is not None}
+    if trainer.args.retrieved_token_loss_weight:
+        assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] != 0  # the extra term really acted
