@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,6 +43,7 @@ REGIMES = {
 }
 """Regime -> the flags of its store (build-store and train alike), the flags of train alone, the warm start's steps."""
 SUCCESS = 1.0
+WARM_START_DIR = "sft-warm-start"
 RAPO_COLUMNS = ("rapo_hybrid", "rapo_stored_steps_shown", "rapo_answer_step_shown")
 """RAPOTrainer's columns of the completions table (``rapo_trl.trainer.retrieval_view.completion_columns``)."""
 JSON_PATH = RESULTS / "learning_regime.json"
@@ -74,10 +76,19 @@ def measure(name: str, workdir: Path, steps: int) -> dict:
     if not store.exists():
         run_rapo("build-store", "--config", RECIPE, "--store_path", str(store), *store_flags)
     output = workdir / name
+    if output.exists():
+        shutil.rmtree(output)
+    # Regimes with the same store and warm-start length share one warm start: its cache key matches, so train
+    # reuses the copy instead of training it again.
+    shared_warm_start = workdir / f"warm-start-{store.name}-{regime['warm_steps']}"
+    if shared_warm_start.exists():
+        shutil.copytree(shared_warm_start, output / WARM_START_DIR)
     started = time.perf_counter()
     run_rapo("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(store), *store_flags,
              *regime["train"], "--sft_warmup_steps", str(regime["warm_steps"]), "--sft_same_time", "false",
              "--max_steps", str(steps), "--learning_rate", "0", "--log_completions", "true")
+    if not shared_warm_start.exists():
+        shutil.copytree(output / WARM_START_DIR, shared_warm_start)
     rows = completion_rows(output)
     logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
     return {"regime": name, **regime, "steps": steps, "rows": len(rows), "seconds": round(time.perf_counter() - started),
