@@ -61,6 +61,7 @@ from rapo_trl.trainer.shared_prompt import (
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
+from rapo_trl.trainer.store_outage import StoreOutageCallback
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -141,6 +142,8 @@ class RAPOTrainer(GRPOTrainer):
             self._tokenizer, make_backend(self, vllm_llm), self.rapo_tools, trace_store, rollout_config(args),
             seed=args.seed + self.accelerator.process_index,
         )
+        self._store_outage = StoreOutageCallback(self.rollout_engine.store_outage, args.store_outage_max_steps)
+        self.add_callback(self._store_outage)
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
         self.rollout_func = self._hybrid_rollout
         self.step_state: StepState | None = None
@@ -159,7 +162,9 @@ class RAPOTrainer(GRPOTrainer):
     def train(self, *args, **kwargs):
         if self.accelerator.is_main_process:
             warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
-        return super().train(*args, **kwargs)
+        result = super().train(*args, **kwargs)
+        self._store_outage.check_stop(self.args.output_dir)
+        return result
 
     # ------------------------------------------------------------------ a step: generate and score
 
@@ -192,7 +197,7 @@ class RAPOTrainer(GRPOTrainer):
             start = self.accelerator.process_index * len(step.rows)
             chosen = best_of_each_group(step.rewards, self.num_generations, start, len(step.rows),
                                         self.args.grow_store_min_reward)
-            grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer)
+            grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage)
         return out
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
