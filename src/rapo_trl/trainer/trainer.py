@@ -39,7 +39,12 @@ from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
 from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
-from rapo_trl.trainer.checkpoint import resume_rapo_state, save_rapo_state
+from rapo_trl.trainer.checkpoint import (
+    checked_resume,
+    resume_rapo_state,
+    save_rapo_state,
+    whole_checkpoint_or_none,
+)
 from rapo_trl.trainer.checks import (
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
@@ -162,6 +167,10 @@ class RAPOTrainer(GRPOTrainer):
     def train(self, *args, **kwargs):
         if self.accelerator.is_main_process:
             warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
+        if args:  # resume_from_checkpoint, Trainer.train's first argument
+            args = (checked_resume(args[0], self.args.output_dir), *args[1:])
+        elif "resume_from_checkpoint" in kwargs:
+            kwargs["resume_from_checkpoint"] = checked_resume(kwargs["resume_from_checkpoint"], self.args.output_dir)
         result = super().train(*args, **kwargs)
         self._store_outage.check_stop(self.args.output_dir)
         return result
@@ -391,6 +400,11 @@ class RAPOTrainer(GRPOTrainer):
         return scored
 
     # ------------------------------------------------------------------ checkpoints and the model card
+
+    def _save_checkpoint(self, model, trial):
+        # A save that fails (a full disk) leaves no half-written folder for a resume to take.
+        with whole_checkpoint_or_none(self._get_output_dir(trial=trial), self.state.global_step):
+            super()._save_checkpoint(model, trial)
 
     def _save_rng_state(self, output_dir):
         # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
