@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rapo_trl.tools.sandbox_cgroup import _own_memory_cgroup
+
 
 def descendants(root: int | None = None) -> list[int]:
     """Live (non-zombie) processes descending from ``root`` (default: this process)."""
@@ -33,12 +35,20 @@ def descendants(root: int | None = None) -> list[int]:
     return found
 
 
+def sandbox_cgroups() -> int:
+    """Per-call memory cgroups of sandbox calls under this process's own cgroup (0 where none can be made)."""
+    own = _own_memory_cgroup()
+    return 0 if own is None else len(list(Path(own[0]).glob("rapo-python-*")))
+
+
 @dataclass(frozen=True)
 class Footprint:
     processes: int
     fds: int
     temp_entries: int
+    cgroups: int
 
     @classmethod
     def now(cls) -> Footprint:
-        return cls(len(descendants()), len(os.listdir("/proc/self/fd")), len(list(Path(tempfile.gettempdir()).iterdir())))
+        return cls(len(descendants()), len(os.listdir("/proc/self/fd")), len(list(Path(tempfile.gettempdir()).iterdir())),
+                   sandbox_cgroups())
