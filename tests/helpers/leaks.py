@@ -36,9 +36,10 @@ def descendants(root: int | None = None) -> list[int]:
 
 
 def sandbox_cgroups() -> int:
-    """Per-call memory cgroups of sandbox calls under this process's own cgroup (0 where none can be made)."""
+    """Per-call memory cgroups of this process's sandbox calls (0 where none can be made); named by the caller's pid,
+    so another process's calls beside it do not count."""
     own = _own_memory_cgroup()
-    return 0 if own is None else len(list(Path(own[0]).glob("rapo-python-*")))
+    return 0 if own is None else len(list(Path(own[0]).glob(f"rapo-python-{os.getpid()}-*")))
 
 
 @dataclass(frozen=True)
