@@ -246,8 +246,7 @@ class RAPOConfig(GRPOConfig):
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
     store_outage_max_steps: int | None = field(
         default=None,
-        metadata={"help": "Steps the trace store may stay unreachable before the run stops with a checkpoint; "
-                  "None goes on without retrieval, warning at every logging step."},
+        metadata={"help": "Steps with the store down before the run stops; None: go on."},
     )
 
     def __post_init__(self):

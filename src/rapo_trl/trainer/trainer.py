@@ -39,12 +39,7 @@ from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
 from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
-from rapo_trl.trainer.checkpoint import (
-    checked_resume,
-    resume_rapo_state,
-    save_rapo_state,
-    whole_checkpoint_or_none,
-)
+from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
@@ -66,12 +61,11 @@ from rapo_trl.trainer.shared_prompt import (
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
-from rapo_trl.trainer.store_outage import StoreOutageCallback
 
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-class RAPOTrainer(GRPOTrainer):
+class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
 
     A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
@@ -147,8 +141,6 @@ class RAPOTrainer(GRPOTrainer):
             self._tokenizer, make_backend(self, vllm_llm), self.rapo_tools, trace_store, rollout_config(args),
             seed=args.seed + self.accelerator.process_index,
         )
-        self._store_outage = StoreOutageCallback(self.rollout_engine.store_outage, args.store_outage_max_steps)
-        self.add_callback(self._store_outage)
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
         self.rollout_func = self._hybrid_rollout
         self.step_state: StepState | None = None
@@ -167,13 +159,7 @@ class RAPOTrainer(GRPOTrainer):
     def train(self, *args, **kwargs):
         if self.accelerator.is_main_process:
             warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
-        if args:  # resume_from_checkpoint, Trainer.train's first argument
-            args = (checked_resume(args[0], self.args.output_dir), *args[1:])
-        elif "resume_from_checkpoint" in kwargs:
-            kwargs["resume_from_checkpoint"] = checked_resume(kwargs["resume_from_checkpoint"], self.args.output_dir)
-        result = super().train(*args, **kwargs)
-        self._store_outage.check_stop(self.args.output_dir)
-        return result
+        return super().train(*args, **kwargs)
 
     # ------------------------------------------------------------------ a step: generate and score
 
@@ -399,24 +385,7 @@ class RAPOTrainer(GRPOTrainer):
             self._loss_forward.apply(scored[0])
         return scored
 
-    # ------------------------------------------------------------------ checkpoints and the model card
-
-    def _save_checkpoint(self, model, trial):
-        # A save that fails (a full disk) leaves no half-written folder for a resume to take.
-        with whole_checkpoint_or_none(self._get_output_dir(trial=trial), self.state.global_step):
-            super()._save_checkpoint(model, trial)
-
-    def _save_rng_state(self, output_dir):
-        # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
-        # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
-        super()._save_rng_state(output_dir)
-        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
+    # ------------------------------------------------------------------ the model card (checkpoints: checkpointing.py)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
