@@ -145,6 +145,14 @@ class RAPOConfig(GRPOConfig):
         Add the policy's best trajectory of each group to the trace store after scoring.
     grow_store_min_reward (`float`, *optional*, defaults to `1.0`):
         Only trajectories with at least this reward are added.
+
+    > A store that goes away (docs/reliability.md)
+
+    store_outage_max_steps (`int` or `None`, *optional*, defaults to `None`):
+        Training steps the trace store may stay unreachable (e.g. its `chroma run` server down) before the run
+        stops, with a checkpoint saved at that step and an error saying how to resume. `None`: the run goes on
+        as agentic GRPO (rows that would retrieve go on on-policy) with a warning at every logging step, and
+        retrieval resumes by itself when the store answers again.
     """
 
     # Same default (None) as TRL, but None is resolved from the hardware in __post_init__.
@@ -236,6 +244,10 @@ class RAPOConfig(GRPOConfig):
     )
     grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
     grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
+    store_outage_max_steps: int | None = field(
+        default=None,
+        metadata={"help": "Steps with the store down before the run stops; None: go on."},
+    )
 
     def __post_init__(self):
         # Before TrainingArguments validates it: TRL's own default (bf16 unless fp16) refuses to start on a
@@ -279,6 +291,8 @@ class RAPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
         if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
             raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
+        if self.store_outage_max_steps is not None and self.store_outage_max_steps < 1:
+            raise ValueError(f"store_outage_max_steps must be >= 1 or None, got {self.store_outage_max_steps}.")
         if self.signal_loss_patience < 0:
             raise ValueError(f"signal_loss_patience must be >= 0, got {self.signal_loss_patience}.")
         if self.max_tool_calls < 0:

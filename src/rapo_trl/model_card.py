@@ -111,9 +111,17 @@ def recipe_table(trainer) -> str:
     store = getattr(trainer, "trace_store", None)
     if store is not None:
         embedder = getattr(getattr(store, "embedder", None), "name", "?")
-        size = len(store) if hasattr(store, "__len__") else "?"
+        size = _record_count(store)
         lines.append(f"| trace store | {size} step records, embedder {embedder} | retrieved in hybrid rollouts |")
     return "\n".join(lines)
+
+
+def _record_count(store) -> int | str:
+    """The store's record count, or "?": a card is written at every checkpoint, also while a store server is down."""
+    try:
+        return len(store)
+    except Exception:  # noqa: BLE001 - e.g. a connection refused; the checkpoint matters more than the count
+        return "?"
 
 
 def evaluation_table(evaluation: dict) -> str:

@@ -42,8 +42,9 @@ def test_a_store_that_keeps_failing_costs_only_its_retrievals(tiny_model, waits)
     rows = engine.run(prompts, hybrid=[True, True])
     assert all(row.finished and not row.retrievals for row in rows)  # the rollout went on to its answer
     assert all(row.tool_calls == 2 for row in rows)
-    assert engine.store_errors == 2  # one failed retrieval per tool step
-    assert store.calls == 2 * 3 and waits == [0.5, 1.0] * 2  # three tries each, backing off
+    assert engine.store_errors == 2 * 2  # each row's retrieval at each of its two tool steps
+    # Three tries, backing off, then an outage: one try (no waits) for each later retrieval.
+    assert store.calls == 3 + 1 and waits == [0.5, 1.0] and engine.store_outage.down
 
 
 def test_a_transient_store_error_is_retried(tiny_model, waits):

@@ -13,6 +13,7 @@ import pytest
 
 from rapo_trl.tools import PythonTool, ToolError, run_tool_calls
 from rapo_trl.tools.python_tool import strip_code_fences
+from tests.helpers.leaks import descendants
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox layers are Linux-only")
 TOOL = PythonTool(timeout=5.0)
@@ -27,31 +28,14 @@ def _error_of(tool: PythonTool, code: str) -> str:
 def _live_sandboxes(caller: int | None = None) -> int:
     """Live (non-zombie) processes started from the sandbox bootstrap by ``caller`` (default: this
     process; other programs on the host may be running sandboxes of their own)."""
-    caller = os.getpid() if caller is None else caller
-    parents, sandboxes = {}, []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    count = 0
+    for pid in descendants(caller):
         try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[-1].split()
-            parents[int(entry)] = int(fields[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                if b"_sandbox_child.py" in handle.read() and fields[0] not in (b"Z", b"X"):
-                    sandboxes.append(int(entry))
-        except (OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                count += b"_sandbox_child.py" in handle.read()
+        except OSError:
             continue
-
-    def descends(pid):
-        for _ in range(64):
-            if pid == caller:
-                return True
-            if pid not in parents or pid <= 1:
-                return False
-            pid = parents[pid]
-        return False
-
-    return sum(descends(pid) for pid in sandboxes)
+    return count
 
 
 @pytest.mark.parametrize(

@@ -185,10 +185,17 @@ class HybridRolloutEngine:
         self.store = store
         self.config = config or RolloutConfig()
         self.rng = random.Random(seed)
-        self.store_errors = 0
-        """Retrievals given up after the store kept failing (cumulative; logged as ``rapo/store_errors``)."""
+        from rapo_trl.store.outage import StoreOutage  # here: the store package imports the rollout package
+
+        self.store_outage = StoreOutage()
+        """The store's health as rollouts found it: retries, one warning per outage, rows given up."""
         self._warned_long_prompt = False
         self._warned_question_ids = False
+
+    @property
+    def store_errors(self) -> int:
+        """Retrievals (one per row) given up because the store failed (cumulative; logged as ``rapo/store_errors``)."""
+        return self.store_outage.given_up
 
     @property
     def stop_strings(self) -> list[str]:
@@ -403,15 +410,12 @@ class HybridRolloutEngine:
         # second steps (question + first step), i.e. another question's answer step.
         contexts = [prefixes[i] if boundaries[i] == "plan" else prefixes[i] + self._context_text(rows[i])
                     for i in chosen]
-        from rapo_trl.store.retry import select_with_retry
-
-        # A failing store (server down, timeout) is retried with backoff, then the rollout goes on
-        # without this retrieval; `store_errors` counts those (logged as rapo/store_errors).
+        # A failing store (server down, timeout) is retried with backoff, then these rows go on without retrieval
+        # (counted per row as rapo/store_errors); during an outage one try each, and one warning in all.
         own = [question_ids[i] for i in chosen]
-        selected = select_with_retry(self.store, contexts, question_ids=own if any(q is not None for q in own)
-                                     and self._takes_question_ids() else None)
+        selected = self.store_outage.select(self.store, contexts, question_ids=own if any(q is not None for q in own)
+                                            and self._takes_question_ids() else None)
         if selected is None:
-            self.store_errors += 1
             return
         for i, found in zip(chosen, selected):
             row = rows[i]

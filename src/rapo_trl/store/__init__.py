@@ -5,6 +5,7 @@ from rapo_trl.store.config import DEFAULT_FALLBACK_TEXT, StoreConfig
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
+    StaleStoreError,
     StoreLockedError,
     StorePathError,
     TraceStoreError,
@@ -18,6 +19,7 @@ __all__ = [
     "CorruptStoreError",
     "EmbedderMismatchError",
     "Retrieved",
+    "StaleStoreError",
     "StepRecord",
     "StoreConfig",
     "StoreLockedError",

@@ -10,9 +10,17 @@ from pathlib import Path
 
 from rapo_trl.store import lock as store_lock
 from rapo_trl.store.config import StoreConfig
-from rapo_trl.store.errors import CorruptStoreError, EmbedderMismatchError, StorePathError, TraceStoreError
+from rapo_trl.store.errors import (
+    CorruptStoreError,
+    EmbedderMismatchError,
+    StaleStoreError,
+    StorePathError,
+    TraceStoreError,
+)
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2
+"""Bumped whenever stored keys would no longer match the queries made of them. 2: keys and queries past the
+embedder's token limit are embedded from their newest end (format 1 embedded their start)."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -111,7 +119,23 @@ def open_collection(client, name: str, embedder, config: StoreConfig, where: str
             raise ValueError(f"Invalid trace store collection name {name!r}: {error}") from error
         raise
     check_embedder(collection.metadata or {}, embedder, f"collection {name!r} at {where}")
+    check_format(collection.metadata or {}, f"collection {name!r} at {where}")
     return collection
+
+
+def check_format(metadata: dict, where: str) -> None:
+    """Raise :class:`StaleStoreError` unless ``metadata`` records this package's store format: a store of another
+    format answers queries, but with keys embedded differently, so its retrieval would be silently wrong."""
+    found = metadata.get("rapo_store_format")
+    if found == STORE_FORMAT:
+        return
+    why = ("it was built before keys were embedded from their newest end" if found in (None, 1)
+           else "a newer rapo_trl built it")
+    raise StaleStoreError(
+        f"The {where} has store format {found or 1}, this rapo_trl reads format {STORE_FORMAT}: {why}, so its keys "
+        "would not match the queries made of them. Rebuild it into a new folder or collection (`rapo build-store "
+        "--store_path NEW`), or use the rapo_trl that built it."
+    )
 
 
 def check_embedder(metadata: dict, embedder, where: str) -> None:

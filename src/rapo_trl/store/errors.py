@@ -21,3 +21,7 @@ class CorruptStoreError(TraceStoreError, RuntimeError):
 
 class StoreLockedError(TraceStoreError, RuntimeError):
     """Another process holds the embedded store's folder (embedded Chroma is single-process)."""
+
+
+class StaleStoreError(TraceStoreError, ValueError):
+    """The collection was built in another store format (keys made differently): it must be rebuilt to be used."""

@@ -34,13 +34,14 @@ def clean_text(text: str) -> str:
     return text
 
 
-def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
-                      question_ids: Sequence[str | None] | None = None):
-    """``store.select(contexts)`` (with ``question_ids=`` when given), retried ``attempts`` times in all (waiting
-    ``backoff_s``, then twice that, ...) on errors that may pass; ``None`` when it still fails."""
+def select_or_error(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
+                    question_ids: Sequence[str | None] | None = None):
+    """``(retrieved, None)`` from ``store.select(contexts)`` (with ``question_ids=`` when given), retried ``attempts``
+    times in all (waiting ``backoff_s``, then twice that, ...) on errors that may pass; ``(None, error)`` when it
+    still fails (``error`` is ``None`` when no attempt was allowed)."""
     contexts = [clean_text(context) for context in contexts]
     if attempts < 1:  # no attempt allowed: no retrieval
-        return None
+        return None, None
     retrying = Retrying(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=backoff_s, exp_base=2),
@@ -48,17 +49,32 @@ def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff
         # TypeError) fails the same way again, so it is not retried either.
         retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((ValueError, TypeError)),
         sleep=time.sleep,
-        reraise=True,  # the store's own error, not tenacity's RetryError, for the messages below
+        reraise=True,  # the store's own error, not tenacity's RetryError, for the callers' messages
     )
     try:
         if question_ids is not None:
-            return retrying(store.select, contexts, question_ids=list(question_ids))
-        return retrying(store.select, contexts)
-    except (ValueError, TypeError) as error:
+            return retrying(store.select, contexts, question_ids=list(question_ids)), None
+        return retrying(store.select, contexts), None
+    except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
+        return None, error
+
+
+def is_bad_input(error: BaseException) -> bool:
+    """An error that retrying cannot fix (the query, not the store, is at fault)."""
+    return isinstance(error, (ValueError, TypeError))
+
+
+def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
+                      question_ids: Sequence[str | None] | None = None):
+    """:func:`select_or_error`'s result, or ``None`` (with a warning) when the store still failed."""
+    selected, error = select_or_error(store, contexts, attempts, backoff_s, question_ids)
+    if error is None:
+        return selected
+    if is_bad_input(error):
         logger.warning(
             "Trace store select failed (%s: %s); going on without retrieval.", type(error).__name__, error
         )
-    except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
+    else:
         logger.warning(
             "Trace store select failed %d times (last: %s: %s); going on without retrieval.",
             attempts, type(error).__name__, error,

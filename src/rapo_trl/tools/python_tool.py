@@ -195,6 +195,10 @@ class PythonTool:
                     pass_fds=(report_write, code_file.fileno()),
                     start_new_session=True,
                 )
+            except OSError as error:  # e.g. EAGAIN at the process limit: a failed call, and no descriptor kept
+                os.close(report_read)
+                raise ToolError(f"The sandbox could not start a process ({type(error).__name__}: {error}); the "
+                                "machine may be at its process or memory limit.") from error
             finally:
                 os.close(report_write)
             try:

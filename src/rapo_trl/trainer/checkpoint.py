@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
-from contextlib import suppress
+import shutil
+from contextlib import contextmanager, suppress
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
 
@@ -57,3 +59,98 @@ def resume_rapo_state(checkpoint: str, process_index: int, engine) -> None:
     if problem is not None:
         logger.warning("RAPO: checkpoint %s %s; resuming with the retrieval RNG at its initial seed, so which rollouts "
                        "retrieve and what they draw will differ from the interrupted run.", checkpoint, problem)
+
+
+class CheckpointSaveError(OSError):
+    """A checkpoint could not be written whole (e.g. the disk filled); the half-written folder was removed."""
+
+
+def is_complete_checkpoint(folder: str) -> bool:
+    """Whether ``folder`` is a whole checkpoint: Trainer writes ``trainer_state.json`` after everything else (the
+    weights, optimizer, RNG and RAPO state), so a readable one means the save finished."""
+    try:
+        with open(os.path.join(folder, "trainer_state.json")) as handle:
+            json.load(handle)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _checkpoints(run_dir: str) -> list[tuple[int, str]]:
+    found = []
+    with suppress(OSError):
+        for name in os.listdir(run_dir):
+            step = name.removeprefix("checkpoint-")
+            if step.isdigit() and os.path.isdir(os.path.join(run_dir, name)):
+                found.append((int(step), os.path.join(run_dir, name)))
+    return sorted(found)
+
+
+def last_complete_checkpoint(run_dir: str) -> str | None:
+    """The newest whole checkpoint in ``run_dir``; newer half-written ones (a save killed or out of space) are
+    named in a warning and skipped, where Trainer's ``resume_from_checkpoint=True`` would take the newest folder."""
+    skipped = []
+    for _, folder in reversed(_checkpoints(run_dir)):
+        if is_complete_checkpoint(folder):
+            if skipped:
+                logger.warning("RAPO: skipping half-written checkpoint(s) %s (no readable trainer_state.json: the save "
+                               "was interrupted); resuming from %s.", ", ".join(skipped), folder)
+            return folder
+        skipped.append(folder)
+    return None
+
+
+def checked_resume(resume_from_checkpoint, run_dir: str):
+    """``resume_from_checkpoint`` as Trainer should take it: ``True`` becomes the newest whole checkpoint, and a
+    named checkpoint that is not whole is refused before anything loads."""
+    if resume_from_checkpoint is True:
+        found = last_complete_checkpoint(run_dir)
+        if found is None:
+            raise ValueError(f"resume_from_checkpoint=True, but {run_dir} holds no whole checkpoint to resume from.")
+        return found
+    if isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
+            and not is_complete_checkpoint(str(resume_from_checkpoint)):
+        raise ValueError(f"{resume_from_checkpoint} is not a whole checkpoint (no readable trainer_state.json: its "
+                         f"save was interrupted). Resume from an earlier one: {last_complete_checkpoint(run_dir)}.")
+    return resume_from_checkpoint
+
+
+def _size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names)
+
+
+def _out_of_space(error: BaseException) -> bool:
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left" in str(error) or "file write failed" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextmanager
+def whole_checkpoint_or_none(run_dir: str, step: int):
+    """Around a checkpoint save: if it fails, remove the half-written ``checkpoint-{step}`` (resuming must never take
+    it), and for a full disk raise :class:`CheckpointSaveError` naming the folder, the space it needs and the last
+    whole checkpoint. Earlier checkpoints are not touched (Trainer rotates them only after a save succeeds)."""
+    folder = os.path.join(run_dir, f"checkpoint-{step}")
+    try:
+        yield
+    except Exception as error:
+        written = _size(folder) if os.path.isdir(folder) else 0
+        shutil.rmtree(folder, ignore_errors=True)
+        previous = last_complete_checkpoint(run_dir)
+        needed = max(written, _size(previous) if previous else 0)
+        free = shutil.disk_usage(run_dir).free
+        # torch's errors on a full disk vary ("file write failed", "unexpected pos", an iostream error): less room
+        # than a checkpoint takes is what says the disk is full.
+        if not (_out_of_space(error) or free < needed):
+            raise
+        raise CheckpointSaveError(
+            errno.ENOSPC,
+            f"No space left to save the checkpoint {folder}: it needs about {needed / 2**20:.1f} MiB (the size of the "
+            f"last whole one), and {free / 2**20:.1f} MiB are free there. The half-written folder was removed; the "
+            f"last whole checkpoint is {previous or 'none'}. Free space (or set output_dir / save_total_limit), then "
+            "run again with --resume_from_checkpoint.",
+        ) from error

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 
 import torch
 
 from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.store.steps import prompt_text
+
+logger = logging.getLogger("rapo_trl.trainer")
 
 
 def configure_store(store, args, num_processes: int) -> None:
@@ -43,10 +46,25 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
     return chosen
 
 
-def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer) -> None:
-    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions."""
+def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer,
+               outage=None) -> None:
+    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions.
+
+    A store that cannot be written (its server down) costs this step's additions, not the step: said once per
+    outage (``outage``, the rollouts' :class:`~rapo_trl.store.outage.StoreOutage`, also says when it began)."""
     if not chosen or not hasattr(store, "add_policy_trajectories"):
         return
+    try:
+        _add(store, inputs, rows, chosen, tokenizer)
+    except Exception as error:  # noqa: BLE001 - a store write must not end the training step
+        if outage is None or not outage.down:
+            logger.warning("RAPO: could not add this step's %d best trajectories to the trace store (%s: %s); "
+                           "training goes on, and later steps try again.", len(chosen), type(error).__name__, error)
+        if outage is not None:
+            outage.growth_lost += len(chosen)
+
+
+def _add(store, inputs, rows, chosen, tokenizer) -> None:
     prompts = [inputs[i]["prompt"] for i, _ in chosen]
     store.add_policy_trajectories(
         prompts=prompts,

@@ -47,7 +47,7 @@ from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
 from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
-from rapo_trl.trainer.checkpoint import resume_rapo_state, save_rapo_state
+from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
@@ -74,7 +74,7 @@ from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, g
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-class RAPOTrainer(GRPOTrainer):
+class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
 
     A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
@@ -217,7 +217,9 @@ class RAPOTrainer(GRPOTrainer):
             chosen = best_of_each_group(
                 step.rewards, self.num_generations, start, len(step.rows), self.args.grow_store_min_reward
             )
-            grow_store(self.trace_store, inputs, step.rows, chosen, self._tokenizer)
+            grow_store(
+                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage
+            )
         return out
 
     def _hybrid_rollout(self, prompts: list, trainer=None) -> dict:
@@ -471,19 +473,7 @@ class RAPOTrainer(GRPOTrainer):
             self._loss_forward.apply(scored[0])
         return scored
 
-    # ------------------------------------------------------------------ checkpoints and the model card
-
-    def _save_rng_state(self, output_dir):
-        # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
-        # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
-        super()._save_rng_state(output_dir)
-        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
+    # ------------------------------------------------------------------ the model card (checkpoints: checkpointing.py)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
