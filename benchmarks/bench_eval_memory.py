@@ -15,6 +15,7 @@ import argparse
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
@@ -32,12 +33,14 @@ def status_mb(field: str) -> float:
 
 
 class PeakSampler:
-    """The largest ``VmRSS`` seen by a background thread, and when (seconds from start)."""
+    """The largest ``VmRSS`` seen by a background thread, when (seconds from start), and where the main thread was
+    then (its innermost frames in the package, transformers, peft or torch): what made the peak."""
 
     def __init__(self, every_s: float = 0.2):
-        self.every_s, self.peak_mb, self.at_s = every_s, 0.0, 0.0
+        self.every_s, self.peak_mb, self.at_s, self.where = every_s, 0.0, 0.0, []
         self._stop = threading.Event()
         self._start = time.perf_counter()
+        self._main = threading.get_ident()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
@@ -45,6 +48,10 @@ class PeakSampler:
             rss = status_mb("VmRSS")
             if rss > self.peak_mb:
                 self.peak_mb, self.at_s = rss, time.perf_counter() - self._start
+                frame = sys._current_frames().get(self._main)
+                stack = traceback.extract_stack(frame) if frame is not None else []
+                self.where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in stack
+                              if any(part in f.filename for part in ("rapo_trl", "transformers", "peft"))][-6:]
 
     def __enter__(self):
         self._thread.start()
@@ -90,6 +97,7 @@ def main() -> None:
     record = {"label": args.label, "questions": len(rows), "batch": args.batch, "merged_weights": args.merged_weights,
               "dtype": str(next(model.parameters()).dtype), "loaded_rss_mb": round(loaded_mb),
               "peak_rss_mb_sampled": round(sampler.peak_mb), "peak_at_s": round(sampler.at_s, 1),
+              "peak_where": sampler.where,
               "vm_hwm_mb": round(status_mb("VmHWM")), "end_rss_mb": round(status_mb("VmRSS")),
               "completion_tokens": metrics.get("completion_tokens"), "truncated": metrics.get("truncated"),
               "seconds_under_this_load": metrics["seconds"], "machine": machine_info("peft"),

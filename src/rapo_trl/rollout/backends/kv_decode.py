@@ -376,6 +376,9 @@ class KVCacheDecoder:
         full_ids = full_ids.to(device)
 
         logits, cache, mask, positions = self._prefill(model, seqs, device)
+        # The previous turn's entries were copied into this batch's cache: holding them through the decode would
+        # keep a second copy of every row's keys and values (the largest part of a wide eval batch's memory).
+        self._entries = []
         budgets = torch.tensor([max(0, int(n)) for n in max_new_tokens], dtype=torch.long)
         limit = int(budgets.max()) if rows else 0
         if self.preallocate:
