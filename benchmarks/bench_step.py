@@ -10,6 +10,9 @@ Three arms, each in its own process (so each peak RSS is its own), on the same m
   rapo         RAPOTrainer with the recipe as it is (the candidate): the precision rule (bf16 on a CPU with
                AVX512-BF16/AMX: frozen weights bf16, LoRA fp32), several prompts per step decoded together, each
                loss micro-batch running each of its distinct prompts once.
+  rapo_adapter the rapo arm decoding through the LoRA adapter, not on merged weights (``merged_weights=False``).
+  rapo_linear_head / rapo_matmul_head
+               the rapo arm with the LM head in decode on ``F.linear`` / on ``W @ h.T`` (``head_kernel``).
   grpo         TRL's plain GRPOTrainer with the recipe's batch and precision settings, fed the *same rollouts* the
                rapo arm generated (replayed through ``rollout_func``: same prompts, completions and tool masks), so
                its loss part is timed on the same rows; no tools, no retrieval, no RAPO objective.
@@ -20,7 +23,10 @@ backward, optimizer; policy tokens per second of generation; rollouts and comple
 process's peak RSS (and peak CUDA memory); with ``results/limits.json`` of this CPU (``bench_limits.py``), each
 arm's decode tok/s and loss s/row as a fraction of their limits at its precision and batch. The model is the demo's warm start (``<output_dir>/sft-warm-start``)
 when it exists, else the recipe's base model, so completion lengths are those of the demo's RL steps. Writes
-``benchmarks/results/step.{json,md}``, naming the baseline and candidate arms at its top.
+``benchmarks/results/step.{json,md}``, naming the baseline and candidate arms at its top. Engine settings side by
+side in one run, each arm with its fraction of the limits:
+
+    .venv/bin/python benchmarks/bench_step.py --steps 4 --arms old_recipe rapo rapo_adapter
 """
 
 from __future__ import annotations
@@ -39,13 +45,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however t
 from common import RESULTS, machine_info, markdown_table, use_offline_environment, with_notes  # noqa: E402
 
 use_offline_environment()  # nothing loads from a hub here; inherited by the arms' processes
-ARMS = ("old_recipe", "rapo", "grpo")
+REPO = RESULTS.parent.parent
+ENGINE_ARMS = {"rapo_adapter": {"merged_weights": False}, "rapo_linear_head": {"head_kernel": "linear"},
+               "rapo_matmul_head": {"head_kernel": "weight_matmul"}}
+"""The rapo arm with other settings of the generation backend (``TransformersBackend``)."""
+ARMS = ("old_recipe", "rapo", *ENGINE_ARMS, "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
 # The demo recipe without its speed settings, as rapo train flags (the rest of the recipe is shared).
 OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
               "steps_per_generation": "8", "share_prompt_forward": "false",
               "lora_dropout": "0.05"}
 PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the repository when inside it, with ``~`` for the home folder otherwise: results read
+    the same on every clone."""
+    path = Path(path).resolve()
+    if path.is_relative_to(REPO):
+        return str(path.relative_to(REPO))
+    home = Path.home().resolve()
+    return str(Path("~") / path.relative_to(home)) if path.is_relative_to(home) else str(path)
 
 
 def _peak_rss_mb() -> float:
@@ -160,6 +180,11 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
             return out
 
         trainer.rollout_func = recording
+        backend = trainer.rollout_engine.backend
+        if arm in ENGINE_ARMS and getattr(backend, "decode_model", None) is not None:
+            from rapo_trl.rollout.backends.decode_model import DecodeModel
+
+            backend.decode_model = DecodeModel(**{"merged_weights": None, "head_kernel": None, **ENGINE_ARMS[arm]})
     engine_stats = []
     clock.wrap(trainer, "_generate_and_score_completions", "generate_and_score")
     clock.wrap(trainer, "_compute_loss", "loss_forward")
@@ -195,7 +220,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         per_step.append({"split_s": split, "policy_tokens": tokens, "completion_tokens": completion_tokens,
                          "peak_rss_mb": phases["peak_rss_mb"], "rss_mb": phases["rss_mb"]})
     history = [e for e in trainer.state.log_history if "step_time" in e]
-    result = {"arm": arm, "model": model_path, "wall_s": wall, "steps": per_step,
+    result = {"arm": arm, "model": shown_path(model_path), "wall_s": wall, "steps": per_step,
               "step_s": [e["step_time"] for e in history], "peak_rss_mb": _peak_rss_mb(),
               "rollouts_per_step": args.per_device_train_batch_size * args.gradient_accumulation_steps,
               "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
@@ -206,6 +231,11 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
                         "share_prompt_forward": None if arm == "grpo" else args.share_prompt_forward}}
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    folder = getattr(getattr(getattr(trainer, "rollout_engine", None), "backend", None), "decode_model", None)
+    if folder is not None:  # what the KV-cache loop decoded on, and what folding the adapter cost
+        result["decode"] = {"weights": folder.weights, "merged_weights": folder.merged_weights,
+                            "head_kernel": folder.head_kernel, "refreshes": folder.refreshes,
+                            "refresh_s": round(folder.refresh_seconds, 3), "extra_mb": round(folder.extra_bytes / 2**20)}
     if arm == "rapo":
         Path(rollouts_file).write_text(json.dumps(recorded))
     Path(out_file).write_text(json.dumps(result))
@@ -229,6 +259,7 @@ def summarise(raw: dict, skip_first: bool) -> dict:
                "policy_tokens_per_step": round(tokens, 1),
                "generate_tokens_per_s": round(tokens / generate, 1) if generate else None,
                "peak_rss_mb": round(raw["peak_rss_mb"]), "batch": raw["batch"], "steps_timed": len(steps),
+               **({"decode": raw["decode"]} if "decode" in raw else {}),
                "rss_mb_per_step": [round(s["rss_mb"]) for s in raw["steps"] if "rss_mb" in s]}
     if "peak_cuda_mb" in raw:
         summary["peak_cuda_mb"] = round(raw["peak_cuda_mb"])
@@ -258,7 +289,7 @@ def of_limits(report: dict, path: Path = RESULTS / "limits.json") -> dict | None
                           "decode_fraction": round(r["generate_tokens_per_s"] / decode, 3)
                           if r.get("generate_tokens_per_s") else None,
                           "loss_fraction": round(loss / r["loss_s_per_rollout"], 3)}
-    return {"limits": str(path), "measured": limits["machine"]["date"], "arms": fractions}
+    return {"limits": shown_path(path), "measured": limits["machine"]["date"], "arms": fractions}
 
 
 def limit_lines(of_limit: dict | None) -> str:
@@ -283,6 +314,10 @@ def table(report: dict) -> str:
         b = r["batch"]
         batch = f"{b['per_device_train_batch_size']}x{b['gradient_accumulation_steps']}" + (
             ", trim" if b.get("trim_padding") else ", no trim") + (", prompt once" if b.get("share_prompt_forward") else "")
+        if r.get("decode"):
+            d = r["decode"]
+            batch += f", decode on {d['weights']}" + (f" (+{d['extra_mb']} MB, {d['refreshes']} folds "
+                                                      f"{d['refresh_s']:.2f} s)" if d["weights"] == "merged" else "")
         cells = [arm, str(r.get("precision") or "-"), str(r.get("rollouts_per_step") or "-"), f"{r['step_s']:.1f}",
                  *[f"{r['split_s'][p]:.2f}" for p in PHASES], f"{r['loss_s']:.1f}",
                  str(r["generate_tokens_per_s"] or "-"), str(r.get("rollouts_per_hour") or "-"),
@@ -314,7 +349,7 @@ def main() -> None:
         return
     if "grpo" in args.arms and "rapo" not in args.arms:
         parser.error("the grpo arm replays the rapo arm's rollouts: run them together")
-    order = [a for a in ("rapo", "old_recipe", "grpo") if a in args.arms]  # grpo replays what rapo generated
+    order = [a for a in ("rapo", "old_recipe", *ENGINE_ARMS, "grpo") if a in args.arms]  # grpo replays rapo's
     work = Path(tempfile.mkdtemp(prefix="bench-step-"))
     rollouts = work / "rollouts.json"
     raw = {}
@@ -338,6 +373,12 @@ def main() -> None:
         report["completion_tokens_per_hour_ratio"] = round(
             new["completion_tokens_per_hour"] / base["completion_tokens_per_hour"], 2)
         report["memory_ratio"] = round(new["peak_rss_mb"] / base["peak_rss_mb"], 3)
+    for arm in (a for a in ENGINE_ARMS if a in runs and "rapo" in runs):  # the engine setting's own effect
+        other, rapo = runs[arm], runs["rapo"]
+        report.setdefault("rapo_vs_engine_arms", {})[arm] = {
+            "generate_tokens_per_s_ratio": round(rapo["generate_tokens_per_s"] / other["generate_tokens_per_s"], 2)
+            if rapo.get("generate_tokens_per_s") and other.get("generate_tokens_per_s") else None,
+            "peak_rss_mb_difference": rapo["peak_rss_mb"] - other["peak_rss_mb"]}
     if {"rapo", "grpo"} <= set(runs):
         report["loss_ratio_rapo_vs_grpo"] = round(runs["rapo"]["loss_s"] / runs["grpo"]["loss_s"], 2)
     report["of_limit"] = of_limits(report)
@@ -360,7 +401,7 @@ def write_markdown(report: dict, stem: Path) -> None:
                else "")
             + "".join(f"- {k}: {report[k]}\n" for k in ("steps_per_hour", "rollouts_per_hour_ratio",
                                                         "completion_tokens_per_hour_ratio", "speedup", "memory_ratio",
-                                                        "loss_ratio_rapo_vs_grpo") if k in report)
+                                                        "loss_ratio_rapo_vs_grpo", "rapo_vs_engine_arms") if k in report)
             + "\n" + limit_lines(report["of_limit"] if "of_limit" in report else of_limits(report))
             + f"Command: `.venv/bin/python benchmarks/bench_step.py --recipe {recipe} --steps {steps}"
             + (f" --set {' '.join(report['set'])}" if report.get("set") else "") + "`\n")

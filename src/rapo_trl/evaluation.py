@@ -79,12 +79,13 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
 def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
                     numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval",
                     samples: int = 0, sample_questions: int | None = None, temperature: float = 1.0,
-                    greedy: bool = True, seed: int = 0) -> dict:
+                    greedy: bool = True, seed: int = 0, engine: dict | None = None) -> dict:
     """Rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``, without retrieval.
 
     ``rows`` has ``prompt`` and ``answer`` columns. Greedy: the scores of `score_texts` plus tool calls and
     truncation per rollout, wall seconds and the completions (``texts``). With ``samples = k > 0`` also mean@k
     (`mean_at_k`) over the first ``sample_questions`` rows (default all), k rollouts each at ``temperature``.
+    ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``).
     """
     import torch
 
@@ -96,7 +97,8 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     start = time.perf_counter()
     result: dict = {}
     if greedy:
-        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch_size)
+        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch_size,
+                             engine)
         rollouts = _run(agent, tokenizer, list(rows["prompt"]), batch_size, progress, desc)
         texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
         result = score_texts(texts, rows["answer"], numeric)
@@ -108,7 +110,8 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
         count = len(rows) if sample_questions is None else min(sample_questions, len(rows))
         prompts = [p for p in list(rows["prompt"])[:count] for _ in range(samples)]
         answers = [a for a in list(rows["answer"])[:count] for _ in range(samples)]
-        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=temperature), batch_size)
+        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=temperature),
+                             batch_size, engine)
         torch.manual_seed(seed)  # the same draws for a model evaluated twice
         sampled = _run(agent, tokenizer, prompts, batch_size, progress, f"{desc} mean@{samples}")
         sampled_texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in sampled]
@@ -121,6 +124,7 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
 def _run(agent, tokenizer, prompts: list, batch_size: int, progress: bool, desc: str) -> list:
     from tqdm.auto import tqdm
 
+    from rapo_trl.memory import release_freed_memory
     from rapo_trl.rollout.agent import render_prompt
 
     rollouts = []
@@ -129,6 +133,9 @@ def _run(agent, tokenizer, prompts: list, batch_size: int, progress: bool, desc:
             batch = prompts[first : first + batch_size]
             rollouts += agent.engine.run([render_prompt(tokenizer, p) for p in batch], retrieval_enabled=False)
             bar.update(len(batch))
+            # A batch's KV caches are hundreds of MB in blocks of changing size; glibc keeps what they freed
+            # unless asked, and the next batch's differently shaped blocks do not reuse it.
+            release_freed_memory()
     return rollouts
 
 

@@ -3,6 +3,8 @@ the matmul rate, the binding one."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.helpers.benchmarks import load_bench
@@ -135,3 +137,20 @@ def test_bench_step_reports_each_arm_against_the_limits_of_its_own_cpu_only(tmp_
     assert step.of_limits({**report, "machine": {**machine, "cpu": "cpu B"}}, path) is None
     assert step.of_limits({**report, "machine": {**machine, "native_bf16": True}}, path) is None
     assert step.of_limits(report, tmp_path / "none.json") is None
+
+
+def test_bench_step_names_paths_relative_to_the_repository():
+    step = load_bench("bench_step")
+    assert step.shown_path(step.RESULTS / "limits.json") == "benchmarks/results/limits.json"
+    assert step.shown_path(Path.home() / ".cache" / "m") == "~/.cache/m"
+    assert step.shown_path("/opt/elsewhere/m") == "/opt/elsewhere/m"
+
+
+def test_bench_step_runs_engine_settings_as_arms_beside_the_recipe():
+    step = load_bench("bench_step")
+    assert {"rapo_adapter", "rapo_linear_head", "rapo_matmul_head"} <= set(step.ARMS)
+    assert step.ENGINE_ARMS["rapo_adapter"] == {"merged_weights": False}
+    from rapo_trl.rollout.backends.decode_model import DecodeModel
+
+    for settings in step.ENGINE_ARMS.values():  # each arm's settings build a decode model
+        DecodeModel(**settings)

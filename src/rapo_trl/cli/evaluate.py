@@ -113,6 +113,7 @@ def run(script, rapo_args, model_args) -> dict:
     sampled_sets = name_list(script.eval_sampled_splits, sets)
     sampled_models = name_list(script.eval_sampled_models, MODEL_NAMES)
     for model_name, path in models_to_evaluate(script, model_args, target).items():
+        model = None  # the previous model goes before the next one loads: never two in memory
         model, tokenizer = load_policy(path, device=script.device, **load)  # once per model, for every set
         for set_name, rows in sets.items():
             sampled = sampling if model_name in sampled_models and set_name in sampled_sets else {**sampling, "samples": 0}

@@ -65,15 +65,15 @@ class RolloutAgent:
         config: budgets (retrieval settings are unused: the agent never retrieves).
         sampling: sampling settings (``do_sample=False`` for greedy evaluation).
         batch_size: rows generated together.
+        engine: further `TransformersBackend` settings (``merged_weights``, ``head_kernel``, ...).
     """
 
     def __init__(self, model, tokenizer, tools=(), config: RolloutConfig | None = None,
-                 sampling: SamplingSettings | None = None, batch_size: int = 8):
+                 sampling: SamplingSettings | None = None, batch_size: int = 8, engine: dict | None = None):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
-        self.engine = HybridRolloutEngine(
-            tokenizer, TransformersBackend(model, tokenizer, sampling), list(tools), None, config or RolloutConfig()
-        )
+        backend = TransformersBackend(model, tokenizer, sampling, **(engine or {}))
+        self.engine = HybridRolloutEngine(tokenizer, backend, list(tools), None, config or RolloutConfig())
 
     @classmethod
     def from_pretrained(cls, path: str, tools=(), max_completion_length: int = 1024, max_turn_tokens: int = 512,

@@ -54,6 +54,19 @@ if not _is_transformers_generate(_STOCK_GENERATE):  # already replaced at import
     _STOCK_GENERATE = None
 
 
+@dataclass(frozen=True)
+class DecodeResult:
+    """What one ``KVCacheDecoder.generate`` call sampled.
+
+    ``token_ids[i]`` are row ``i``'s sampled ids. ``step_rows[s]`` holds the rows still sampling at step ``s``
+    (the batch the logits processors saw then: it shrinks as rows stop), so a processor's per-step values can be
+    put back on their rows (``_EntropyRecorder.table``).
+    """
+
+    token_ids: list[list[int]]
+    step_rows: list[torch.Tensor]
+
+
 @dataclass
 class _Entry:
     """One row's processed tokens and their keys/values, one ``(heads, len, dim)`` pair per layer."""
@@ -217,7 +230,6 @@ class KVCacheDecoder:
         self._entries: list[_Entry] = []
         self._keep = False
         self.stats = {"prefilled_tokens": 0, "reused_tokens": 0, "decode_row_steps": 0}
-        self.step_rows: list[torch.Tensor] = []
         self._cache_argument = CACHE_ARGUMENTS[0]  # the installed forward's name, read at each generate
 
     def keep(self, enabled: bool) -> None:
@@ -335,10 +347,9 @@ class KVCacheDecoder:
         logits_processor: LogitsProcessorList,
         stopping: StoppingCriteria | None,
         eos_ids: set[int],
-    ) -> list[list[int]]:
+    ) -> DecodeResult:
         """Sample up to ``max_new_tokens[i]`` tokens for each row; a row stops after an EOS token or when
-        ``stopping`` says so. Returns each row's sampled ids; ``step_rows[s]`` then holds the rows that
-        were still sampling at step ``s`` (the batch the processors saw).
+        ``stopping`` says so. Returns each row's sampled ids and, per step, the rows still sampling then.
 
         ``logits_processor`` holds the caller's custom processors (e.g. an entropy recorder); it is
         merged with the config's the way ``generate`` merges them.
@@ -365,6 +376,9 @@ class KVCacheDecoder:
         full_ids = full_ids.to(device)
 
         logits, cache, mask, positions = self._prefill(model, seqs, device)
+        # The previous turn's entries were copied into this batch's cache: holding them through the decode would
+        # keep a second copy of every row's keys and values (the largest part of a wide eval batch's memory).
+        self._entries = []
         budgets = torch.tensor([max(0, int(n)) for n in max_new_tokens], dtype=torch.long)
         limit = int(budgets.max()) if rows else 0
         if self.preallocate:
@@ -379,10 +393,10 @@ class KVCacheDecoder:
         eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device) if eos_ids else None
         entries: dict[int, _Entry] = {}
         step = 0
-        self.step_rows = []
+        step_rows: list[torch.Tensor] = []
         while active:
             active_t = torch.tensor(active, device=device)
-            self.step_rows.append(active_t)
+            step_rows.append(active_t)
             scores = processors(full_ids, logits)
             if config.do_sample:
                 tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
@@ -420,7 +434,7 @@ class KVCacheDecoder:
             positions = positions + 1
         self._entries = [entries[r] for r in sorted(entries)] if self._keep else []
         sampled = sampled.cpu()
-        return [sampled[r, : counts[r]].tolist() for r in range(rows)]
+        return DecodeResult([sampled[r, : counts[r]].tolist() for r in range(rows)], step_rows)
 
     @staticmethod
     def _select(cache, keep: list[int], *tensors):

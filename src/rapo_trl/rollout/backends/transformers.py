@@ -18,6 +18,7 @@ from transformers import (
 )
 
 from rapo_trl.rollout.backends.base import SamplingSettings, find_stop
+from rapo_trl.rollout.backends.decode_model import DecodeModel
 from rapo_trl.rollout.backends.kv_decode import KVCacheDecoder, kv_decode_unavailable
 from rapo_trl.rollout.entropy import token_entropies
 from rapo_trl.rollout.types import TurnOutput
@@ -108,6 +109,11 @@ class TransformersBackend:
             before the entropy recorder, so recorded entropies are of the distribution they leave.
         avoid_cudnn_attention: on CUDA, decode with SDPA's flash / memory-efficient kernels rather than cuDNN's,
             whose per-call host cost dominated short decode steps (``decode_attention``).
+        merged_weights: in the KV-cache loop, decode a PEFT model on its LoRA adapter folded into a copy of the
+            adapted weights, folded again whenever the adapter changed (``decode_model.DecodeModel``); None: on
+            where the model is on the CPU. ``generate`` (the fallback path) always runs through the adapter.
+        head_kernel: the LM head's matmul in the KV-cache loop (``decode_model.HEAD_KERNELS``); None: chosen by
+            device and dtype (``DecodeModel``).
     """
 
     def __init__(
@@ -119,6 +125,8 @@ class TransformersBackend:
         reuse_kv: bool = True,
         logits_processor: LogitsProcessorList | None = None,
         avoid_cudnn_attention: bool = True,
+        merged_weights: bool | None = None,
+        head_kernel: str | None = None,
     ):
         self.model = model
         self.avoid_cudnn_attention = avoid_cudnn_attention
@@ -128,6 +136,8 @@ class TransformersBackend:
         if tokenizer.pad_token_id is None:
             raise ValueError("The tokenizer has no pad token; set tokenizer.pad_token (e.g. to its EOS token).")
         self.decoder = KVCacheDecoder() if reuse_kv else None
+        self.decode_model = DecodeModel(merged_weights, head_kernel) if reuse_kv else None
+        """Builds the module the KV-cache loop runs (its ``weights`` says what the last turn decoded on)."""
         self.extra_processors = list(logits_processor or [])
         self.last_path: str | None = None
         """``"kv_cache"`` or ``"generate"``: which path the last turn took."""
@@ -226,10 +236,12 @@ class TransformersBackend:
                 try:
                     if self._use_kv_cache(model, config):
                         self.last_path = "kv_cache"
-                        new_ids = self.decoder.generate(
-                            model, sequences, max_new_tokens, config, self._processors(recorder), stop, eos_ids
+                        decoding = self.decode_model.model_for(model)
+                        decoded = self.decoder.generate(
+                            decoding, sequences, max_new_tokens, config, self._processors(recorder), stop, eos_ids
                         )
-                        full, topk = recorder.table(len(sequences), self.decoder.step_rows)
+                        new_ids = decoded.token_ids
+                        full, topk = recorder.table(len(sequences), decoded.step_rows)
                     else:
                         self.last_path = "generate"
                         new_ids = self._generate_padded(model, sequences, max_new_tokens, config, recorder, stop)
