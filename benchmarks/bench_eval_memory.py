@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="configs/demo_cpu.yaml")
     parser.add_argument("--questions", type=int, default=64)
     parser.add_argument("--batch", type=int, default=64, help="rows generated together (the recipe's eval_batch_size)")
-    parser.add_argument("--merged-weights", choices=("auto", "on", "off"), default="auto",
+    parser.add_argument("--merged-weights", choices=("on", "off"), default="off",
                         help="decode on the adapter folded into a copy of the weights, or through the adapter")
     parser.add_argument("--label", default="", help="a name for this record")
     parser.add_argument("--results", default=str(RESULTS / "eval_memory.json"))
@@ -89,7 +89,7 @@ def main() -> None:
     rows = training_rows(script, eval_splits(script)[0], tools)
     rows = rows.select(range(min(args.questions, len(rows))))
     loaded_mb = status_mb("VmRSS")
-    engine = {} if args.merged_weights == "auto" else {"merged_weights": args.merged_weights == "on"}
+    engine = {"merged_weights": args.merged_weights == "on"}
     with PeakSampler() as sampler:
         metrics = evaluate_policy(model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
                                   max_turn_tokens=rapo_args.max_turn_tokens, batch_size=args.batch, progress=True,

@@ -10,9 +10,11 @@ Three arms, each in its own process (so each peak RSS is its own), on the same m
   rapo         RAPOTrainer with the recipe as it is (the candidate): the precision rule (bf16 on a CPU with
                AVX512-BF16/AMX: frozen weights bf16, LoRA fp32), several prompts per step decoded together, each
                loss micro-batch running each of its distinct prompts once.
-  rapo_adapter the rapo arm decoding through the LoRA adapter, not on merged weights (``merged_weights=False``).
-  rapo_linear_head / rapo_matmul_head
-               the rapo arm with the LM head in decode on ``F.linear`` / on ``W @ h.T`` (``head_kernel``).
+  rapo_merged  the rapo arm decoding on merged weights (``merged_weights=True``: the LoRA adapter folded into a copy
+               of the adapted weights) instead of through the adapter.
+  rapo_matmul_head / rapo_merged_matmul_head
+               the rapo arm / the rapo_merged arm with the LM head in decode on ``W @ h.T`` (``head_kernel``)
+               instead of ``F.linear``.
   grpo         TRL's plain GRPOTrainer with the recipe's batch and precision settings, fed the *same rollouts* the
                rapo arm generated (replayed through ``rollout_func``: same prompts, completions and tool masks), so
                its loss part is timed on the same rows; no tools, no retrieval, no RAPO objective.
@@ -26,7 +28,7 @@ when it exists, else the recipe's base model, so completion lengths are those of
 ``benchmarks/results/step.{json,md}``, naming the baseline and candidate arms at its top. Engine settings side by
 side in one run, each arm with its fraction of the limits:
 
-    .venv/bin/python benchmarks/bench_step.py --steps 4 --arms old_recipe rapo rapo_adapter
+    .venv/bin/python benchmarks/bench_step.py --steps 4 --arms old_recipe rapo rapo_merged
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ from common import RESULTS, machine_info, markdown_table, use_offline_environmen
 
 use_offline_environment()  # nothing loads from a hub here; inherited by the arms' processes
 REPO = RESULTS.parent.parent
-ENGINE_ARMS = {"rapo_adapter": {"merged_weights": False}, "rapo_linear_head": {"head_kernel": "linear"},
-               "rapo_matmul_head": {"head_kernel": "weight_matmul"}}
+ENGINE_ARMS = {"rapo_merged": {"merged_weights": True}, "rapo_matmul_head": {"head_kernel": "weight_matmul"},
+               "rapo_merged_matmul_head": {"merged_weights": True, "head_kernel": "weight_matmul"}}
 """The rapo arm with other settings of the generation backend (``TransformersBackend``)."""
 ARMS = ("old_recipe", "rapo", *ENGINE_ARMS, "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
@@ -184,7 +186,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
         if arm in ENGINE_ARMS and getattr(backend, "decode_model", None) is not None:
             from rapo_trl.rollout.backends.decode_model import DecodeModel
 
-            backend.decode_model = DecodeModel(**{"merged_weights": None, "head_kernel": None, **ENGINE_ARMS[arm]})
+            backend.decode_model = DecodeModel(**ENGINE_ARMS[arm])
     engine_stats = []
     clock.wrap(trainer, "_generate_and_score_completions", "generate_and_score")
     clock.wrap(trainer, "_compute_loss", "loss_forward")

@@ -148,8 +148,8 @@ def test_bench_step_names_paths_relative_to_the_repository():
 
 def test_bench_step_runs_engine_settings_as_arms_beside_the_recipe():
     step = load_bench("bench_step")
-    assert {"rapo_adapter", "rapo_linear_head", "rapo_matmul_head"} <= set(step.ARMS)
-    assert step.ENGINE_ARMS["rapo_adapter"] == {"merged_weights": False}
+    assert {"rapo_merged", "rapo_matmul_head", "rapo_merged_matmul_head"} <= set(step.ARMS)
+    assert step.ENGINE_ARMS["rapo_merged"] == {"merged_weights": True}
     from rapo_trl.rollout.backends.decode_model import DecodeModel
 
     for settings in step.ENGINE_ARMS.values():  # each arm's settings build a decode model

@@ -32,7 +32,7 @@ def prompts_of(tok):
 
 
 def turns(model, tok, budgets=(10, 10, 6), **backend_settings):
-    backend = TransformersBackend(model, tok, GREEDY, **backend_settings)
+    backend = TransformersBackend(model, tok, GREEDY, **{"merged_weights": True, **backend_settings})
     return backend, run_turns(backend, tok, prompts_of(tok), list(budgets))
 
 
@@ -70,8 +70,11 @@ def test_greedy_turns_on_merged_weights_match_the_adapter(tiny_model, kernel):
     assert [o.entropy_full for o in base[0]] != [o.entropy_full for o in history[0]]
 
 
-def test_merged_weights_are_the_default_on_the_cpu(tiny_model):
+def test_the_adapter_path_is_the_default_until_merged_weights_are_asked_for(tiny_model):
     model, tok = tiny_model
+    default = TransformersBackend(with_lora(model), tok, GREEDY)
+    run_turns(default, tok, prompts_of(tok), [3, 3, 3])
+    assert default.decode_model.weights == "adapter" and default.decode_model.extra_bytes == 0
     backend, _ = turns(with_lora(model), tok, budgets=(3, 3, 3))
     assert backend.decode_model.weights == "merged" and backend.decode_model.merge_unavailable is None
 

@@ -143,15 +143,15 @@ class DecodeModel:
     """Builds and keeps the model the KV-cache loop decodes with (``model_for``).
 
     Args:
-        merged_weights: fold a PEFT model's LoRA adapter into a copy of the adapted weights; None: where the model
-            is on the CPU (on a GPU the adapter's extra products cost little next to a step's fixed cost, and the
-            copy takes GPU memory). ``merge_unavailable`` says when it cannot, and the adapter path runs.
-        head_kernel: the LM head's kernel (``HEAD_KERNELS``); None: ``weight_matmul`` for an fp32 head on the CPU,
-            where it was measured faster, else the model's own ``nn.Linear``.
+        merged_weights: fold a PEFT model's LoRA adapter into a copy of the adapted weights (off by default: opt in
+            until `bench_step.py`'s side-by-side arms and a same-seed learning pair show it pays and learns alike;
+            in bf16 its greedy turns are not bit-identical to the adapter path's). ``merge_unavailable`` says when it
+            cannot, and the adapter path runs.
+        head_kernel: the LM head's kernel (``HEAD_KERNELS``); ``linear`` is the model's own ``nn.Linear``.
     """
 
-    def __init__(self, merged_weights: bool | None = None, head_kernel: str | None = None):
-        if head_kernel is not None and head_kernel not in HEAD_KERNELS:
+    def __init__(self, merged_weights: bool = False, head_kernel: str = "linear"):
+        if head_kernel not in HEAD_KERNELS:
             raise ValueError(f"unknown LM head kernel {head_kernel!r}; one of {HEAD_KERNELS}")
         self.merged_weights, self.head_kernel = merged_weights, head_kernel
         self.merge_unavailable: str | None = None
@@ -179,9 +179,8 @@ class DecodeModel:
         from rapo_trl.rollout.backends.kv_decode import unwrapped_model
 
         inner = unwrapped_model(model)
-        on_cpu = next(inner.parameters()).device.type == "cpu"
-        fold = self._fold(model, wanted=on_cpu if self.merged_weights is None else self.merged_weights)
-        head = self._head(inner, on_cpu)
+        fold = self._fold(model, wanted=self.merged_weights)
+        head = self._head(inner)
         self.weights = "merged" if fold else "adapter" if inner is not model else "model"
         if not fold and head is None:
             self._copy, self._folds, self._source = None, [], None  # nothing of a former copy stays in memory
@@ -203,22 +202,16 @@ class DecodeModel:
     def _fold(self, model, wanted: bool) -> bool:
         reason = merge_unavailable(model) if wanted else "merged weights are off"
         self.merge_unavailable = reason
-        # A model without an adapter is the common case, not a degradation: said only when asked for explicitly.
-        quiet = self.merged_weights is None and reason == _NO_ADAPTER
-        if reason is not None and wanted and not quiet and reason not in self._reported:
+        if reason is not None and wanted and reason not in self._reported:
             self._reported.add(reason)
             logger.warning("RAPO: decoding through the LoRA adapter, not on merged weights, because %s.", reason)
         return reason is None
 
-    def _head(self, inner: nn.Module, on_cpu: bool) -> str | None:
+    def _head(self, inner: nn.Module) -> str | None:
         """The head kernel to install, or None to keep the model's own head."""
-        head = inner.get_output_embeddings()
-        if type(head) is not nn.Linear:
+        if type(inner.get_output_embeddings()) is not nn.Linear or self.head_kernel == "linear":
             return None
-        kernel = self.head_kernel
-        if kernel is None:
-            kernel = "weight_matmul" if on_cpu and head.weight.dtype == torch.float32 else "linear"
-        return None if kernel == "linear" else kernel
+        return self.head_kernel
 
     @torch.no_grad()
     def _build(self, inner: nn.Module, fold: bool, head_kernel: str | None) -> None:

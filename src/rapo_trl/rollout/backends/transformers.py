@@ -110,10 +110,9 @@ class TransformersBackend:
         avoid_cudnn_attention: on CUDA, decode with SDPA's flash / memory-efficient kernels rather than cuDNN's,
             whose per-call host cost dominated short decode steps (``decode_attention``).
         merged_weights: in the KV-cache loop, decode a PEFT model on its LoRA adapter folded into a copy of the
-            adapted weights, folded again whenever the adapter changed (``decode_model.DecodeModel``); None: on
-            where the model is on the CPU. ``generate`` (the fallback path) always runs through the adapter.
-        head_kernel: the LM head's matmul in the KV-cache loop (``decode_model.HEAD_KERNELS``); None: chosen by
-            device and dtype (``DecodeModel``).
+            adapted weights, folded again whenever the adapter changed (``decode_model.DecodeModel``); off by
+            default. ``generate`` (the fallback path) always runs through the adapter.
+        head_kernel: the LM head's matmul in the KV-cache loop (``decode_model.HEAD_KERNELS``).
     """
 
     def __init__(
@@ -125,8 +124,8 @@ class TransformersBackend:
         reuse_kv: bool = True,
         logits_processor: LogitsProcessorList | None = None,
         avoid_cudnn_attention: bool = True,
-        merged_weights: bool | None = None,
-        head_kernel: str | None = None,
+        merged_weights: bool = False,
+        head_kernel: str = "linear",
     ):
         self.model = model
         self.avoid_cudnn_attention = avoid_cudnn_attention
