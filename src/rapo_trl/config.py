@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from rapo_trl.core.retrieval_rule import RETRIEVE_SCHEDULES, checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
-from rapo_trl.rollout.engine import RETRIEVAL_BOUNDARIES
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
-
-RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -329,11 +326,7 @@ class RAPOConfig(GRPOConfig):
         if self.retrieve_when is not None:
             raise ValueError("retrieve_when was split in two: retrieve_at (where a hybrid rollout retrieves: "
                              "tool_step, plan) and guide_failed_groups (retrieve only in groups that failed).")
-        at = [self.retrieve_at] if isinstance(self.retrieve_at, str) else list(self.retrieve_at)
-        unknown = [b for b in at if b not in RETRIEVAL_BOUNDARIES]
-        if unknown or not at:
-            raise ValueError(f"retrieve_at takes one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at!r}.")
-        self.retrieve_at = list(dict.fromkeys(at))
+        self.retrieve_at = list(checked_boundaries(self.retrieve_at))
         if self.guide_failed_groups:
             if self.dynamic_sampling:
                 # Its replacement groups would need the same two-phase rollout and a second gate per round.
@@ -351,11 +344,5 @@ class RAPOConfig(GRPOConfig):
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""
-        if self.retrieve_prob_schedule == "constant" or not max_steps:
-            return self.retrieve_prob
-        progress = min(1.0, step / max_steps)
-        if self.retrieve_prob_schedule == "linear":
-            weight = 1.0 - progress
-        else:
-            weight = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.retrieve_prob_final + (self.retrieve_prob - self.retrieve_prob_final) * weight
+        return scheduled_retrieve_prob(self.retrieve_prob, self.retrieve_prob_final, self.retrieve_prob_schedule,
+                                       step, max_steps)

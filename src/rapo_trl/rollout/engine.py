@@ -15,6 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rapo_trl.core.retrieval_rule import (
+    RETRIEVAL_BOUNDARIES,
+    boundaries_reached,
+    checked_boundaries,
+    holds_plan_turn,
+    is_hybrid_row,
+    rows_that_retrieve,
+)
 from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
@@ -24,12 +32,8 @@ from rapo_trl.tools.registry import tools_by_tag
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats", "is_hybrid_row"]
-
-RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
-"""Where a hybrid rollout may retrieve: after each completed tool step (paper), or once the policy has closed its
-plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first tool call."""
-
+__all__ = ["RETRIEVAL_BOUNDARIES", "RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats",
+           "is_hybrid_row"]
 
 class StepSelector(Protocol):
     """What the engine needs from a trace store: batched selection for many contexts at once. A store whose
@@ -39,12 +43,18 @@ class StepSelector(Protocol):
     def select(self, contexts: list[str]) -> list[Any]: ...
 
 
-def takes_question_ids(store) -> bool:
-    """Whether ``store.select`` accepts a ``question_ids`` argument (``TraceStore`` does; a custom store may not)."""
+def select_takes(store, name: str) -> bool:
+    """Whether ``store.select`` accepts the keyword ``name`` (``TraceStore`` takes ``question_ids``, ``top_k``,
+    ``min_reward`` and ``fallback_text``; a custom store may take none)."""
     try:
-        return "question_ids" in inspect.signature(store.select).parameters
+        return name in inspect.signature(store.select).parameters
     except (TypeError, ValueError):  # no signature to read (a builtin, a C extension)
         return False
+
+
+def takes_question_ids(store) -> bool:
+    """Whether ``store.select`` accepts a ``question_ids`` argument (``TraceStore`` does; a custom store may not)."""
+    return select_takes(store, "question_ids")
 
 
 @dataclass
@@ -84,18 +94,19 @@ class RolloutConfig:
     max_retrieved_tokens: int | None = None
     """Retrieved blocks longer than this many tokens are skipped, not cut (``None``: no cap)."""
     retrieve_at: tuple[str, ...] = ("tool_step",)
-    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``)."""
+    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``, the retrieval rule:
+    ``rapo_trl.core.retrieval_rule``)."""
     plan_stop: str = "</think>"
     """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
     retrieve_own_question: bool = False
     """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
     the nearest records of any question; only a store whose ``select`` takes ``question_ids`` can."""
+    select_options: dict = field(default_factory=dict)
+    """Keyword arguments for each ``store.select`` call (the trainer's ``top_k``, ``min_reward``, ``fallback_text``),
+    each passed where ``select`` takes it: the store's own settings stay as they are."""
 
     def __post_init__(self):
-        self.retrieve_at = tuple(self.retrieve_at)
-        unknown = [b for b in self.retrieve_at if b not in RETRIEVAL_BOUNDARIES]
-        if unknown or not self.retrieve_at:
-            raise ValueError(f"retrieve_at must name one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at}.")
+        self.retrieve_at = checked_boundaries(self.retrieve_at)
         if not 0.0 <= self.retrieve_prob <= 1.0:
             raise ValueError(f"retrieve_prob must be in [0, 1], got {self.retrieve_prob}.")
         if not 0 <= self.num_hybrid_generations <= self.num_generations:
@@ -133,10 +144,6 @@ class Rollout:
     rows: list[RolloutRow]
     stats: RolloutStats
 
-
-def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
-    """The first ``num_hybrid`` rows of each group of ``num_generations`` are hybrid."""
-    return global_index % num_generations < num_hybrid
 
 
 def _cap_text(text: str, limit: int) -> str:
@@ -250,7 +257,7 @@ class HybridRolloutEngine:
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
         # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
         # policy step (``carried``), so on-policy rows are the rows they would be without the plan boundary.
-        plan_turn = can_retrieve and "plan" in cfg.retrieve_at and any(row.is_hybrid for row in rows)
+        plan_turn = holds_plan_turn(can_retrieve, cfg.retrieve_at, (row.is_hybrid for row in rows))
         carried: dict[int, _HeldTurn] = {}  # row -> the part of its turn sampled before the plan stop
 
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
@@ -308,9 +315,7 @@ class HybridRolloutEngine:
             stats.tool_seconds += time.perf_counter() - start
 
             if can_retrieve:
-                boundaries = {i: "plan" for i in planned}
-                if "tool_step" in cfg.retrieve_at:
-                    boundaries.update((i, "tool_step") for i, _, _ in calls)
+                boundaries = boundaries_reached(planned, (i for i, _, _ in calls), cfg.retrieve_at)
                 start = time.perf_counter()
                 self._retrieve(rows, boundaries, prefixes, own, retrieve_prob)
                 stats.retrieval_seconds += time.perf_counter() - start
@@ -392,10 +397,7 @@ class HybridRolloutEngine:
         """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary); a row with
         a question id asks for its own question's records (``retrieve_own_question``)."""
         cfg = self.config
-        chosen = [
-            i for i in boundaries
-            if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < retrieve_prob
-        ]
+        chosen = rows_that_retrieve(boundaries, rows, self.rng, retrieve_prob)
         if not chosen:
             return
         # A plan retrieval asks for the row's first step: stored first steps are keyed by the context before them
@@ -408,8 +410,9 @@ class HybridRolloutEngine:
         # A failing store (server down, timeout) is retried with backoff, then the rollout goes on
         # without this retrieval; `store_errors` counts those (logged as rapo/store_errors).
         own = [question_ids[i] for i in chosen]
+        options = {name: value for name, value in cfg.select_options.items() if select_takes(self.store, name)}
         selected = select_with_retry(self.store, contexts, question_ids=own if any(q is not None for q in own)
-                                     and self._takes_question_ids() else None)
+                                     and self._takes_question_ids() else None, **options)
         if selected is None:
             self.store_errors += 1
             return

@@ -9,15 +9,16 @@ from rapo_trl.store.errors import (
     StorePathError,
     TraceStoreError,
 )
-from rapo_trl.store.selection import Retrieved
+from rapo_trl.store.selection import Retrieved, Selection
 from rapo_trl.store.steps import StepRecord, preprocess_context, split_steps, step_records
-from rapo_trl.store.trace_store import TraceStore
+from rapo_trl.store.trace_store import TraceStore, Written
 
 __all__ = [
     "DEFAULT_FALLBACK_TEXT",
     "CorruptStoreError",
     "EmbedderMismatchError",
     "Retrieved",
+    "Selection",
     "StepRecord",
     "StoreConfig",
     "StoreLockedError",
@@ -25,6 +26,7 @@ __all__ = [
     "TraceStore",
     "TraceStoreError",
     "TrajectorySampler",
+    "Written",
     "preprocess_context",
     "split_steps",
     "step_records",

@@ -35,9 +35,9 @@ def clean_text(text: str) -> str:
 
 
 def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
-                      question_ids: Sequence[str | None] | None = None):
-    """``store.select(contexts)`` (with ``question_ids=`` when given), retried ``attempts`` times in all (waiting
-    ``backoff_s``, then twice that, ...) on errors that may pass; ``None`` when it still fails."""
+                      question_ids: Sequence[str | None] | None = None, **options):
+    """``store.select(contexts, **options)`` (with ``question_ids=`` when given), retried ``attempts`` times in all
+    (waiting ``backoff_s``, then twice that, ...) on errors that may pass; ``None`` when it still fails."""
     contexts = [clean_text(context) for context in contexts]
     if attempts < 1:  # no attempt allowed: no retrieval
         return None
@@ -52,8 +52,8 @@ def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff
     )
     try:
         if question_ids is not None:
-            return retrying(store.select, contexts, question_ids=list(question_ids))
-        return retrying(store.select, contexts)
+            return retrying(store.select, contexts, question_ids=list(question_ids), **options)
+        return retrying(store.select, contexts, **options)
     except (ValueError, TypeError) as error:
         logger.warning(
             "Trace store select failed (%s: %s); going on without retrieval.", type(error).__name__, error

@@ -20,6 +20,17 @@ class Retrieved:
     is_fallback: bool
 
 
+@dataclass
+class Selection:
+    """What :meth:`TraceStore.select_timed` returns: one retrieval per query, and where the time went."""
+
+    retrieved: list[Retrieved]
+    embed_s: float = 0.0
+    """Seconds spent embedding the queries (0 when they came embedded)."""
+    search_s: float = 0.0
+    """Seconds spent finding the neighbours and applying the rule (Chroma or the local index, metadata reads)."""
+
+
 def fallback(text: str) -> Retrieved:
     """The fallback retrieval: ``text`` tells the model to reason on its own."""
     return Retrieved(text, None, None, None, None, None, None, True)
