@@ -67,11 +67,6 @@ def test_config_checks():
             config(**bad)
 
 
-def test_the_old_option_name_is_refused_naming_the_new_ones():
-    with pytest.raises(ValueError, match="^retrieve_when was split in two: retrieve_at .* guide_failed_groups"):
-        RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, retrieve_when=["tool_step", "group_failed"])
-
-
 @pytest.mark.parametrize("threshold, guided", [(0.0, False), (2.0, True)])
 def test_group_failed_retrieves_only_when_the_on_policy_rows_failed(tiny_model_dir, tmp_path, threshold, guided):
     store = FixedStore()

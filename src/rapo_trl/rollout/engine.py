@@ -24,6 +24,7 @@ from rapo_trl.core.retrieval_rule import (
     rows_that_retrieve,
 )
 from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
+from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
@@ -107,21 +108,11 @@ class RolloutConfig:
 
     def __post_init__(self):
         self.retrieve_at = checked_boundaries(self.retrieve_at)
-        if not 0.0 <= self.retrieve_prob <= 1.0:
-            raise ValueError(f"retrieve_prob must be in [0, 1], got {self.retrieve_prob}.")
-        if not 0 <= self.num_hybrid_generations <= self.num_generations:
-            raise ValueError(
-                f"num_hybrid_generations ({self.num_hybrid_generations}) must be between 0 and "
-                f"num_generations ({self.num_generations})."
-            )
-        if self.max_turn_tokens < 1 or self.max_completion_length < 1:
-            raise ValueError("max_turn_tokens and max_completion_length must be positive.")
-        if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
-            raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
+        # The table RAPOConfig checks too; a group of one is allowed here (an evaluation or a single agent).
+        check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)},
+                     unbounded=("num_generations",))
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
-        if self.max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls must be >= 0, got {self.max_tool_calls}.")
         if self.max_result_chars < 1:
             raise ValueError(f"max_result_chars must be positive, got {self.max_result_chars}.")
 
