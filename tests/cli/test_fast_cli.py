@@ -201,7 +201,7 @@ def test_eval_without_output_dir_looks_where_train_saves_by_default(tmp_path):
 
 
 def test_eval_takes_the_tiny_alias_as_its_model(tmp_path):
-    """`rapo eval --eval_model tiny` is the smoke test the rest of the CLI's `tiny` alias is (issue 35)."""
+    """`rapo eval --eval_model tiny` is the smoke test the rest of the CLI's `tiny` alias is."""
     from rapo_trl.cli import evaluate, read_recipe
 
     evaluate.check(*read_recipe("eval", ["--eval_model", "tiny", "--model_name_or_path", "tiny",
