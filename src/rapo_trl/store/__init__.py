@@ -9,9 +9,9 @@ from rapo_trl.store.errors import (
     StorePathError,
     TraceStoreError,
 )
-from rapo_trl.store.selection import Retrieved, Selection
+from rapo_trl.store.selection import Retrieved, Selection, Written
 from rapo_trl.store.steps import StepRecord, preprocess_context, split_steps, step_records
-from rapo_trl.store.trace_store import TraceStore, Written
+from rapo_trl.store.trace_store import TraceStore
 
 __all__ = [
     "DEFAULT_FALLBACK_TEXT",

@@ -12,7 +12,6 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,22 +31,8 @@ from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.local_index import LocalIndex
 from rapo_trl.store.retry import clean_text
-from rapo_trl.store.selection import Retrieved, Selection, fallback, pick, retrieved
+from rapo_trl.store.selection import Retrieved, Selection, Written, fallback, pick, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
-
-
-@dataclass
-class Written:
-    """What :meth:`TraceStore.add_records_timed` returns: the records added, and where the time went."""
-
-    added: int
-    """Records written (ids already stored are skipped)."""
-    check_s: float = 0.0
-    """Seconds spent asking Chroma which ids it already holds."""
-    embed_s: float = 0.0
-    """Seconds spent embedding the new records' keys."""
-    index_s: float = 0.0
-    """Seconds spent in Chroma's ``add`` (writing and indexing)."""
 
 
 class TraceStore:
@@ -195,9 +180,9 @@ class TraceStore:
             return Selection([])
         start = time.perf_counter()
         vectors = self._embed([self.preprocess(context) for context in contexts])
-        embed_s = time.perf_counter() - start
-        found = self.select_embedded_timed(vectors, top_k, min_reward, question_ids, fallback_text)
-        return Selection(found.retrieved, embed_s=embed_s, search_s=found.search_s)
+        embed_s, start = time.perf_counter() - start, time.perf_counter()
+        retrieved = self.select_embedded(vectors, top_k, min_reward, question_ids, fallback_text)
+        return Selection(retrieved, embed_s=embed_s, search_s=time.perf_counter() - start)
 
     def select_embedded(
         self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None,
@@ -211,18 +196,10 @@ class TraceStore:
         longer has, or whose stored reward differs from the map's, makes its row re-read all its
         candidates: what is returned always comes from Chroma.
         """
-        return self.select_embedded_timed(vectors, top_k, min_reward, question_ids, fallback_text).retrieved
-
-    def select_embedded_timed(
-        self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None,
-        question_ids: Sequence[str | None] | None = None, fallback_text: str | None = None,
-    ) -> Selection:
-        """:meth:`select_embedded`, with the seconds spent searching."""
         config = self.config
         top_k = config.top_k if top_k is None else top_k
         min_reward = config.min_reward if min_reward is None else min_reward
         fallback_text = config.fallback_text if fallback_text is None else fallback_text
-        start = time.perf_counter()
         vectors = np.asarray(vectors, dtype=np.float32)
         if question_ids is not None and len(question_ids) != len(vectors):
             raise ValueError(f"select got {len(question_ids)} question ids for {len(vectors)} queries.")
@@ -235,8 +212,7 @@ class TraceStore:
                 found = result["ids"], result["distances"]
             for row, ids, distances in zip(rest, *found, strict=True):
                 id_rows[row], distance_rows[row] = ids, distances
-        retrieved = self._apply_rule(id_rows, distance_rows, min_reward, fallback_text)
-        return Selection(retrieved, search_s=time.perf_counter() - start)
+        return self._apply_rule(id_rows, distance_rows, min_reward, fallback_text)
 
     def _own_question_neighbours(self, vectors: np.ndarray, top_k: int, question_ids: Sequence[str | None]):
         """``(ids, distances)`` per query among its question's records (a Chroma ``where`` on ``question_id``, the
@@ -439,24 +415,14 @@ class TraceStore:
             on_invalid="skip",
         )
 
-    def add_records(
-        self,
-        records: Sequence[StepRecord],
-        embeddings: np.ndarray | None = None,
-        show_progress: bool | None = None,
-        extra_metadata: Sequence[dict] | None = None,
-    ) -> int:
+    def add_records(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
+                    show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> int:
         """Embed and write step records in batches, skipping ids already stored; returns how many
         were added. ``embeddings`` (one row per record) skips embedding."""
         return self.add_records_timed(records, embeddings, show_progress, extra_metadata).added
 
-    def add_records_timed(
-        self,
-        records: Sequence[StepRecord],
-        embeddings: np.ndarray | None = None,
-        show_progress: bool | None = None,
-        extra_metadata: Sequence[dict] | None = None,
-    ) -> Written:
+    def add_records_timed(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
+                          show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> Written:
         """:meth:`add_records`, with the seconds spent checking, embedding and indexing."""
         from tqdm.auto import tqdm
 
