@@ -1,5 +1,5 @@
 """The CPU that bf16 needs on a machine without a GPU is chosen for that machine only: it is not saved with the
-run's arguments, so arguments reused on a GPU machine train on its GPU (issue 40, fault 5)."""
+run's arguments, so arguments reused on a GPU machine train on its GPU."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Rollout contexts are embedded from their newest end: past MiniLM's 256 tokens, the start of a long context is cut,
-not its latest step (issue 40, fault 2). The search tool's documents keep their start."""
+not its latest step. The search tool's documents keep their start."""
 
 from __future__ import annotations
 

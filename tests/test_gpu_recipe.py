@@ -1,6 +1,6 @@
 """The single-GPU recipe (configs/qwen_gpu.yaml) and scripts/gpu_recipe.sh, checked on the CPU: the recipe parses,
 its precision, LoRA and dtype flags reach the loads, its questions load, and the script runs build-store, train
-(under `accelerate launch` for several GPUs) and eval on it (issue 35). It has not run on a GPU."""
+(under `accelerate launch` for several GPUs) and eval on it. It has not run on a GPU."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_recipe_parses_and_its_flags_reach_the_loads():
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_precision_follows_the_device_as_in_the_notebook(precision, monkeypatch):
-    """Issue 44: the recipe sets neither bf16 nor fp16 (nor dtype), so RAPOConfig takes the device's rule, the one
+    """The recipe sets neither bf16 nor fp16 (nor dtype), so RAPOConfig takes the device's rule, the one
     the notebook uses: bf16 where the GPU computes it natively, fp16 on a T4/V100 (no "use_cpu" error there)."""
     import rapo_trl.config
 
@@ -59,7 +59,7 @@ def _dry_run(nproc: str, python: str | None = sys.executable, venv: Path | None 
 
 
 def test_script_prepares_the_store_then_trains_and_evaluates_with_the_venvs_python(tmp_path):
-    """Issue 44: every command runs with the venv's interpreter (no bare `python`/`rapo` needing an activated venv)."""
+    """Every command runs with the venv's interpreter (no bare `python`/`rapo` needing an activated venv)."""
     one = _dry_run("1")
     assert "snapshot_download('Qwen/Qwen2.5-0.5B-Instruct')" in one[0]
     assert one[1:] == [f"{sys.executable} -m rapo_trl.cli {command} --config configs/qwen_gpu.yaml"

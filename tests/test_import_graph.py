@@ -1,5 +1,5 @@
 """No import cycles in the package at module level, and none in the ``rapo`` command's modules even counting imports
-inside functions (issue 41): `cli/errors.py` holds UsageError, so `common`, `imports` and `user_data` no longer
+inside functions: `cli/errors.py` holds UsageError, so `common`, `imports` and `user_data` no longer
 import each other both ways."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The standard-library JSONL reader the CLI checks files with before anything heavy loads (issue 44)."""
+"""The standard-library JSONL reader the CLI checks files with before anything heavy loads."""
 
 from __future__ import annotations
 

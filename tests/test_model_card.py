@@ -143,7 +143,7 @@ def _quick_start_code(text: str) -> str:
 
 def test_card_of_a_local_base_runs_its_agent_with_tools_and_links_the_tracker(tiny_model_dir, tmp_path, monkeypatch,
                                                                                capsys):
-    """Issue 35: no "[None](https://huggingface.co/None)" for a local base; a quick start that runs the tools
+    """No "[None](https://huggingface.co/None)" for a local base; a quick start that runs the tools
     (executed here on the saved model); the tracker run's link, as TRL's trainers give it."""
     run = types.SimpleNamespace(url="https://wandb.ai/me/rapo/runs/abc123")
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(run=run))  # a started run, offline
@@ -162,8 +162,8 @@ def test_card_of_a_local_base_runs_its_agent_with_tools_and_links_the_tracker(ti
 
 
 def test_quick_start_imports_every_tool_it_names(tmp_path, monkeypatch):
-    """Issue 44: a tool of the user's own is imported from its module in the card's snippet (it used to name a
-    function it never imported); the search tool's passages are loaded there too."""
+    """A tool of the user's own is imported from its module in the card's snippet (a snippet must not name a
+    function it never imports); the search tool's passages are loaded there too."""
     from rapo_trl.model_card import _quick_start
     from rapo_trl.tools import FunctionTool, PythonTool
 

@@ -43,7 +43,7 @@ def test_notebook_is_committed_without_outputs_and_uses_public_api_only():
 
 
 def test_notebook_rows_teach_the_tools_its_trainer_runs():
-    """Issue 35: rows built without tools= promised <search> to a trainer that ran python only."""
+    """Rows built without tools= would promise <search> to a trainer that runs python only."""
     source = notebook_code()
     assert source.count("to_rapo_rows(") == source.count("tools=tools)") == 2
     assert "tools=tools," in source and "evaluation, tools," in source  # the trainer and the evaluation run them
@@ -99,7 +99,7 @@ def test_quickstart_runs_under_a_kernel(tiny_model_dir, tmp_path, monkeypatch):
 
     bf16 = default_precision("cpu") == "bf16"  # the rule: bf16 on a CPU with AVX512-BF16/AMX, else fp32
     assert f"CPU; bf16={bf16} fp16=False" in out
-    assert "the training prompts teach" not in out  # issue 35: the prompt teaches the tools the trainer runs
+    assert "the training prompts teach" not in out  # the prompt teaches the tools the trainer runs
     assert "step records from" in out
     model = tmp_path / "run" / "model"
     assert (model / "adapter_config.json").is_file() and (model / "trainer_state.json").is_file()

@@ -16,7 +16,7 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DEMO_EVAL_MD = ROOT / "benchmarks" / "results" / "demo_eval.md"
 MAKEFILE = ROOT / "Makefile"
-README_MAX_LINES = 150  # issue 25: a newcomer reads it in five minutes; the rest lives in docs/
+README_MAX_LINES = 150  # a newcomer reads it in five minutes; the rest lives in docs/
 
 # Budgets only: no precision or device setting, so the hardware default is what runs.
 TINY_BUDGET = dict(max_steps=1, max_completion_length=24, max_turn_tokens=12, logging_steps=1,

@@ -1,4 +1,4 @@
-"""docs/your-own-task.md runs as written (issue 35): its Python blocks in order, in one namespace, on the tiny model
+"""docs/your-own-task.md runs as written: its Python blocks in order, in one namespace, on the tiny model
 with the README test's one-step budget; the files it tells you to save are saved from its blocks; its `rapo`
 commands run in-process on the same files with the `tiny` model and tiny budgets added."""
 

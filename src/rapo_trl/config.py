@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from rapo_trl.core.retrieval_rule import RETRIEVE_SCHEDULES, checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
-from rapo_trl.rollout.engine import RETRIEVAL_BOUNDARIES
+from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
-
-RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -191,9 +189,6 @@ class RAPOConfig(GRPOConfig):
     guide_failed_groups: bool = field(
         default=False, metadata={"help": "Retrieve only in groups whose on-policy rollouts all failed."}
     )
-    retrieve_when: list[str] | None = field(
-        default=None, metadata={"help": "Removed: use retrieve_at (tool_step, plan) and guide_failed_groups."}
-    )
     group_failed_reward: float = field(
         default=0.0, metadata={"help": "guide_failed_groups: an on-policy reward at or below this is a failure."}
     )
@@ -256,27 +251,13 @@ class RAPOConfig(GRPOConfig):
             precision = default_precision(trainer_device(self.use_cpu))
             self.bf16, self.fp16 = precision == "bf16", precision == "fp16"
         self._cpu_for_bf16()
-        # Before GRPOConfig's own checks, which divide by num_generations (0: "integer modulo by zero") and
-        # accept a negative max_completion_length that fails only once the model has loaded.
-        if not isinstance(self.num_generations, int) or self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be >= 2 (GRPO compares each completion with its group), "
-                f"got {self.num_generations}."
-            )
-        if not isinstance(self.max_completion_length, int) or self.max_completion_length < 1:
-            raise ValueError(f"max_completion_length must be >= 1, got {self.max_completion_length}.")
+        # Every numeric bound (rapo_trl/ranges.py), before GRPOConfig's own checks, which divide by num_generations
+        # (0: "integer modulo by zero") and accept a negative max_completion_length that fails only once the model
+        # has loaded.
+        check_ranges({name: getattr(self, name) for name in RAPO_RANGES})
         super().__post_init__()
         if self.num_hybrid_generations is None:
             self.num_hybrid_generations = self.num_generations // 2
-        if not 0 <= self.num_hybrid_generations <= self.num_generations:
-            raise ValueError(
-                f"num_hybrid_generations ({self.num_hybrid_generations}) must be between 0 and "
-                f"num_generations ({self.num_generations})."
-            )
-        for name in ("retrieve_prob", "retrieve_prob_final"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {value}.")
         if self.retrieve_prob_schedule not in RETRIEVE_SCHEDULES:
             raise ValueError(
                 f"retrieve_prob_schedule must be one of {RETRIEVE_SCHEDULES}, got {self.retrieve_prob_schedule!r}."
@@ -286,24 +267,6 @@ class RAPOConfig(GRPOConfig):
         self._check_guided_retrieval()
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
-        for name in ("retrieval_advantage_weight", "importance_shaping_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
-        if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
-            raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
-        if self.store_outage_max_steps is not None and self.store_outage_max_steps < 1:
-            raise ValueError(f"store_outage_max_steps must be >= 1 or None, got {self.store_outage_max_steps}.")
-        if self.signal_loss_patience < 0:
-            raise ValueError(f"signal_loss_patience must be >= 0, got {self.signal_loss_patience}.")
-        if self.max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls must be >= 0 (0: no tool calls), got {self.max_tool_calls}.")
-        for name in ("max_turn_tokens", "tool_workers", "entropy_first_tokens", "entropy_top_k"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.retrieval_top_k is not None and self.retrieval_top_k < 1:
-            raise ValueError(f"retrieval_top_k must be >= 1, got {self.retrieval_top_k}.")
-        if self.dynamic_sampling_max_rounds < 1:
-            raise ValueError(f"dynamic_sampling_max_rounds must be >= 1, got {self.dynamic_sampling_max_rounds}.")
         if self.dynamic_sampling:
             self._require_whole_groups("dynamic_sampling replaces whole groups")
 
@@ -340,14 +303,7 @@ class RAPOConfig(GRPOConfig):
         self._cpu_for_bf16()
 
     def _check_guided_retrieval(self) -> None:
-        if self.retrieve_when is not None:
-            raise ValueError("retrieve_when was split in two: retrieve_at (where a hybrid rollout retrieves: "
-                             "tool_step, plan) and guide_failed_groups (retrieve only in groups that failed).")
-        at = [self.retrieve_at] if isinstance(self.retrieve_at, str) else list(self.retrieve_at)
-        unknown = [b for b in at if b not in RETRIEVAL_BOUNDARIES]
-        if unknown or not at:
-            raise ValueError(f"retrieve_at takes one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at!r}.")
-        self.retrieve_at = list(dict.fromkeys(at))
+        self.retrieve_at = list(checked_boundaries(self.retrieve_at))
         if self.guide_failed_groups:
             if self.dynamic_sampling:
                 # Its replacement groups would need the same two-phase rollout and a second gate per round.
@@ -358,18 +314,10 @@ class RAPOConfig(GRPOConfig):
                                  f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
                                  f"num_generations ({self.num_generations}).")
             self._require_whole_groups("guide_failed_groups judges whole groups")
-        if self.retrieved_token_loss_weight < 0:
-            raise ValueError(f"retrieved_token_loss_weight must be >= 0, got {self.retrieved_token_loss_weight}.")
         if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
             raise ValueError(f"retrieved_token_shaping must be > 0 or None, got {self.retrieved_token_shaping}.")
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""
-        if self.retrieve_prob_schedule == "constant" or not max_steps:
-            return self.retrieve_prob
-        progress = min(1.0, step / max_steps)
-        if self.retrieve_prob_schedule == "linear":
-            weight = 1.0 - progress
-        else:
-            weight = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.retrieve_prob_final + (self.retrieve_prob - self.retrieve_prob_final) * weight
+        return scheduled_retrieve_prob(self.retrieve_prob, self.retrieve_prob_final, self.retrieve_prob_schedule,
+                                       step, max_steps)

@@ -156,10 +156,17 @@ def load_frozen_weights_in_half(model, args, peft_config, quantization_config) -
     """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
     (``frozen_weights_dtype``; adapters stay fp32), by setting ``args.model_init_kwargs["dtype"]``. An explicit
     ``model_init_kwargs["dtype"]``, a model object or a quantized load is left as it is."""
-    init_kwargs = args.model_init_kwargs or {}
-    quantized = quantization_config is not None or "quantization_config" in init_kwargs
-    if not isinstance(model, str) or peft_config is None or quantized or "dtype" in init_kwargs:
-        return
+    init_kwargs = half_frozen_init_kwargs(model, args.model_init_kwargs, args, peft_config, quantization_config)
+    if init_kwargs is not args.model_init_kwargs:
+        args.model_init_kwargs = init_kwargs
+
+
+def half_frozen_init_kwargs(model, init_kwargs: dict | None, args, peft_config, quantization_config) -> dict | None:
+    """``init_kwargs`` as :func:`load_frozen_weights_in_half` would leave them (the object itself when unchanged),
+    without touching ``args`` (read for its ``bf16`` and ``fp16``)."""
+    kwargs = init_kwargs or {}
+    quantized = quantization_config is not None or "quantization_config" in kwargs
+    if not isinstance(model, str) or peft_config is None or quantized or "dtype" in kwargs:
+        return init_kwargs
     dtype = frozen_weights_dtype(bool(args.bf16), bool(args.fp16))
-    if dtype is not None:
-        args.model_init_kwargs = {**init_kwargs, "dtype": dtype}
+    return init_kwargs if dtype is None else {**kwargs, "dtype": dtype}

@@ -79,6 +79,8 @@ INTERNALS: tuple[Internal, ...] = (
              attribute=True),
     Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out", attribute=True),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
+    Internal(GRPO, "_log_completion_extra", "the completions table's per-row rapo_* columns (log_completions)",
+             ("column", "values")),
     Internal(GRPO, "_generate_and_score_completions", "dynamic sampling writes replacement rows into the step's "
              "inputs and prompts: TRL must score and log those same lists after the rollout", ("inputs",),
              calls_in_order=("self._generate(prompts)", "self._calculate_rewards(inputs, prompts,",

@@ -109,7 +109,7 @@ def test_report_only_still_reproduces_the_committed_report_from_old_records(tmp_
 
 
 def test_stories_start_retrieves_from_rl_questions_and_imitates_the_demonstrated_stories(tmp_path, monkeypatch):
-    """Issue 42: the paper's store holds the off-policy agent's traces of the questions RL trains on; the warm start
+    """The paper's store holds the off-policy agent's traces of the questions RL trains on; the warm start
     (and the sft arm) keep the demonstrated stories. A store of other questions (one built before) is refused."""
     from rapo_trl.embeddings import HashingEmbedder
     from rapo_trl.tools import PythonTool
@@ -128,6 +128,6 @@ def test_stories_start_retrieves_from_rl_questions_and_imitates_the_demonstrated
     assert not any(q in keys for rows in eval_sets.values() for q in rows["question"])
     store.close()
     sft_store.close()
-    # a store whose RL collection holds the demonstrated stories (the layout before issue 42) is not reused
+    # a store whose RL collection holds the demonstrated stories, not the RL questions' traces, is not reused
     with pytest.raises(SystemExit, match="not this start's"):
         bench.stories_stores(tmp_path, sft_rows, sft_rows, [PythonTool()])

@@ -166,3 +166,17 @@ def test_eval_command_line_device_reaches_the_loader(monkeypatch, loads, tiny_mo
     fake_gpu(monkeypatch, native_bf16=True)
     evaluate.run(script, rapo_args, model_args)
     assert loads and set(loads) == {expected}
+
+
+def test_the_trainer_config_is_a_copy_and_the_recipe_stays_as_parsed(tmp_path):
+    from rapo_trl.cli.train import with_values
+    from rapo_trl.config import RAPOConfig
+
+    recipe = RAPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2,
+                        push_to_hub=True, hub_model_id="me/run", report_to="none")
+    trainer_args = with_values(recipe, push_to_hub=False, reward_weights=[1.0, 0.5], model_init_kwargs={"dtype": "bf16"})
+    assert (trainer_args.push_to_hub, trainer_args.reward_weights) == (False, [1.0, 0.5])
+    assert recipe.push_to_hub and recipe.reward_weights is None and recipe.model_init_kwargs is None
+    assert trainer_args.to_dict()["use_cpu"] == recipe.to_dict()["use_cpu"]
+    with pytest.raises(AttributeError, match="no field"):
+        with_values(recipe, push_to_hbu=False)

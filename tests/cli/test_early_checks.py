@@ -1,4 +1,4 @@
-"""Issue 44: every check of your data, tools and rewards that needs no model answers before torch, datasets or
+"""Every check of your data, tools and rewards that needs no model answers before torch, datasets or
 TRL load, in under a second: JSONL contents at their real line, columns, null answers, split names, import paths
 (read from source, not imported), and reward arguments no column provides."""
 

@@ -1,4 +1,4 @@
-"""How `rapo` reports errors (issue 44): a bug in the user's own code keeps the user's frames (file, line, the
+"""How `rapo` reports errors: a bug in the user's own code keeps the user's frames (file, line, the
 raising line) and exits 1; a usage error stays one line, exits 2 and says how to see the traceback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 44: `rapo eval` says how many questions it asks and records which (their ids) in eval_results.json."""
+"""`rapo eval` says how many questions it asks and records which (their ids) in eval_results.json."""
 
 from __future__ import annotations
 

@@ -69,12 +69,15 @@ RECIPE_ERRORS = {  # name: (YAML changes or None for the recipe as is, extra arg
                                                           "did you mean --learning_rate?"]),
     "flag_type": (None, ["--max_steps", "ten"], ["--max_steps", "invalid int value: 'ten'"]),
     "missing_store": ({"store_path": "no-store", "retrieve_prob": 0.5}, [], ["store path 'no-store' does not exist"]),
-    # issue 35: a range RAPOConfig refuses is refused before its imports; the unknown task before its knobs
+    # a range RAPOConfig refuses is refused before its imports; the unknown task before its knobs
     "out_of_range": (None, ["--retrieve_prob", "2"], ["retrieve_prob must be in [0.0, 1.0], got 2"]),
     "unknown_task": ({"task": "wordproblems", "task_difficulty": 1}, [],
                      ["unknown task 'wordproblems'", "did you mean 'word_problems'?"]),
     "lora_rank_key": ({"lora_rank": 8}, [], ["unknown key 'lora_rank'", "did you mean 'lora_r'?"]),
     "lora_rank_flag": (None, ["--lora_rank", "8"], ["unrecognized arguments: --lora_rank", "did you mean --lora_r?"]),
+    "replaced_key": ({"retrieve_when": ["plan"]}, [], ["'retrieve_when': retrieve_when was replaced by retrieve_at",
+                                                       "guide_failed_groups"]),
+    "replaced_flag": (None, ["--retrieve_when", "plan"], ["retrieve_when was replaced by retrieve_at"]),
 }
 
 
@@ -198,7 +201,7 @@ def test_eval_without_output_dir_looks_where_train_saves_by_default(tmp_path):
 
 
 def test_eval_takes_the_tiny_alias_as_its_model(tmp_path):
-    """`rapo eval --eval_model tiny` is the smoke test the rest of the CLI's `tiny` alias is (issue 35)."""
+    """`rapo eval --eval_model tiny` is the smoke test the rest of the CLI's `tiny` alias is."""
     from rapo_trl.cli import evaluate, read_recipe
 
     evaluate.check(*read_recipe("eval", ["--eval_model", "tiny", "--model_name_or_path", "tiny",

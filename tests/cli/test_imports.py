@@ -1,5 +1,5 @@
 """Rewards and tools of your own on the command line, by import path as `trl grpo --reward_funcs` takes them, and
-the search tool over a corpus you give (issue 35)."""
+the search tool over a corpus you give."""
 
 from __future__ import annotations
 

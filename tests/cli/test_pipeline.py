@@ -109,7 +109,7 @@ def test_eval_prints_base_and_trained_side_by_side(cli_runs, cli_work):
     out = Path(base["output_dir"])
     saved = json.loads((out / "eval_results.json").read_text())
     assert saved["task"] == "arithmetic" and saved["n"] == base["eval_size"]
-    assert len(saved["question_ids"]) == base["eval_size"] == len(set(saved["question_ids"]))  # issue 44
+    assert len(saved["question_ids"]) == base["eval_size"] == len(set(saved["question_ids"]))
     assert list(saved["rows"]) == ["base", "trained"]
     assert "| trained |" in (out / "eval_results.md").read_text()
     for name, printed in rows.items():

@@ -1,4 +1,4 @@
-"""Issue 44: `rapo train --push_to_hub` pushes as TRL does. The adapter names the base the warm start began from
+"""`rapo train --push_to_hub` pushes as TRL does. The adapter names the base the warm start began from
 (its hub id, the name given, or the folder's absolute path) and carries the warm start's LoRA, so the pushed
 repo loads with `AutoPeftModelForCausalLM.from_pretrained` from any folder; the merged warm start stays home."""
 

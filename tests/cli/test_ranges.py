@@ -1,11 +1,11 @@
-"""The fast path's ranges (rapo_trl/cli/ranges.py) are RAPOConfig's own: each bound's nearest value outside it
+"""The fast path's ranges (rapo_trl/ranges.py) are RAPOConfig's own: each bound's nearest value outside it
 is refused by RAPOConfig too, and the nearest value inside it is accepted."""
 
 from __future__ import annotations
 
 import pytest
 
-from rapo_trl.cli.ranges import RAPO_RANGES, out_of_range
+from rapo_trl.ranges import RAPO_RANGES, out_of_range
 
 STEP = {float: 0.5, int: 1}
 
@@ -20,7 +20,7 @@ def _config(**values):
 
 @pytest.mark.parametrize("name", list(RAPO_RANGES))
 def test_each_bound_is_rapoconfigs(name):
-    low, high = RAPO_RANGES[name]
+    low, high, _ = RAPO_RANGES[name]
     kind = float if isinstance(low, float) or isinstance(high, float) else int
     for bound, outside in ((low, -1), (high, 1)):
         if bound is None:

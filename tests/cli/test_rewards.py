@@ -1,4 +1,4 @@
-"""Issue 44: TRL's own reward functions on the command line. `trl.rewards.accuracy_reward(completions, solution)`
+"""TRL's own reward functions on the command line. `trl.rewards.accuracy_reward(completions, solution)`
 reads the gold answer as `solution`: it is fed from the answer column; an argument no column provides is refused
 before training, naming it."""
 

@@ -1,5 +1,5 @@
 """`task: dataset`: your own data from a JSONL file or a dataset (Hub id or folder, TRL's dataset_* flags), with
-evaluation questions that training never sees (issue 35)."""
+evaluation questions that training never sees."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_a_column_that_is_not_there_is_named(tmp_path):
         load_questions(script, "train")
 
 
-# Issue 44: every row by default, caps only when set, the counts printed, the split names checked, no null answer.
+# Every row by default, caps only when set, the counts printed, the split names checked, no null answer.
 
 
 def test_your_data_is_used_whole_unless_capped(tmp_path):

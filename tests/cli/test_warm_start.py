@@ -105,7 +105,7 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
 
 
 def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):
-    # Issue 40, fault 5: merged into the base and loaded in bf16 (as the RL run and `rapo eval` load it), the warm
+    # Merged into the base and loaded in bf16 (as the RL run and `rapo eval` load it), the warm
     # start's small delta was rounded away. RAPO now trains the warm start's adapter further over the bf16 base: the
     # function it starts from is the one SFT trained, its adapter fp32 and bit for bit the saved one.
     import torch
@@ -138,7 +138,7 @@ def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):
 
 @pytest.mark.slow
 def test_under_two_processes_only_the_main_one_merges_and_saves(tiny_model_dir, tmp_path):
-    """Issue 35: under `accelerate launch` every process used to merge and write the same folder."""
+    """Under `accelerate launch` only the main process merges and writes the warm start's folder."""
     import json
     import subprocess
     import sys

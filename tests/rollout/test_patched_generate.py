@@ -1,4 +1,4 @@
-"""Which generate path runs, and how a turn's end is read (issue 24).
+"""Which generate path runs, and how a turn's end is read.
 
 The transformers backend decodes in its KV-cache loop unless ``model.generate`` was replaced; a replaced one runs
 as is, wherever it was replaced, including a ``unittest.mock.patch`` of ``GenerationMixin.generate`` itself, as in

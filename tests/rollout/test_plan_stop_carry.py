@@ -1,5 +1,5 @@
 """The plan stop leaves rows that do not retrieve there as they would be without it: one policy step across the
-stop, the same turn budget, the same tool call (issue 40, fault 4)."""
+stop, the same turn budget, the same tool call."""
 
 from __future__ import annotations
 

@@ -80,8 +80,9 @@ def test_select_is_one_query_and_one_get(make_store, monkeypatch):
     store = make_store()
     store.add_records(_random_records(50))  # this object's writes fill the map
     calls = _count_calls(monkeypatch, store.collection)
-    got = store.select(_queries(20))
-    assert calls == {"query": 1, "get": 1} and set(store.last_timing) == {"embed_s", "search_s"}
+    found = store.select_timed(_queries(20))
+    got = found.retrieved
+    assert calls == {"query": 1, "get": 1} and found.embed_s > 0 and found.search_s > 0
     assert any(not r.is_fallback for r in got)
     store.forget_rewards()
     calls.update(query=0, get=0)

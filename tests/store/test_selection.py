@@ -69,6 +69,9 @@ def test_select_top_k_is_configurable(filled):
 def test_select_falls_back_when_neighbours_are_not_rewarded(filled):
     got = filled.select(["lorem ipsum"], top_k=2)[0]
     assert got.is_fallback and got.text == DEFAULT_FALLBACK_TEXT and got.question_id is None
+    # a caller's fallback text (the trainer's) for this call only; the store's own stays
+    assert filled.select(["lorem ipsum"], top_k=2, fallback_text="Reason alone.")[0].text == "Reason alone."
+    assert filled.config.fallback_text == DEFAULT_FALLBACK_TEXT
 
 
 def test_select_is_one_embed_call_and_one_query(filled, embedder, monkeypatch):
@@ -77,9 +80,9 @@ def test_select_is_one_embed_call_and_one_query(filled, embedder, monkeypatch):
     monkeypatch.setattr(filled.collection, "query", lambda **kw: queries.append(kw) or original(**kw))
     embedder.calls.clear()
     contexts = [f"<|im_start|>user\nalpha beta {i}<|im_end|>" for i in range(17)]
-    got = filled.select(contexts)
-    assert len(got) == 17 and embedder.calls == [17] and len(queries) == 1
-    assert set(filled.last_timing) == {"embed_s", "search_s"}
+    found = filled.select_timed(contexts)
+    assert len(found.retrieved) == 17 and embedder.calls == [17] and len(queries) == 1
+    assert found.embed_s > 0 and found.search_s > 0
 
 
 def test_select_applies_the_key_preprocessing(filled):

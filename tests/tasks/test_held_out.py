@@ -1,4 +1,4 @@
-"""Held-out evaluation questions for your own data: a seeded fraction, and never a training question (issue 35)."""
+"""Held-out evaluation questions for your own data: a seeded fraction, and never a training question."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``word_problems``' ``tool_steps`` option (issue 42, item 3): the per-operation expert makes one ``<python>`` call per
+"""``word_problems``' ``tool_steps`` option: the per-operation expert makes one ``<python>`` call per
 operation, each later call stating what an earlier call printed; the questions, answers and the one-call expert stay
 what they were."""
 

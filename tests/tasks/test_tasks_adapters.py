@@ -69,7 +69,7 @@ def test_plain_rows_and_no_system_prompt():
 
 
 def test_the_prompt_is_for_the_tools_you_name_and_naming_none_is_an_error():
-    """Issue 35: the old default taught <python> and <search> to a trainer that ran python only."""
+    """No default tool set: a default could teach <python> and <search> to a trainer that runs python only."""
     with pytest.raises(TypeError, match=r"needs tools=: the tools you pass to RAPOTrainer"):
         to_rapo_rows(QA)
     with pytest.raises(TypeError, match="needs tools="):

@@ -11,7 +11,6 @@ import torch
 from rapo_trl import RAPOConfig
 from rapo_trl.core.objective import retrieved_token_loss, retrieved_token_weights
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
-from rapo_trl.trainer.guided import failed_groups
 from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY
 from tests.helpers.fakes import FixedStore
 from tests.helpers.scripted import Turn
@@ -19,12 +18,6 @@ from tests.helpers.trainers import SCRIPTS, batch_inputs, loss_and_grads, rapo_t
 
 STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"
 NAN = float("nan")
-
-
-def test_failed_groups_reads_only_scored_rows():
-    rewards = torch.tensor([NAN, NAN, 0.0, -1.0,   NAN, NAN, 0.0, 1.0,   NAN, NAN, NAN, NAN])
-    assert failed_groups(rewards, 4, threshold=0.0).tolist() == [True, False, False]
-    assert failed_groups(rewards, 4, threshold=1.0).tolist() == [True, True, False]
 
 
 def test_retrieved_token_weights_only_on_step_tokens_of_rows_above_the_group_mean():
@@ -72,11 +65,6 @@ def test_config_checks():
                        (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping")):
         with pytest.raises(ValueError, match=match):
             config(**bad)
-
-
-def test_the_old_option_name_is_refused_naming_the_new_ones():
-    with pytest.raises(ValueError, match="^retrieve_when was split in two: retrieve_at .* guide_failed_groups"):
-        RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, retrieve_when=["tool_step", "group_failed"])
 
 
 @pytest.mark.parametrize("threshold, guided", [(0.0, False), (2.0, True)])

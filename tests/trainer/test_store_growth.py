@@ -10,7 +10,7 @@ import torch
 from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.rollout.types import RetrievalEvent
-from rapo_trl.trainer.store_growth import best_of_each_group, configure_store
+from rapo_trl.trainer.store_growth import best_of_each_group, check_store_growth
 
 
 def test_best_of_each_group_on_this_process_above_the_minimum():
@@ -28,14 +28,8 @@ def test_policy_view_removes_retrieved_spans_by_position():
     assert policy_view(row, keep_retrieved=True) == row.completion_ids
 
 
-def args(**kwargs):
-    return SimpleNamespace(**{"grow_store": False, "retrieval_top_k": None, "min_trace_reward": None,
-                              "fallback_text": None, **kwargs})
-
-
-def test_config_fields_reach_the_store_and_embedded_growth_is_single_process():
-    store = SimpleNamespace(config=SimpleNamespace(top_k=5, min_reward=0.0, fallback_text="none"), path="/s")
-    configure_store(store, args(retrieval_top_k=2, min_trace_reward=0.5), num_processes=1)
-    assert (store.config.top_k, store.config.min_reward, store.config.fallback_text) == (2, 0.5, "none")
+def test_embedded_growth_is_single_process():
+    store = SimpleNamespace(path="/s")
+    check_store_growth(store, SimpleNamespace(grow_store=True), num_processes=1)
     with pytest.raises(ValueError, match="chroma run"):
-        configure_store(store, args(grow_store=True), num_processes=2)
+        check_store_growth(store, SimpleNamespace(grow_store=True), num_processes=2)

@@ -7,12 +7,11 @@ from "Fix GRPO truncated-completion loss normalization", #6439, as in the instal
 whose EOS is its last allowed token, and checks that, with ``mask_truncated_completions=True``, training still
 updates every parameter (the two terminated rows carry the loss).
 
-Issue 24: RAPOTrainer (retrieval off) failed it with no parameter change. Its engine decodes with its own
-KV-cache loop and only falls back to ``model.generate`` for a patched ``generate``; the check compared
-``type(model).generate`` with ``GenerationMixin.generate``, which a patch of ``GenerationMixin`` itself replaces on
-both sides, so the loop ran, the mock was never called, the random tiny policy sampled no EOS in 8 tokens, every
-row was truncated and masked, and the loss was zero. ``kv_decode.stock_generate`` now compares with the function
-transformers defined, so the patched ``generate`` is the one that runs.
+What it holds RAPOTrainer (retrieval off) to: its engine decodes with its own KV-cache loop and falls back to
+``model.generate`` only for a patched ``generate``. ``kv_decode.stock_generate`` compares with the function
+transformers defined, not with ``GenerationMixin.generate``, which a patch of ``GenerationMixin`` itself replaces
+on both sides: otherwise the loop would run, the mock would never be called, the random tiny policy would sample no
+EOS in 8 tokens, every row would be truncated and masked, and the loss would be zero with no parameter change.
 
 Differences from TRL's test, all for running offline on the tiny model: the tiny Qwen2 checkpoint and tokenizer
 (``tiny_model_dir``) instead of ``trl-internal-testing/tiny-Qwen2ForCausalLM-2.5``; its EOS/pad ids instead of

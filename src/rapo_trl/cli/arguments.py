@@ -237,11 +237,13 @@ def check_config_types(config: dict, dataclass_types, command: str = "train") ->
 
 def check_config_hints(config: dict, hints: dict, command: str = "train") -> None:
     """`check_config_types` against ``name -> type hint`` (the recipe's fields, read without importing them)."""
-    from rapo_trl.cli.parsing import closest
+    from rapo_trl.cli.parsing import closest, replaced_field
 
     for key, value in config.items():
         if key == "env":
             continue
+        if key not in hints and replaced_field(key):
+            raise ValueError(f"config key '{key}': {replaced_field(key)}")
         if key not in hints:
             close = closest(key, hints)
             raise ValueError(f"unknown key '{key}' in the config; check its spelling"

@@ -16,6 +16,18 @@ def option_names(name: str) -> list[str]:
 # (difflib offers `local_rank` for `lora_rank`).
 SYNONYMS = {"lora_rank": "lora_r", "rank": "lora_r", "lr": "learning_rate", "batch_size": "per_device_train_batch_size"}
 
+# RAPOConfig fields that are gone, and what took their place: the one line a recipe still naming them gets.
+REPLACED = {
+    "retrieve_when": "retrieve_at (where a hybrid rollout retrieves: tool_step, plan) and guide_failed_groups "
+                     "(retrieve only in groups whose on-policy rollouts failed)",
+}
+
+
+def replaced_field(word: str) -> str | None:
+    """``"retrieve_when was replaced by ..."`` when ``word`` (a key or ``--flag``) names a field in ``REPLACED``."""
+    name = word.lstrip("-").replace("-", "_")
+    return f"{name} was replaced by {REPLACED[name]}" if name in REPLACED else None
+
 
 def closest(word: str, known) -> str | None:
     """The one of ``known`` that ``word`` most likely misspells (or names as another library does), if any."""
@@ -57,7 +69,9 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         if message.startswith("unrecognized arguments: "):
             options = [word for word in message.split(": ", 1)[1].split() if word.startswith("-")]
-            message += did_you_mean(options[0].split("=", 1)[0], _known(self)) if options else ""
+            option = options[0].split("=", 1)[0] if options else None
+            replaced = option and replaced_field(option)
+            message += f"; {replaced}" if replaced else did_you_mean(option, _known(self)) if option else ""
         choice = re.search(r"invalid choice: '?([^'\s]+)", message)
         if choice and not message.startswith("argument -"):  # a mistyped subcommand (an option lists its choices)
             message += did_you_mean(choice.group(1), _known(self, commands=True))

@@ -219,7 +219,7 @@ def read_recipe(command: str, argv: list[str]):
              for owner in (SCRIPT, TRAINING, MODEL)}
     script = RAPOScriptArguments(**parts[SCRIPT])
     check_script_arguments(command, script)
-    from rapo_trl.cli.ranges import out_of_range
+    from rapo_trl.ranges import out_of_range
 
     refused = out_of_range(parts[TRAINING])
     if refused:

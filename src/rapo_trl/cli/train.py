@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from rapo_trl.cli.common import (
@@ -48,7 +49,7 @@ def run(script, rapo_args, model_args) -> dict:
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
-    reward_funcs, rapo_args.reward_weights = training_rewards(script, rapo_args.reward_weights)
+    reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
     tools = build_tools(script)
     rows = with_reward_columns(training_rows(script, "train", tools), dict(zip(reward_names(script), reward_funcs)))
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
@@ -65,7 +66,7 @@ def run(script, rapo_args, model_args) -> dict:
         demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
     # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
     model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)
-    rapo_args.model_init_kwargs = init_kwargs = model_init_kwargs(model_args, rapo_args)
+    init_kwargs = model_init_kwargs(model_args, rapo_args)
     tokenizer = AutoTokenizer.from_pretrained(model_path, **tokenizer_kwargs(init_kwargs))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -81,14 +82,15 @@ def run(script, rapo_args, model_args) -> dict:
         # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
         # weights); a run that trains every weight starts from the merge.
         warm = warm_start(model_path, merge=peft_config is None, **sft)
-        policy, peft_config = warm_policy(model_path, warm, peft_config, rapo_args, model_args)
+        policy, peft_config = warm_policy(model_path, warm, peft_config, rapo_args, model_args, init_kwargs)
     # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
-    # as it is, at every save, the warm start included.
-    push, rapo_args.push_to_hub = rapo_args.push_to_hub, False
+    # as it is, at every save, the warm start included. A loaded policy takes no init kwargs (TRL warns).
+    trainer_args = with_values(rapo_args, reward_weights=reward_weights, push_to_hub=False,
+                               model_init_kwargs=init_kwargs if isinstance(policy, str) else None)
     trainer = RAPOTrainer(
         policy,
         reward_funcs,
-        args=rapo_args,
+        args=trainer_args,
         train_dataset=rows,
         processing_class=tokenizer,
         quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
@@ -110,30 +112,41 @@ def run(script, rapo_args, model_args) -> dict:
 
     trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
     trainer.create_model_card()
-    if push and trainer.is_world_process_zero():
+    if rapo_args.push_to_hub and trainer.is_world_process_zero():
         _push(script, rapo_args, model_args, base_path)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     return result.metrics
 
 
-def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args):
+def with_values(rapo_args, **values):
+    """A copy of ``rapo_args`` with ``values`` set: the trainer's config, while the recipe's stays as parsed. A copy,
+    not ``dataclasses.replace``, which would run TRL's checks again on values they already derived."""
+    unknown = [name for name in values if not hasattr(rapo_args, name)]
+    if unknown:
+        raise AttributeError(f"{type(rapo_args).__name__} has no field {unknown}.")
+    args = copy.copy(rapo_args)
+    for name, value in values.items():
+        setattr(args, name, value)
+    return args
+
+
+def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args, init_kwargs: dict | None = None):
     """What RAPO trains after a warm start, and the peft_config it is handed: with LoRA, the base loaded as the run
-    would load it (its half type, its quantization) with the warm start's adapter on it, trainable; otherwise the
-    merged warm start by path."""
+    would load it (its half type, its quantization, ``init_kwargs``, by default the recipe's ``model_init_kwargs``)
+    with the warm start's adapter on it, trainable; otherwise the merged warm start by path."""
     if peft_config is None:
         return warm, None
     from trl import get_quantization_config
 
     from rapo_trl.cli.warm_start import load_adapter_for_training
-    from rapo_trl.hardware import load_frozen_weights_in_half
+    from rapo_trl.hardware import half_frozen_init_kwargs
 
     quantization = get_quantization_config(model_args)
-    load_frozen_weights_in_half(model_path, rapo_args, peft_config, quantization)
-    kwargs = {**(rapo_args.model_init_kwargs or {}),
-              **({"quantization_config": quantization} if quantization is not None else {})}
+    init_kwargs = rapo_args.model_init_kwargs if init_kwargs is None else init_kwargs
+    init_kwargs = half_frozen_init_kwargs(model_path, init_kwargs, rapo_args, peft_config, quantization)
+    kwargs = {**(init_kwargs or {}), **({"quantization_config": quantization} if quantization is not None else {})}
     policy = load_adapter_for_training(model_path, warm, kwargs, getattr(peft_config, "lora_dropout", None))
-    rapo_args.model_init_kwargs = None  # used here; TRL would warn that a loaded model ignores them
     return policy, None
 
 

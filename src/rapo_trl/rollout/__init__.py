@@ -1,5 +1,6 @@
 """Step-wise hybrid rollouts: token-in-token-out sequences, loss masks, step entropies, retrieval."""
 
+from rapo_trl.core.retrieval_rule import is_hybrid_row
 from rapo_trl.rollout.backends import GenerationBackend, SamplingSettings, TransformersBackend
 from rapo_trl.rollout.engine import (
     RETRIEVE_PREFACE,
@@ -8,7 +9,6 @@ from rapo_trl.rollout.engine import (
     RolloutConfig,
     RolloutStats,
     extract_tool_call,
-    is_hybrid_row,
 )
 from rapo_trl.rollout.entropy import step_entropy, token_entropies
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment, TurnOutput

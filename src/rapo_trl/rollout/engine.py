@@ -15,7 +15,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rapo_trl.core.retrieval_rule import (
+    RETRIEVAL_BOUNDARIES,
+    boundaries_reached,
+    checked_boundaries,
+    holds_plan_turn,
+    is_hybrid_row,
+    rows_that_retrieve,
+)
 from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
+from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
@@ -24,12 +33,8 @@ from rapo_trl.tools.registry import tools_by_tag
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats", "is_hybrid_row"]
-
-RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
-"""Where a hybrid rollout may retrieve: after each completed tool step (paper), or once the policy has closed its
-plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first tool call."""
-
+__all__ = ["RETRIEVAL_BOUNDARIES", "RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats",
+           "is_hybrid_row"]
 
 class StepSelector(Protocol):
     """What the engine needs from a trace store: batched selection for many contexts at once. A store whose
@@ -39,12 +44,18 @@ class StepSelector(Protocol):
     def select(self, contexts: list[str]) -> list[Any]: ...
 
 
-def takes_question_ids(store) -> bool:
-    """Whether ``store.select`` accepts a ``question_ids`` argument (``TraceStore`` does; a custom store may not)."""
+def select_takes(store, name: str) -> bool:
+    """Whether ``store.select`` accepts the keyword ``name`` (``TraceStore`` takes ``question_ids``, ``top_k``,
+    ``min_reward`` and ``fallback_text``; a custom store may take none)."""
     try:
-        return "question_ids" in inspect.signature(store.select).parameters
+        return name in inspect.signature(store.select).parameters
     except (TypeError, ValueError):  # no signature to read (a builtin, a C extension)
         return False
+
+
+def takes_question_ids(store) -> bool:
+    """Whether ``store.select`` accepts a ``question_ids`` argument (``TraceStore`` does; a custom store may not)."""
+    return select_takes(store, "question_ids")
 
 
 @dataclass
@@ -84,33 +95,24 @@ class RolloutConfig:
     max_retrieved_tokens: int | None = None
     """Retrieved blocks longer than this many tokens are skipped, not cut (``None``: no cap)."""
     retrieve_at: tuple[str, ...] = ("tool_step",)
-    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``)."""
+    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``, the retrieval rule:
+    ``rapo_trl.core.retrieval_rule``)."""
     plan_stop: str = "</think>"
     """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
     retrieve_own_question: bool = False
     """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
     the nearest records of any question; only a store whose ``select`` takes ``question_ids`` can."""
+    select_options: dict = field(default_factory=dict)
+    """Keyword arguments for each ``store.select`` call (the trainer's ``top_k``, ``min_reward``, ``fallback_text``),
+    each passed where ``select`` takes it: the store's own settings stay as they are."""
 
     def __post_init__(self):
-        self.retrieve_at = tuple(self.retrieve_at)
-        unknown = [b for b in self.retrieve_at if b not in RETRIEVAL_BOUNDARIES]
-        if unknown or not self.retrieve_at:
-            raise ValueError(f"retrieve_at must name one or more of {RETRIEVAL_BOUNDARIES}, got {self.retrieve_at}.")
-        if not 0.0 <= self.retrieve_prob <= 1.0:
-            raise ValueError(f"retrieve_prob must be in [0, 1], got {self.retrieve_prob}.")
-        if not 0 <= self.num_hybrid_generations <= self.num_generations:
-            raise ValueError(
-                f"num_hybrid_generations ({self.num_hybrid_generations}) must be between 0 and "
-                f"num_generations ({self.num_generations})."
-            )
-        if self.max_turn_tokens < 1 or self.max_completion_length < 1:
-            raise ValueError("max_turn_tokens and max_completion_length must be positive.")
-        if self.max_retrieved_tokens is not None and self.max_retrieved_tokens < 1:
-            raise ValueError(f"max_retrieved_tokens must be positive or None, got {self.max_retrieved_tokens}.")
+        self.retrieve_at = checked_boundaries(self.retrieve_at)
+        # The table RAPOConfig checks too; a group of one is allowed here (an evaluation or a single agent).
+        check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)},
+                     unbounded=("num_generations",))
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
-        if self.max_tool_calls < 0:
-            raise ValueError(f"max_tool_calls must be >= 0, got {self.max_tool_calls}.")
         if self.max_result_chars < 1:
             raise ValueError(f"max_result_chars must be positive, got {self.max_result_chars}.")
 
@@ -133,10 +135,6 @@ class Rollout:
     rows: list[RolloutRow]
     stats: RolloutStats
 
-
-def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
-    """The first ``num_hybrid`` rows of each group of ``num_generations`` are hybrid."""
-    return global_index % num_generations < num_hybrid
 
 
 def _cap_text(text: str, limit: int) -> str:
@@ -257,7 +255,7 @@ class HybridRolloutEngine:
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
         # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
         # policy step (``carried``), so on-policy rows are the rows they would be without the plan boundary.
-        plan_turn = can_retrieve and "plan" in cfg.retrieve_at and any(row.is_hybrid for row in rows)
+        plan_turn = holds_plan_turn(can_retrieve, cfg.retrieve_at, (row.is_hybrid for row in rows))
         carried: dict[int, _HeldTurn] = {}  # row -> the part of its turn sampled before the plan stop
 
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
@@ -315,9 +313,7 @@ class HybridRolloutEngine:
             stats.tool_seconds += time.perf_counter() - start
 
             if can_retrieve:
-                boundaries = {i: "plan" for i in planned}
-                if "tool_step" in cfg.retrieve_at:
-                    boundaries.update((i, "tool_step") for i, _, _ in calls)
+                boundaries = boundaries_reached(planned, (i for i, _, _ in calls), cfg.retrieve_at)
                 start = time.perf_counter()
                 self._retrieve(rows, boundaries, prefixes, own, retrieve_prob)
                 stats.retrieval_seconds += time.perf_counter() - start
@@ -399,10 +395,7 @@ class HybridRolloutEngine:
         """Draw a retrieval for each hybrid row at a step boundary (``boundaries``: row -> which boundary); a row with
         a question id asks for its own question's records (``retrieve_own_question``)."""
         cfg = self.config
-        chosen = [
-            i for i in boundaries
-            if rows[i].is_hybrid and not rows[i].truncated and self.rng.random() < retrieve_prob
-        ]
+        chosen = rows_that_retrieve(boundaries, rows, self.rng, retrieve_prob)
         if not chosen:
             return
         # A plan retrieval asks for the row's first step: stored first steps are keyed by the context before them
@@ -413,8 +406,9 @@ class HybridRolloutEngine:
         # A failing store (server down, timeout) is retried with backoff, then these rows go on without retrieval
         # (counted per row as rapo/store_errors); during an outage one try each, and one warning in all.
         own = [question_ids[i] for i in chosen]
+        options = {name: value for name, value in cfg.select_options.items() if select_takes(self.store, name)}
         selected = self.store_outage.select(self.store, contexts, question_ids=own if any(q is not None for q in own)
-                                            and self._takes_question_ids() else None)
+                                            and self._takes_question_ids() else None, **options)
         if selected is None:
             return
         for i, found in zip(chosen, selected):

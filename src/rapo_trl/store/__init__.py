@@ -10,7 +10,7 @@ from rapo_trl.store.errors import (
     StorePathError,
     TraceStoreError,
 )
-from rapo_trl.store.selection import Retrieved
+from rapo_trl.store.selection import Retrieved, Selection, Written
 from rapo_trl.store.steps import StepRecord, preprocess_context, split_steps, step_records
 from rapo_trl.store.trace_store import TraceStore
 
@@ -19,6 +19,7 @@ __all__ = [
     "CorruptStoreError",
     "EmbedderMismatchError",
     "Retrieved",
+    "Selection",
     "StaleStoreError",
     "StepRecord",
     "StoreConfig",
@@ -27,6 +28,7 @@ __all__ = [
     "TraceStore",
     "TraceStoreError",
     "TrajectorySampler",
+    "Written",
     "preprocess_context",
     "split_steps",
     "step_records",

@@ -47,10 +47,11 @@ class StoreOutage:
     def down(self) -> bool:
         return self.down_since is not None
 
-    def select(self, store, contexts: Sequence[str], question_ids=None):
-        """``store.select`` for these rows, or ``None`` when the store failed (the rows go on without retrieval)."""
+    def select(self, store, contexts: Sequence[str], question_ids=None, **options):
+        """``store.select(contexts, **options)`` for these rows, or ``None`` when the store failed (the rows go on
+        without retrieval)."""
         selected, error = select_or_error(store, contexts, 1 if self.down else self.attempts, self.backoff_s,
-                                          question_ids)
+                                          question_ids, **options)
         if error is None:
             if self.down and selected is not None:
                 self._recovered(store)

@@ -35,10 +35,10 @@ def clean_text(text: str) -> str:
 
 
 def select_or_error(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
-                    question_ids: Sequence[str | None] | None = None):
-    """``(retrieved, None)`` from ``store.select(contexts)`` (with ``question_ids=`` when given), retried ``attempts``
-    times in all (waiting ``backoff_s``, then twice that, ...) on errors that may pass; ``(None, error)`` when it
-    still fails (``error`` is ``None`` when no attempt was allowed)."""
+                    question_ids: Sequence[str | None] | None = None, **options):
+    """``(retrieved, None)`` from ``store.select(contexts, **options)`` (with ``question_ids=`` when given), retried
+    ``attempts`` times in all (waiting ``backoff_s``, then twice that, ...) on errors that may pass; ``(None, error)``
+    when it still fails (``error`` is ``None`` when no attempt was allowed)."""
     contexts = [clean_text(context) for context in contexts]
     if attempts < 1:  # no attempt allowed: no retrieval
         return None, None
@@ -53,8 +53,8 @@ def select_or_error(store, contexts: Sequence[str], attempts: int = 3, backoff_s
     )
     try:
         if question_ids is not None:
-            return retrying(store.select, contexts, question_ids=list(question_ids)), None
-        return retrying(store.select, contexts), None
+            return retrying(store.select, contexts, question_ids=list(question_ids), **options), None
+        return retrying(store.select, contexts, **options), None
     except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
         return None, error
 
@@ -65,9 +65,9 @@ def is_bad_input(error: BaseException) -> bool:
 
 
 def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,
-                      question_ids: Sequence[str | None] | None = None):
+                      question_ids: Sequence[str | None] | None = None, **options):
     """:func:`select_or_error`'s result, or ``None`` (with a warning) when the store still failed."""
-    selected, error = select_or_error(store, contexts, attempts, backoff_s, question_ids)
+    selected, error = select_or_error(store, contexts, attempts, backoff_s, question_ids, **options)
     if error is None:
         return selected
     if is_bad_input(error):

@@ -1,5 +1,6 @@
 """RAPO's selection rule: among the top-k neighbours keep the highest stored reward (ties: most
-similar); fall back to a fixed text when that reward is not above ``min_reward``."""
+similar); fall back to a fixed text when that reward is not above ``min_reward``. Beside it, what the store's
+reads and writes return (``Retrieved``, ``Selection``, ``Written``)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,31 @@ class Retrieved:
     step_index: int | None
     source: str | None
     is_fallback: bool
+
+
+@dataclass
+class Selection:
+    """What :meth:`TraceStore.select_timed` returns: one retrieval per query, and where the time went."""
+
+    retrieved: list[Retrieved]
+    embed_s: float = 0.0
+    """Seconds spent embedding the queries (0 when they came embedded)."""
+    search_s: float = 0.0
+    """Seconds spent finding the neighbours and applying the rule (Chroma or the local index, metadata reads)."""
+
+
+@dataclass
+class Written:
+    """What :meth:`TraceStore.add_records_timed` returns: the records added, and where the time went."""
+
+    added: int
+    """Records written (ids already stored are skipped)."""
+    check_s: float = 0.0
+    """Seconds spent asking Chroma which ids it already holds."""
+    embed_s: float = 0.0
+    """Seconds spent embedding the new records' keys."""
+    index_s: float = 0.0
+    """Seconds spent in Chroma's ``add`` (writing and indexing)."""
 
 
 def fallback(text: str) -> Retrieved:

@@ -31,7 +31,7 @@ from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
 from rapo_trl.store.local_index import LocalIndex
 from rapo_trl.store.retry import clean_text
-from rapo_trl.store.selection import Retrieved, fallback, pick, retrieved
+from rapo_trl.store.selection import Retrieved, Selection, Written, fallback, pick, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
 
 
@@ -105,8 +105,6 @@ class TraceStore:
         self.location = location
         self.collection_name = collection
         self.collection = open_collection(client, collection, self.embedder, self.config, location, before_create)
-        self.last_timing: dict[str, float] = {}
-        """Seconds spent in the last ``select`` or write, split into embedding and Chroma work."""
         self._rewards: dict[str, float] = {}
         """Reward of each record id seen by this object (read on first sight, kept on its writes)."""
         self._local: LocalIndex | None = None
@@ -161,26 +159,34 @@ class TraceStore:
 
     def select(
         self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None,
-        question_ids: Sequence[str | None] | None = None,
+        question_ids: Sequence[str | None] | None = None, fallback_text: str | None = None,
     ) -> list[Retrieved]:
         """One retrieval per context: a single embedding call and a single Chroma query for all.
 
         ``question_ids`` (one per context; ``None`` for none) restricts a context's candidates to the records of its
         question where the store holds any (one Chroma query per question), else it is answered by similarity
-        over all records, as without it."""
+        over all records, as without it. ``top_k``, ``min_reward`` and ``fallback_text`` override the store's
+        config for this call (``None``: the config's), so a trainer passes its own settings without changing the
+        store."""
+        return self.select_timed(contexts, top_k, min_reward, question_ids, fallback_text).retrieved
+
+    def select_timed(
+        self, contexts: Sequence[str], top_k: int | None = None, min_reward: float | None = None,
+        question_ids: Sequence[str | None] | None = None, fallback_text: str | None = None,
+    ) -> Selection:
+        """:meth:`select`, with the seconds spent embedding and searching."""
         contexts = list(contexts)
         if not contexts:
-            return []
+            return Selection([])
         start = time.perf_counter()
         vectors = self._embed([self.preprocess(context) for context in contexts])
-        embed_s = time.perf_counter() - start
-        retrieved = self.select_embedded(vectors, top_k, min_reward, question_ids)
-        self.last_timing = {"embed_s": embed_s, **self.last_timing}
-        return retrieved
+        embed_s, start = time.perf_counter() - start, time.perf_counter()
+        retrieved = self.select_embedded(vectors, top_k, min_reward, question_ids, fallback_text)
+        return Selection(retrieved, embed_s=embed_s, search_s=time.perf_counter() - start)
 
     def select_embedded(
         self, vectors: np.ndarray, top_k: int | None = None, min_reward: float | None = None,
-        question_ids: Sequence[str | None] | None = None,
+        question_ids: Sequence[str | None] | None = None, fallback_text: str | None = None,
     ) -> list[Retrieved]:
         """:meth:`select` for query vectors already embedded by this store's embedder.
 
@@ -193,7 +199,7 @@ class TraceStore:
         config = self.config
         top_k = config.top_k if top_k is None else top_k
         min_reward = config.min_reward if min_reward is None else min_reward
-        start = time.perf_counter()
+        fallback_text = config.fallback_text if fallback_text is None else fallback_text
         vectors = np.asarray(vectors, dtype=np.float32)
         if question_ids is not None and len(question_ids) != len(vectors):
             raise ValueError(f"select got {len(question_ids)} question ids for {len(vectors)} queries.")
@@ -206,9 +212,7 @@ class TraceStore:
                 found = result["ids"], result["distances"]
             for row, ids, distances in zip(rest, *found, strict=True):
                 id_rows[row], distance_rows[row] = ids, distances
-        retrieved = self._apply_rule(id_rows, distance_rows, min_reward)
-        self.last_timing = {"search_s": time.perf_counter() - start}
-        return retrieved
+        return self._apply_rule(id_rows, distance_rows, min_reward, fallback_text)
 
     def _own_question_neighbours(self, vectors: np.ndarray, top_k: int, question_ids: Sequence[str | None]):
         """``(ids, distances)`` per query among its question's records (a Chroma ``where`` on ``question_id``, the
@@ -227,8 +231,8 @@ class TraceStore:
                     id_rows[row], distance_rows[row] = ids, distances
         return id_rows, distance_rows
 
-    def _apply_rule(self, id_rows, distance_rows, min_reward: float) -> list[Retrieved]:
-        space, fallback_text = self.config.hnsw_space, self.config.fallback_text
+    def _apply_rule(self, id_rows, distance_rows, min_reward: float, fallback_text: str) -> list[Retrieved]:
+        space = self.config.hnsw_space
         rewards = self._rewards
         fetched: dict[str, dict] = {}  # metadata read from Chroma during this call
         unknown = [i for i in dict.fromkeys(i for row in id_rows for i in row) if i not in rewards]
@@ -411,15 +415,15 @@ class TraceStore:
             on_invalid="skip",
         )
 
-    def add_records(
-        self,
-        records: Sequence[StepRecord],
-        embeddings: np.ndarray | None = None,
-        show_progress: bool | None = None,
-        extra_metadata: Sequence[dict] | None = None,
-    ) -> int:
+    def add_records(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
+                    show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> int:
         """Embed and write step records in batches, skipping ids already stored; returns how many
         were added. ``embeddings`` (one row per record) skips embedding."""
+        return self.add_records_timed(records, embeddings, show_progress, extra_metadata).added
+
+    def add_records_timed(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
+                          show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> Written:
+        """:meth:`add_records`, with the seconds spent checking, embedding and indexing."""
         from tqdm.auto import tqdm
 
         if embeddings is not None:
@@ -434,8 +438,7 @@ class TraceStore:
         timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
         added = 0
         if not records:
-            self.last_timing = timing
-            return 0
+            return Written(0, **timing)
         self.acquire_write_lock()
         # One writer thread at a time: the existence check and the add must not interleave, or two
         # threads both count the same new records (Chroma ignores the second add of an id).
@@ -445,8 +448,7 @@ class TraceStore:
             for start, stop in batches:
                 added += self._write_batch(records, start, stop, embeddings, extra_metadata, timing)
                 bar.update(stop - start)
-        self.last_timing = timing
-        return added
+        return Written(added, **timing)
 
     def _write_batch(self, records, start, stop, embeddings, extra_metadata, timing) -> int:
         clock = time.perf_counter()

@@ -56,7 +56,14 @@ def rollout_config(args: RAPOConfig) -> RolloutConfig:
         max_retrieved_tokens=args.max_retrieved_tokens,
         retrieve_at=tuple(args.retrieve_at),
         retrieve_own_question=args.retrieve_own_question,
+        select_options=select_options(args),
     )
+
+
+def select_options(args: RAPOConfig) -> dict:
+    """The config's selection settings as ``store.select`` keywords, those left at ``None`` (the store's own) out."""
+    given = {"top_k": args.retrieval_top_k, "min_reward": args.min_trace_reward, "fallback_text": args.fallback_text}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def make_backend(trainer, vllm_llm=None):

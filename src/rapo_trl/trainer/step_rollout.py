@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rapo_trl.core.retrieval_rule import failed_groups, guided_flags
 from rapo_trl.rollout import RolloutRow, RolloutStats
 from rapo_trl.trainer.dynamic_sampling import dynamic_sampling_metrics, resample_flat_groups, summed_stats
-from rapo_trl.trainer.guided import failed_groups
 
 
 @dataclass
@@ -99,8 +99,10 @@ def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, grou
     # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
     rewards = torch.full((len(hybrid),), float("nan"))
     rewards[own] = hooks.score([inputs[i] for i in own], first).float().cpu()
-    failed = failed_groups(hooks.gather(rewards), group_size, threshold).cpu()
-    guided = [bool(failed[(offset + i) // group_size]) for i in mixed]
+    # The threshold at the rewards' own precision (float32), as a tensor comparison would take it.
+    threshold = torch.tensor(threshold, dtype=rewards.dtype).item()
+    failed = failed_groups(hooks.gather(rewards).tolist(), group_size, threshold)
+    guided = guided_flags(failed, mixed, offset, group_size)
     ids = question_ids(inputs)
     guided_rollout = engine.roll_out([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided,
                                      retrieval_enabled=True, question_ids=[ids[i] for i in mixed],
@@ -109,4 +111,4 @@ def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, grou
     for index, row in zip(own + mixed, first + guided_rollout.rows):
         rows[index] = row
     return StepRollout(rows, summed_stats(on_policy.stats, [guided_rollout.stats]),
-                       metrics={"rapo/guided_group_share": float(failed.float().mean())})
+                       metrics={"rapo/guided_group_share": float(torch.tensor(failed).float().mean())})

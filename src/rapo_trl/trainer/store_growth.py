@@ -1,4 +1,4 @@
-"""Store setup from the config, and growing the store with the policy's own best trajectories."""
+"""Growing the store with the policy's own best trajectories, and refusing growth a store cannot take."""
 
 from __future__ import annotations
 
@@ -14,21 +14,13 @@ from rapo_trl.store.steps import prompt_text
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-def configure_store(store, args, num_processes: int) -> None:
-    """Apply the config's retrieval fields to the store; refuse growth a store cannot take."""
+def check_store_growth(store, args, num_processes: int) -> None:
+    """Refuse growth the store cannot take: an embedded store written by several processes."""
     if args.grow_store and num_processes > 1 and store is not None and getattr(store, "path", None) is not None:
         raise ValueError(
             "grow_store with several processes needs a store they can all write: an embedded store is "
             "single-writer. Serve it with `chroma run --path DIR` and pass TraceStore.connect(host, port)."
         )
-    config = getattr(store, "config", None)
-    if config is None:
-        return
-    for ours, theirs in (("retrieval_top_k", "top_k"), ("min_trace_reward", "min_reward"),
-                         ("fallback_text", "fallback_text")):
-        value = getattr(args, ours)
-        if value is not None and hasattr(config, theirs):
-            setattr(config, theirs, value)
 
 
 def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_local: int,

@@ -35,13 +35,13 @@ from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_decorator
 
 from rapo_trl.config import RAPOConfig
+from rapo_trl.core.retrieval_rule import is_hybrid_row
 from rapo_trl.hardware import load_frozen_weights_in_half
 from rapo_trl.memory import with_freed_memory_release
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import HybridRolloutEngine
-from rapo_trl.rollout.engine import is_hybrid_row
 from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
@@ -69,7 +69,7 @@ from rapo_trl.trainer.shared_prompt import (
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
-from rapo_trl.trainer.store_growth import best_of_each_group, configure_store, grow_store
+from rapo_trl.trainer.store_growth import best_of_each_group, check_store_growth, grow_store
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -146,7 +146,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             peft_config=peft_config,
         )
         self.trace_store = trace_store
-        configure_store(trace_store, args, self.accelerator.num_processes)
+        check_store_growth(trace_store, args, self.accelerator.num_processes)
         self.rollout_engine = HybridRolloutEngine(
             self._tokenizer,
             make_backend(self, vllm_llm),

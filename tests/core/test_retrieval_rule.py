@@ -1,0 +1,91 @@
+"""The "when to retrieve" rule (hybrid rows: tests/rollout/test_engine.py): p and its schedule, step boundaries, seeded draws, failed groups."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from rapo_trl import RAPOConfig
+from rapo_trl.core.retrieval_rule import (
+    boundaries_reached,
+    checked_boundaries,
+    failed_groups,
+    guided_flags,
+    holds_plan_turn,
+    rows_that_retrieve,
+    scheduled_retrieve_prob,
+)
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+def test_p_starts_at_retrieve_prob_and_a_decaying_schedule_ends_at_the_final_value(schedule):
+    def p(step, max_steps=10):
+        return scheduled_retrieve_prob(0.8, 0.2, schedule, step, max_steps)
+
+    assert p(0) == pytest.approx(0.8)
+    assert p(10) == pytest.approx(0.8 if schedule == "constant" else 0.2)
+    assert p(20) == p(10)  # past the last step p stays at its end value
+    assert p(5, max_steps=0) == 0.8  # no step count (an iterable dataset without max_steps): p is held
+
+
+def test_linear_and_cosine_decay_meet_at_half_way_and_cosine_stays_higher_before():
+    linear = [scheduled_retrieve_prob(1.0, 0.0, "linear", step, 8) for step in range(9)]
+    cosine = [scheduled_retrieve_prob(1.0, 0.0, "cosine", step, 8) for step in range(9)]
+    assert linear == pytest.approx([1 - step / 8 for step in range(9)])
+    assert cosine[4] == pytest.approx(0.5) and all(c > lin for c, lin in zip(cosine[1:4], linear[1:4]))
+    assert all(a >= b for a, b in zip(cosine, cosine[1:]))
+
+
+def test_the_config_reads_its_schedule_fields():
+    args = RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, retrieve_prob=0.6,
+                      retrieve_prob_schedule="linear", retrieve_prob_final=0.1)
+    assert args.retrieve_prob_at(0, 10) == pytest.approx(0.6)
+    assert args.retrieve_prob_at(5, 10) == pytest.approx(0.35)
+    assert args.retrieve_prob_at(10, 10) == pytest.approx(0.1)
+
+
+def test_boundaries_are_checked_and_kept_once_each():
+    assert checked_boundaries("plan") == ("plan",)
+    assert checked_boundaries(["tool_step", "plan", "tool_step"]) == ("tool_step", "plan")
+    for bad in ([], ["later"], ["tool_step", "group_failed"]):
+        with pytest.raises(ValueError, match="retrieve_at takes one or more of"):
+            checked_boundaries(bad)
+
+
+def test_the_first_turn_is_held_at_the_plan_only_when_a_hybrid_row_may_retrieve_there():
+    assert holds_plan_turn(True, ("plan",), [False, True])
+    assert not holds_plan_turn(True, ("plan",), [False, False])
+    assert not holds_plan_turn(False, ("plan",), [True])
+    assert not holds_plan_turn(True, ("tool_step",), [True])
+
+
+def test_plan_rows_come_first_and_tool_steps_count_only_when_named():
+    assert list(boundaries_reached([3], [0, 1], ("tool_step", "plan")).items()) == [
+        (3, "plan"), (0, "tool_step"), (1, "tool_step")]
+    assert boundaries_reached([3], [0, 1], ("plan",)) == {3: "plan"}
+
+
+def test_each_hybrid_untruncated_row_draws_once_in_boundary_order():
+    rows = [SimpleNamespace(is_hybrid=hybrid, truncated=truncated)
+            for hybrid, truncated in [(True, False), (False, False), (True, True), (True, False)]]
+    reached = {3: "plan", 0: "tool_step", 1: "tool_step", 2: "tool_step"}
+    draws = random.Random(0)
+    expected = [row for row in (3, 0) if draws.random() < 0.5]  # rows 1 (on-policy) and 2 (truncated) draw nothing
+    rng = random.Random(0)
+    assert rows_that_retrieve(reached, rows, rng, 0.5) == expected
+    assert rng.random() == draws.random()  # the generator is left where two draws leave it
+
+
+def test_failed_groups_reads_only_scored_rows():
+    rewards = [NAN, NAN, 0.0, -1.0,   NAN, NAN, 0.0, 1.0,   NAN, NAN, NAN, NAN]
+    assert failed_groups(rewards, 4, threshold=0.0) == [True, False, False]
+    assert failed_groups(rewards, 4, threshold=1.0) == [True, True, False]
+
+
+def test_a_row_is_guided_when_its_group_failed():
+    # this process holds global rows 4..7 (offset 4) of groups of two; groups 2 and 3 are rows 4-5 and 6-7
+    assert guided_flags([False, False, True, False], [0, 2, 3], offset=4, group_size=2) == [True, False, False]

@@ -1,0 +1,60 @@
+"""Retrieval options seen through a training step: p's schedule and what the reward functions are shown."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.fakes import FixedStore, Found
+from tests.helpers.trainers import batch_inputs, rapo_trainer, script
+
+SEVENS_STEP = "<think>77</think>"  # a stored step whose 7s a reward function would count
+
+
+def scored_step(tiny_model_dir, tmp_path, global_step=0, max_steps=0, **options):
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(SEVENS_STEP), num_hybrid_generations=2,
+                           **options)
+    trainer.state.global_step, trainer.state.max_steps = global_step, max_steps
+    script(trainer)
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_inputs())
+    return trainer, trainer._metrics["train"]["rapo/retrieve_prob"][-1]
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_decaying_schedule_retrieves_at_the_start_and_not_at_the_end(tiny_model_dir, tmp_path, schedule):
+    options = dict(retrieve_prob=1.0, retrieve_prob_schedule=schedule, retrieve_prob_final=0.0)
+    start, p_start = scored_step(tiny_model_dir, tmp_path, global_step=0, max_steps=4, **options)
+    end, p_end = scored_step(tiny_model_dir, tmp_path, global_step=4, max_steps=4, **options)
+    assert (p_start, p_end) == (1.0, 0.0)
+    assert [len(row.retrievals) for row in start.last_rollout.rows] == [1, 1, 0, 0]
+    assert not any(row.retrievals for row in end.last_rollout.rows)
+
+
+def test_reward_functions_see_retrieved_blocks_only_when_asked(tiny_model_dir, tmp_path):
+    hidden, _ = scored_step(tiny_model_dir, tmp_path, retrieve_prob=1.0)
+    shown, _ = scored_step(tiny_model_dir, tmp_path, retrieve_prob=1.0, score_retrieved_blocks=True)
+    assert [len(row.retrievals) for row in shown.last_rollout.rows] == [1, 1, 0, 0]
+    # the two hybrid rows each retrieved one block holding two 7s; the on-policy rows score alike
+    extra = shown.last_rollout.rewards - hidden.last_rollout.rewards
+    assert extra.tolist() == [2.0, 2.0, 0.0, 0.0]
+
+
+class SettingsStore:
+    """A store that takes the selection settings at select time, and remembers them."""
+
+    def __init__(self):
+        self.settings = []
+
+    def select(self, contexts, top_k=None, min_reward=None, fallback_text=None):
+        self.settings.append((top_k, min_reward, fallback_text))
+        return [Found("<think>a step</think>") for _ in contexts]
+
+
+def test_the_trainers_selection_settings_reach_each_select_call(tiny_model_dir, tmp_path):
+    store = SettingsStore()
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, num_hybrid_generations=2, retrieve_prob=1.0,
+                           retrieval_top_k=2, min_trace_reward=0.5, fallback_text="Reason alone.")
+    script(trainer)
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_inputs())
+    assert store.settings and set(store.settings) == {(2, 0.5, "Reason alone.")}
