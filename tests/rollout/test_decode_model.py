@@ -72,10 +72,11 @@ def test_greedy_turns_on_merged_weights_match_the_adapter(tiny_model, kernel):
 
 def test_the_adapter_path_is_the_default_until_merged_weights_are_asked_for(tiny_model):
     model, tok = tiny_model
-    default = TransformersBackend(with_lora(model), tok, GREEDY)
+    lora = with_lora(model)
+    default = TransformersBackend(lora, tok, GREEDY)
     run_turns(default, tok, prompts_of(tok), [3, 3, 3])
     assert default.decode_model.weights == "adapter" and default.decode_model.extra_bytes == 0
-    backend, _ = turns(with_lora(model), tok, budgets=(3, 3, 3))
+    backend, _ = turns(lora, tok, budgets=(3, 3, 3))
     assert backend.decode_model.weights == "merged" and backend.decode_model.merge_unavailable is None
 
 
