@@ -178,7 +178,8 @@ def write_report() -> None:
     MD_PATH.write_text(
         "# RAPO taken apart on the demo recipe\n\n"
         f"`benchmarks/bench_ablation.py` (see its docstring). Machine of the last record: {machine.get('cpu', '?')}, "
-        f"{machine.get('cpus', '?')} cores, native bf16 {machine.get('native_bf16', '?')}. Means over the steps where a metric was logged.\n\n"
+        f"{machine.get('cpus', '?')} cores, native bf16 {machine.get('native_bf16', '?')}. Means over the steps where a metric was logged. "
+        "What it shows: [`ablation_notes.md`](ablation_notes.md).\n\n"
         + "\n".join(markdown_table(header, rows)) + "\n")
 
 
