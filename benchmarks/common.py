@@ -103,7 +103,6 @@ def command_line() -> str:
 # ------------------------------------------------------------------ the result store
 
 
-@contextlib.contextmanager
 def run_rapo(*arguments: str) -> None:
     """The ``rapo`` command of this Python's environment, from the repository's root: what a user runs."""
     command = [str(Path(sys.executable).parent / "rapo"), *arguments]
@@ -111,6 +110,7 @@ def run_rapo(*arguments: str) -> None:
     subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
+@contextlib.contextmanager
 def locked(path: Path):
     """An exclusive lock on ``path`` (a sidecar file), so parallel processes set up and append one at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
