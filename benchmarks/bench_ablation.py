@@ -31,7 +31,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine_info, markdown_table, run_rapo, update_results, use_offline_environment  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS,
+    machine_info,
+    markdown_table,
+    run_rapo,
+    train_from_shared_warm_start,
+    update_results,
+    use_offline_environment,
+)
 
 use_offline_environment()
 
@@ -111,20 +119,10 @@ def store_without_answer_steps(workdir: Path, store: Path) -> Path:
 
 def run_arm(arm: str, workdir: Path, store: Path, steps: int) -> dict:
     output = workdir / arm
-    if output.exists():
-        shutil.rmtree(output)
-    output.mkdir(parents=True)
-    shared_warm_start = workdir / WARM_START_DIR
-    if shared_warm_start.exists():  # its cache key matches: train reuses it instead of training it again
-        shutil.copytree(shared_warm_start, output / WARM_START_DIR)
     arm_store = store_without_answer_steps(workdir, store) if arm == "no_answer_steps" else store
-    started = time.perf_counter()
-    run_rapo("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(arm_store),
-         "--max_steps", str(steps), "--sft_same_time", "false", *ARMS[arm])
-    train_seconds = time.perf_counter() - started
-    if not shared_warm_start.exists():
-        shutil.copytree(output / WARM_START_DIR, shared_warm_start)
-    shutil.rmtree(output / WARM_START_DIR)  # eval scores the trained model alone
+    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
+                                                 str(arm_store), "--max_steps", str(steps), "--sft_same_time", "false",
+                                                 *ARMS[arm])
     scores, eval_seconds = evaluate(output, arm_store)
     logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
     return {"arm": arm, "flags": ARMS[arm], "steps": steps, "machine": machine_info(),

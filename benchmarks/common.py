@@ -110,6 +110,29 @@ def run_rapo(*arguments: str) -> None:
     subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
+def train_from_shared_warm_start(output: Path, shared_warm_start: Path, *arguments: str) -> float:
+    """``rapo train --output_dir output *arguments`` into a fresh ``output``, starting from ``shared_warm_start`` when
+    it exists (its cache key matches, so train reuses it instead of training it again) and keeping this run's warm
+    start there when it does not; the warm start is then removed from ``output``, so eval scores the trained model
+    alone. Returns the training's wall seconds."""
+    import shutil
+    import time
+
+    if output.exists():
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+    warm_start = output / shared_warm_start.name
+    if shared_warm_start.exists():
+        shutil.copytree(shared_warm_start, warm_start)
+    started = time.perf_counter()
+    run_rapo("train", "--output_dir", str(output), *arguments)
+    seconds = time.perf_counter() - started
+    if not shared_warm_start.exists():
+        shutil.copytree(warm_start, shared_warm_start)
+    shutil.rmtree(warm_start)
+    return seconds
+
+
 @contextlib.contextmanager
 def locked(path: Path):
     """An exclusive lock on ``path`` (a sidecar file), so parallel processes set up and append one at a time."""

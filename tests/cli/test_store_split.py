@@ -130,3 +130,34 @@ def test_train_warm_starts_from_the_demonstrated_collection_beside_a_store_of_rl
     assert seen["store"].collection.name == "traces-warm-start"
     assert set(seen["rows"]["question_id"]) == set(load_questions(script, "demo")["question_id"])
     assert len(warm_start_examples(seen["rows"], seen["store"], min_reward=1.0)) > 0
+
+
+def test_sft_on_store_imitates_rl_questions_from_the_warm_start_with_one_sft_seed(tmp_path, tiny_model_dir,
+                                                                                 monkeypatch):
+    """SFT-then-RL: after the warm start (demonstrated stories), SFT on the store's trajectories of RL's own questions
+    continues the warm start's adapter; ``sft_seed`` seeds both, whatever RL's seed."""
+    from rapo_trl.cli import train
+
+    build_store.run(*_demo(tmp_path, size=4))
+    calls = []
+
+    def warm_start(model_path, tokenizer, rows, store, *args, **kwargs):
+        calls.append(dict(rows=rows, store=store, **kwargs))
+        if len(calls) == 2:
+            raise _WarmStartCalled
+        return str(tmp_path / "model" / "sft-warm-start")
+
+    monkeypatch.setattr("rapo_trl.cli.warm_start.warm_start", warm_start)
+    script, args, model = _demo(tmp_path, "train", "--model_name_or_path", str(tiny_model_dir),
+                                "--output_dir", str(tmp_path / "model"), "--bf16", "false", "--seed", "3",
+                                "--sft_store_steps", "5", "--sft_seed", "7", "--retrieve_prob", "0", size=4)
+    with pytest.raises(_WarmStartCalled):
+        train.run(script, args, model)
+    warm, on_store = calls
+    assert warm["store"].collection.name == "traces-warm-start" and warm.get("start_adapter") is None
+    assert on_store["store"].collection.name == "traces"  # the collection retrieval reads: RL's own questions
+    assert set(on_store["rows"]["question_id"]) == set(load_questions(script, "train")["question_id"])
+    assert on_store["start_adapter"] == str(tmp_path / "model" / "sft-warm-start")
+    assert on_store["folder"] == "sft-on-store" and on_store["steps"] == 5 and warm["steps"] == 60
+    assert warm["seed"] == on_store["seed"] == 7
+    assert len(warm_start_examples(on_store["rows"], on_store["store"], min_reward=1.0)) > 0

@@ -168,6 +168,17 @@ class RAPOScriptArguments:
         default=0, metadata={"help": "train: SFT steps on the store's best trajectories before RAPO (0: none)."}
     )
     sft_learning_rate: float = field(default=2e-4, metadata={"help": "train: learning rate of the SFT warm start."})
+    sft_store_steps: int = field(
+        default=0,
+        metadata={"help": "train: SFT steps on the trace store's best trajectories of RL's own questions (the steps "
+                  "retrieval would show), after the warm start and before RL: SFT-then-RL, the off-policy baseline "
+                  "(0: none). Saved in sft-on-store/."},
+    )
+    sft_seed: int | None = field(
+        default=None,
+        metadata={"help": "train: seed of the SFT stages (default: seed). One value across runs of several seeds "
+                  "gives them one warm start, so only RL's sampling differs."},
+    )
     sft_batch_size: int = field(default=4, metadata={"help": "train: trajectories per SFT warm-start step."})
     base_model_name: str | None = field(
         default=None,

@@ -24,7 +24,8 @@ from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_col
 
 
 def _wants_store(script, rapo_args) -> bool:
-    return bool((rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0) or script.sft_warmup_steps)
+    retrieves = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+    return bool(retrieves or script.sft_warmup_steps or script.sft_store_steps)
 
 
 def check(script, rapo_args, model_args) -> None:
@@ -35,6 +36,8 @@ def check(script, rapo_args, model_args) -> None:
     training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
     if script.sft_same_time and script.sft_warmup_steps <= 0:
         raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
+    if script.sft_store_steps < 0 or script.sft_warmup_steps < 0:
+        raise UsageError("sft_warmup_steps and sft_store_steps count steps: 0 or more")
     if _wants_store(script, rapo_args):
         check_store_location(script, must_exist=True)
 
@@ -72,16 +75,27 @@ def run(script, rapo_args, model_args) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
     base_path = model_path  # the model the warm start begins from: the pushed adapter's base
     policy, peft_config, warm = model_path, get_peft_config(model_args), None
+    lora_run = peft_config is not None
+    sft = dict(tokenizer=tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
+               min_reward=1.0, use_cpu=rapo_args.use_cpu,
+               seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
+               fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
     if script.sft_warmup_steps > 0:
-        from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
+        from rapo_trl.cli.warm_start import warm_start
 
-        sft = dict(tokenizer=tokenizer, rows=demo_rows, store=demo_store, output_dir=rapo_args.output_dir,
-                   steps=script.sft_warmup_steps, learning_rate=script.sft_learning_rate, min_reward=1.0,
-                   use_cpu=rapo_args.use_cpu, seed=rapo_args.seed, bf16=rapo_args.bf16, fp16=rapo_args.fp16,
-                   batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
         # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
         # weights); a run that trains every weight starts from the merge.
-        warm = warm_start(model_path, merge=peft_config is None, **sft)
+        warm = warm_start(model_path, merge=not lora_run, rows=demo_rows, store=demo_store,
+                          steps=script.sft_warmup_steps, **sft)
+    if script.sft_store_steps > 0:
+        from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, warm_start
+
+        # SFT-then-RL: the warm start (or the base) imitates the store's trajectories of RL's own questions, what
+        # retrieval would have shown, before RL begins from it.
+        warm = warm_start(model_path if lora_run or warm is None else warm, merge=not lora_run, rows=rows,
+                          store=store, steps=script.sft_store_steps, folder=SFT_ON_STORE_DIR,
+                          start_adapter=warm if lora_run else None, **sft)
+    if warm is not None:
         policy, peft_config = warm_policy(model_path, warm, peft_config, rapo_args, model_args, init_kwargs)
     # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
     # as it is, at every save, the warm start included. A loaded policy takes no init kwargs (TRL warns).
@@ -101,11 +115,13 @@ def run(script, rapo_args, model_args) -> dict:
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
-        # The fair baseline: the same warm start, trained further by SFT for as long as RAPO trained; only evaluated.
-        # With LoRA, the warm start's adapter trained further; otherwise a LoRA over the merged warm start.
-        lora_run = get_peft_config(model_args) is not None
-        warm_start(model_path if lora_run else warm, max_seconds=result.metrics["train_runtime"],
-                   folder=SFT_SAME_TIME_DIR, start_adapter=warm if lora_run else None, **sft)
+        from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
+
+        # The fair baseline: RL's starting point trained further by SFT for as long as RAPO trained; only evaluated.
+        # With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
+        warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store, steps=script.sft_warmup_steps,
+                   max_seconds=result.metrics["train_runtime"], folder=SFT_SAME_TIME_DIR,
+                   start_adapter=warm if lora_run else None, **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id

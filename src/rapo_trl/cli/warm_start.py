@@ -72,7 +72,7 @@ class _StopAfter:
         self.callback = Callback()
 
 
-WARM_START_DIR, SFT_SAME_TIME_DIR = "sft-warm-start", "sft-same-time"
+WARM_START_DIR, SFT_SAME_TIME_DIR, SFT_ON_STORE_DIR = "sft-warm-start", "sft-same-time", "sft-on-store"
 WARM_START_LORA = "lora"
 """With ``merge`` (a run without LoRA), the warm start's LoRA, kept beside the merged model."""
 

@@ -1,0 +1,167 @@
+"""RAPO against GRPO and SFT-then-GRPO on one recipe, several seeds: does retrieving off-policy steps make RL learn
+better than the GRPO it extends?
+
+Every run is what a user runs: ``rapo train`` on the comparison recipe (``configs/comparison_cpu.yaml``) with its
+arm's flags and seed, then ``rapo eval`` of the trained model alone. All arms and seeds start from one SFT warm start
+(``--sft_seed 0``: made by the first run, reused by the others through its cache key), train on the same RL
+questions with the same rollouts per step, and are scored on the same sets:
+
+    reward_only_fresh   fresh questions of RL's own stories (never a training row): mean@4 and greedy pass@1
+    heldout_stories     the same programs told in stories nothing trained on: greedy pass@1
+
+Arms (flags over the recipe):
+
+    grpo            no hybrid rows, p = 0: GRPO through RAPOTrainer
+    rapo_paper      the recipe's RAPO: N_hybrid = G/2, p = 0.5, a = 0.2, m = 0.05, retrieval after tool steps
+    rapo_guided     RAPO with the guided option the regime table favours (``GUIDED``)
+    sft_then_grpo   SFT on the store's trajectories of RL's own questions (``--sft_store_steps``), then GRPO
+
+Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
+lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
+from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed and
+commit is skipped, so the same command picks up where the records stop.
+
+    .venv/bin/python benchmarks/bench_comparison.py --arms grpo rapo_paper --seeds 0 1 2
+    .venv/bin/python benchmarks/bench_comparison.py --report-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    RESULTS,
+    machine_info,
+    run_rapo,
+    train_from_shared_warm_start,
+    update_results,
+    use_offline_environment,
+)
+
+use_offline_environment()
+
+RECIPE = "configs/comparison_cpu.yaml"
+RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
+GUIDED = ["--retrieve_at", "plan", "tool_step"]
+"""The guided option of ``rapo_guided``: chosen from ``learning_regime.md`` (see ``learning_comparison_notes.md``)."""
+SFT_STORE_STEPS = 30
+"""SFT-then-GRPO's SFT steps on the store: one pass over the best trajectory of each of RL's 128 questions, 4 a step."""
+ARMS = {
+    "grpo": RETRIEVAL_OFF,
+    "rapo_paper": [],
+    "rapo_guided": GUIDED,
+    "sft_then_grpo": [*RETRIEVAL_OFF, "--sft_store_steps", str(SFT_STORE_STEPS)],
+}
+"""Arm -> the flags it adds to the recipe."""
+SFT_SEED = 0
+WARM_START_DIR = "sft-warm-start"
+FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
+LOGGED = ("reward", "rapo/reward_on_policy", "rapo/reward_hybrid_retrieved", "rapo/retrieved_answer_share",
+          "rapo/retrieved_own_question_share", "rapo/positive_advantage_share_retrieved", "rapo/retrieval_rate",
+          "rapo/step_has_signal", "tools/failure_frequency")
+JSON_PATH = RESULTS / "learning.json"
+KEY = "comparison"
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if not args.report_only:
+        workdir = Path(args.workdir)
+        store = build_store(workdir)
+        commit = current_commit()
+        for seed in args.seeds:
+            for arm in args.arms:
+                if recorded(arm, seed, commit):
+                    print(f"comparison: {arm} seed {seed} at {commit[:10]} is recorded; skipped", flush=True)
+                    continue
+                record = run_one(arm, seed, workdir, store, args.steps, commit)
+                update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
+                write_report()
+                print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
+        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, commit):
+            record = eval_warm_start(workdir, store, commit)
+            update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
+    write_report()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default="runs/comparison")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--eval-warm-start", action="store_true", help="also score the shared warm start, once")
+    parser.add_argument("--report-only", action="store_true")
+    return parser.parse_args(argv)
+
+
+def current_commit() -> str:
+    root = Path(__file__).resolve().parent.parent
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def records() -> list[dict]:
+    return json.loads(JSON_PATH.read_text()).get(KEY, []) if JSON_PATH.exists() else []
+
+
+def recorded(arm: str, seed: int, commit: str) -> bool:
+    return any(r["arm"] == arm and r["seed"] == seed and r["commit"] == commit for r in records())
+
+
+def build_store(workdir: Path) -> Path:
+    """The recipe's store (RL's own questions, the warm start's collection beside it), built once."""
+    store = workdir / "store"
+    if not store.exists():
+        run_rapo("build-store", "--config", RECIPE, "--store_path", str(store))
+    return store
+
+
+def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, commit: str) -> dict:
+    output = workdir / f"{arm}-seed{seed}"
+    flags = ["--seed", str(seed), "--sft_seed", str(SFT_SEED), "--max_steps", str(steps), "--sft_same_time", "false",
+             *ARMS[arm]]
+    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
+                                                 str(store), *flags)
+    scores, eval_seconds = evaluate(output, store)
+    logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    return {"arm": arm, "seed": seed, "flags": flags, "recipe": RECIPE, "commit": commit, "steps": steps,
+            "machine": machine_info(), "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
+            "per_step": {name: [e.get(name) for e in logs] for name in LOGGED}, "eval": scores,
+            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def evaluate(model: Path, store: Path) -> tuple[dict, float]:
+    """``rapo eval`` of ``model`` alone: mean@4 and greedy on the fresh questions, greedy on the held-out stories."""
+    started = time.perf_counter()
+    run_rapo("eval", "--config", RECIPE, "--eval_model", str(model), "--store_path", str(store),
+             "--eval_splits", FRESH, HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false",
+             "--eval_sampled_models", "trained", "--eval_report", "")
+    sets = json.loads((model / "eval_results.json").read_text())["sets"]
+    return {name: sets[name]["rows"]["trained"] for name in (FRESH, HELDOUT)}, time.perf_counter() - started
+
+
+def eval_warm_start(workdir: Path, store: Path, commit: str) -> dict:
+    scores, seconds = evaluate(workdir / WARM_START_DIR, store)
+    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": RECIPE, "commit": commit, "steps": 0,
+            "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
+            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def fresh_mean(record: dict) -> float:
+    return record["eval"][FRESH]["mean@k"]
+
+
+def write_report() -> None:
+    from learning_comparison_report import write
+
+    write(records(), RESULTS / "learning_comparison.md", RESULTS / "learning_comparison.png", ARMS)
+
+
+if __name__ == "__main__":
+    main()

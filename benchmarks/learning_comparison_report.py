@@ -1,0 +1,141 @@
+"""The comparison's report: one table over arms (seeds pooled, intervals over seeds) and the reward curves.
+
+Written by ``bench_comparison.py`` from every record of the ``comparison`` list in ``learning.json``; a notes file
+beside the report (``learning_comparison_notes.md``) holds the hand-written reading and survives each redraw.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from common import machine_line, markdown_table, with_notes
+
+FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
+ON_POLICY = "rapo/reward_on_policy"
+SMOOTHING = 5
+"""Steps in the moving average of the reward curves: a step's 16 rows are too few to compare curves step by step."""
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+"""Two-sided 95% quantiles of Student's t by degrees of freedom: intervals over a handful of seeds."""
+
+
+def write(records: list[dict], md_path: Path, png_path: Path, arms: dict[str, list[str]]) -> None:
+    runs = [r for r in records if r["arm"] != "warm_start"]
+    by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
+    by_arm = {arm: members for arm, members in by_arm.items() if members}
+    warm = [r for r in records if r["arm"] == "warm_start"]
+    lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
+             "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
+             "`configs/comparison_cpu.yaml` with the arm's flags, then `rapo eval` of the trained model. Intervals "
+             "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed.", ""]
+    if runs:
+        lines += [f"Machine of the last run: {machine_line(runs[-1]['machine'])}. Commits: "
+                  + ", ".join(sorted({r['commit'][:10] for r in records})) + ".", ""]
+    lines += markdown_table(
+        ["arm", "flags", "seeds", f"{FRESH} mean@4 per seed", "mean@4 (95% CI over seeds)",
+         "minus GRPO (95% CI, paired)", f"{FRESH} greedy", f"{HELDOUT} greedy", "final on-policy reward",
+         "first step at GRPO's final reward", "answer share", "credit to retrieved rows"],
+        [_row(arm, members, by_arm.get("grpo", []), arms[arm]) for arm, members in by_arm.items()]
+        + [_warm_row(record) for record in warm[-1:]])
+    lines += ["", f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at "
+              f"GRPO's final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
+    if runs and _draw(by_arm, png_path):
+        lines += [f"![on-policy reward per step]({png_path.name})", ""]
+    md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
+
+
+def _row(arm: str, members: list[dict], grpo: list[dict], flags: list[str]) -> list[str]:
+    fresh = [m["eval"][FRESH]["mean@k"] for m in members]
+    grpo_by_seed = {g["seed"]: g["eval"][FRESH]["mean@k"] for g in grpo}
+    paired = [f - grpo_by_seed[m["seed"]] for f, m in zip(fresh, members, strict=True) if m["seed"] in grpo_by_seed]
+    curve, grpo_curve = _mean_curve(members), _mean_curve(grpo)
+    final = _final(curve)
+    return [arm, " ".join(flags) or "-", str(len(members)), " ".join(f"{v:.3f}" for v in fresh),
+            _with_interval(fresh), "-" if arm == "grpo" else _with_interval(paired, signed=True),
+            _pooled(members, FRESH), _pooled(members, HELDOUT), _cell(final),
+            _first_reaching(curve, _final(grpo_curve)),
+            _cell(_mean(_step_values(members, "rapo/retrieved_answer_share"))),
+            _cell(_mean(_step_values(members, "rapo/positive_advantage_share_retrieved")))]
+
+
+def _warm_row(record: dict) -> list[str]:
+    fresh = record["eval"][FRESH]
+    interval = fresh.get("mean@k_ci95") or [None, None]
+    return ["warm start", "-", "-", f"{fresh['mean@k']:.3f}",
+            f"{fresh['mean@k']:.3f} ({_cell(interval[0])} to {_cell(interval[1])}, over questions)", "-",
+            _pooled([record], FRESH), _pooled([record], HELDOUT), "-", "-", "-", "-"]
+
+
+def _with_interval(values: list[float], signed: bool = False) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+    if len(values) < 2:
+        return text
+    half = T_95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    return f"{text} ({mean - half:+.3f} to {mean + half:+.3f})" if signed else f"{text} ({mean - half:.3f} to {mean + half:.3f})"
+
+
+def _pooled(members: list[dict], split: str) -> str:
+    correct = sum(m["eval"][split]["correct"] for m in members)
+    return f"{correct}/{sum(m['eval'][split]['n'] for m in members)}"
+
+
+def _on_policy(record: dict) -> list[float]:
+    steps = record["per_step"]
+    values = steps.get(ON_POLICY) or []
+    return [v if v is not None else r for v, r in zip(values, steps["reward"], strict=False)] or steps["reward"]
+
+
+def _mean_curve(members: list[dict]) -> list[float]:
+    curves = [_on_policy(m) for m in members]
+    length = min((len(c) for c in curves), default=0)
+    return [statistics.fmean(c[i] for c in curves) for i in range(length)]
+
+
+def _final(curve: list[float]) -> float | None:
+    return statistics.fmean(curve[-SMOOTHING:]) if curve else None
+
+
+def _first_reaching(curve: list[float], target: float | None) -> str:
+    if target is None:
+        return "-"
+    for end in range(SMOOTHING, len(curve) + 1):
+        if statistics.fmean(curve[end - SMOOTHING:end]) >= target:
+            return str(end)
+    return "never"
+
+
+def _step_values(members: list[dict], name: str) -> list[float]:
+    return [v for m in members for v in m["per_step"].get(name, []) if v is not None]
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _draw(by_arm: dict[str, list[dict]], png_path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for arm, members in by_arm.items():
+        curve = _mean_curve(members)
+        smoothed = [statistics.fmean(curve[max(0, i - SMOOTHING + 1):i + 1]) for i in range(len(curve))]
+        axes.plot(range(1, len(curve) + 1), smoothed, label=f"{arm} ({len(members)} seeds)")
+    axes.set_xlabel("RL step")
+    axes.set_ylabel(f"on-policy reward ({SMOOTHING}-step mean, seed mean)")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)
+    return True

@@ -1,0 +1,62 @@
+"""bench_comparison: every arm's flags parse as the CLI's on the comparison recipe, the report pairs seeds against GRPO
+and reads the on-policy curves, and a recorded run is not run again."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers.benchmarks import ROOT, load_bench
+
+
+def _record(arm, seed, fresh, on_policy, commit="c0ffee", heldout=3):
+    return {"arm": arm, "seed": seed, "commit": commit, "flags": [], "machine": {"cpu": "test CPU", "cpus": 2},
+            "per_step": {"reward": [x + 0.5 for x in on_policy], "rapo/reward_on_policy": on_policy,
+                         "rapo/retrieved_answer_share": [0.25] * len(on_policy)},
+            "eval": {"reward_only_fresh": {"mean@k": fresh, "correct": 2, "n": 64},
+                     "heldout_stories": {"correct": heldout, "n": 64}}}
+
+
+def test_every_arms_flags_are_the_clis():
+    from rapo_trl.cli import parse_recipe
+
+    bench = load_bench("bench_comparison")
+    parsed = {}
+    for arm, flags in bench.ARMS.items():
+        script, args, _ = parse_recipe("train", ["--config", str(ROOT / bench.RECIPE), "--seed", "1", "--sft_seed",
+                                                 "0", *flags])
+        parsed[arm] = (script, args)
+        assert args.seed == 1 and script.sft_seed == 0
+    assert parsed["grpo"][1].retrieve_prob == 0 and parsed["grpo"][1].num_hybrid_generations == 0
+    assert parsed["rapo_paper"][1].retrieve_prob > 0 and parsed["rapo_guided"][1].retrieve_prob > 0
+    assert parsed["sft_then_grpo"][0].sft_store_steps > 0 and parsed["sft_then_grpo"][1].retrieve_prob == 0
+    assert parsed["rapo_guided"][1].retrieve_at != parsed["rapo_paper"][1].retrieve_at
+
+
+def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos_final_reward(tmp_path):
+    bench = load_bench("bench_comparison")
+    report = load_bench("learning_comparison_report")
+    flat, rising = [0.1] * 10, [0.1 * i for i in range(10)]  # rising: its 5-step mean first reaches 0.1 at step 5
+    records = [_record("grpo", 0, 0.10, flat), _record("grpo", 1, 0.20, flat), _record("grpo", 2, 0.30, flat),
+               _record("rapo_paper", 0, 0.20, rising), _record("rapo_paper", 1, 0.30, rising),
+               _record("rapo_paper", 2, 0.40, rising, heldout=5)]
+    md, png = tmp_path / "comparison.md", tmp_path / "comparison.png"
+    report.write(records, md, png, bench.ARMS)
+    text = md.read_text()
+    rapo = next(line for line in text.splitlines() if line.startswith("| rapo_paper"))
+    cells = [cell.strip() for cell in rapo.strip("|").split("|")]
+    assert cells[2] == "3" and cells[3] == "0.200 0.300 0.400"
+    assert cells[4] == "0.300 (0.052 to 0.548)"  # mean 0.3, sd 0.1, t(2) = 4.303
+    assert cells[5] == "+0.100 (+0.100 to +0.100)"  # the same +0.1 at every seed: paired, no spread
+    assert cells[7] == "11/192"  # held-out greedy pooled over seeds
+    assert cells[8] == "0.700"  # the mean of the last five on-policy rewards, not of the reward with hybrid rows
+    assert cells[9] == "5"
+    assert png.is_file()
+
+
+def test_a_recorded_run_is_skipped_and_a_new_commits_is_not(tmp_path, monkeypatch):
+    bench = load_bench("bench_comparison")
+    path = tmp_path / "learning.json"
+    path.write_text(json.dumps({"runs": [], "comparison": [_record("grpo", 0, 0.1, [0.1], commit="abc")]}))
+    monkeypatch.setattr(bench, "JSON_PATH", path)
+    assert bench.recorded("grpo", 0, "abc")
+    assert not bench.recorded("grpo", 1, "abc") and not bench.recorded("grpo", 0, "def")
