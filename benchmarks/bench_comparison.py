@@ -18,8 +18,8 @@ Arms (flags over the recipe):
 
 Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
-from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed and
-commit is skipped, so the same command picks up where the records stop.
+from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed, flags
+and code (the git trees of ``src`` and the recipe) is skipped, so the same command picks up where the records stop.
 
     .venv/bin/python benchmarks/bench_comparison.py --arms grpo rapo_paper --seeds 0 1 2
     .venv/bin/python benchmarks/bench_comparison.py --report-only
@@ -74,18 +74,18 @@ def main(argv=None) -> None:
     if not args.report_only:
         workdir = Path(args.workdir)
         store = build_store(workdir)
-        commit = current_commit()
+        commit, code = current_commit(), code_version()
         for seed in args.seeds:
             for arm in args.arms:
-                if recorded(arm, seed, commit):
-                    print(f"comparison: {arm} seed {seed} at {commit[:10]} is recorded; skipped", flush=True)
+                if recorded(arm, seed, code, run_flags(arm, seed, args.steps)):
+                    print(f"comparison: {arm} seed {seed} on code {code} is recorded; skipped", flush=True)
                     continue
-                record = run_one(arm, seed, workdir, store, args.steps, commit)
+                record = {**run_one(arm, seed, workdir, store, args.steps, commit), "code": code}
                 update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
                 write_report()
                 print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
-        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, commit):
-            record = eval_warm_start(workdir, store, commit)
+        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, code, []):
+            record = {**eval_warm_start(workdir, store, commit), "code": code}
             update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
     write_report()
 
@@ -106,12 +106,27 @@ def current_commit() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
 
+def code_version() -> str:
+    """The version the runs compare on: the git trees of the package and of the recipe. A commit that changes neither
+    (a report, another arm's flags) keeps the runs already recorded."""
+    root = Path(__file__).resolve().parent.parent
+    trees = [subprocess.run(["git", "rev-parse", f"HEAD:{path}"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout.strip() for path in ("src", RECIPE)]
+    return "-".join(tree[:12] for tree in trees)
+
+
 def records() -> list[dict]:
     return json.loads(JSON_PATH.read_text()).get(KEY, []) if JSON_PATH.exists() else []
 
 
-def recorded(arm: str, seed: int, commit: str) -> bool:
-    return any(r["arm"] == arm and r["seed"] == seed and r["commit"] == commit for r in records())
+def recorded(arm: str, seed: int, code: str, flags: list[str]) -> bool:
+    return any(r["arm"] == arm and r["seed"] == seed and r.get("code") == code and r["flags"] == flags
+               for r in records())
+
+
+def run_flags(arm: str, seed: int, steps: int) -> list[str]:
+    return ["--seed", str(seed), "--sft_seed", str(SFT_SEED), "--max_steps", str(steps), "--sft_same_time", "false",
+            *ARMS[arm]]
 
 
 def build_store(workdir: Path) -> Path:
@@ -124,8 +139,7 @@ def build_store(workdir: Path) -> Path:
 
 def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, commit: str) -> dict:
     output = workdir / f"{arm}-seed{seed}"
-    flags = ["--seed", str(seed), "--sft_seed", str(SFT_SEED), "--max_steps", str(steps), "--sft_same_time", "false",
-             *ARMS[arm]]
+    flags = run_flags(arm, seed, steps)
     train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
                                                  str(store), *flags)
     scores, eval_seconds = evaluate(output, store)

@@ -42,6 +42,8 @@ REGIMES = {
     "per_op_d1_warm120": {"store": ["--task_tool_steps", "per_operation"], "train": OWN, "warm_steps": 120},
     "per_op_d1_plan_warm120": {"store": ["--task_tool_steps", "per_operation"],
                                "train": [*OWN, "--retrieve_at", "plan", "tool_step"], "warm_steps": 120},
+    "per_op_d1_plan_only_warm120": {"store": ["--task_tool_steps", "per_operation"],
+                                    "train": [*OWN, "--retrieve_at", "plan"], "warm_steps": 120},
 }
 """Regime -> the flags of its store (build-store and train alike), the flags of train alone, the warm start's steps."""
 SUCCESS = 1.0

@@ -53,10 +53,19 @@ def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos
     assert png.is_file()
 
 
-def test_a_recorded_run_is_skipped_and_a_new_commits_is_not(tmp_path, monkeypatch):
+def test_a_recorded_run_is_skipped_and_one_of_other_code_or_flags_is_not(tmp_path, monkeypatch):
     bench = load_bench("bench_comparison")
+    flags = bench.run_flags("grpo", 0, 30)
     path = tmp_path / "learning.json"
-    path.write_text(json.dumps({"runs": [], "comparison": [_record("grpo", 0, 0.1, [0.1], commit="abc")]}))
+    path.write_text(json.dumps({"runs": [], "comparison": [{**_record("grpo", 0, 0.1, [0.1]), "code": "abc",
+                                                             "flags": flags}]}))
     monkeypatch.setattr(bench, "JSON_PATH", path)
-    assert bench.recorded("grpo", 0, "abc")
-    assert not bench.recorded("grpo", 1, "abc") and not bench.recorded("grpo", 0, "def")
+    assert bench.recorded("grpo", 0, "abc", flags)
+    assert not bench.recorded("grpo", 1, "abc", flags) and not bench.recorded("grpo", 0, "def", flags)
+    assert not bench.recorded("grpo", 0, "abc", bench.run_flags("grpo", 0, 40))
+
+
+def test_the_code_version_is_the_package_and_the_recipe():
+    bench = load_bench("bench_comparison")
+    package, recipe = bench.code_version().split("-")
+    assert len(package) == len(recipe) == 12 and package != recipe
