@@ -103,8 +103,9 @@ def parse_args(argv=None):
                              "numeric closeness of the answer (a denser training signal; evaluation is exact either way)")
     parser.add_argument("--closeness-weight", type=float, default=0.5)
     parser.add_argument("--dynamic-sampling", action="store_true",
-                        help="grpo/rapo: RAPOConfig.dynamic_sampling (DAPO): groups whose rewards are all equal are "
-                             "replaced within the step by prompts of the RL rows whose groups have signal")
+                        help="grpo/rapo: DAPO's dynamic sampling (RAPOConfig.dynamic_sampling_max_rounds): groups whose "
+                             "rewards are all equal are replaced within the step by prompts of the RL rows whose groups "
+                             "have signal")
     parser.add_argument("--dynamic-sampling-max-rounds", type=int, default=2)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
@@ -326,11 +327,11 @@ def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, b
 
 GUIDED_ARMS = {
     # paper RAPO plus one guided-retrieval option (RAPOConfig, "Guided retrieval"), or all of them
-    "rapo_group_failed": dict(guide_failed_groups=True),
+    "rapo_group_failed": dict(retrieve_failed_groups_max_reward=0.0),
     "rapo_plan": dict(retrieve_at=["plan", "tool_step"]),
-    "rapo_anneal": dict(retrieve_prob_schedule="linear", retrieve_prob_final=0.0),
+    "rapo_anneal": dict(retrieve_prob_final=0.0),
     "rapo_token_loss": dict(retrieved_token_loss_weight=1.0),
-    "rapo_guided": dict(retrieve_at=["plan", "tool_step"], guide_failed_groups=True, retrieve_prob_schedule="linear",
+    "rapo_guided": dict(retrieve_at=["plan", "tool_step"], retrieve_failed_groups_max_reward=0.0,
                         retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
 }
 """Arms of the guided-options comparison: each guided option alone on top of paper RAPO, and all together."""
@@ -386,7 +387,7 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
         gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
         learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
         logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
-        dynamic_sampling=args.dynamic_sampling, dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds,
+        dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds if args.dynamic_sampling else 0,
         **budgets, **arm_settings(arm, g),
     )
     torch.manual_seed(seed)
