@@ -42,6 +42,16 @@ def test_bf16_lora_step_is_near_fp32(tiny_model_dir, tmp_path):
     assert (flat - full_flat).abs().max() <= GRAD_RTOL * full_flat.abs().max()
 
 
+def test_the_callers_config_is_left_as_given(tiny_model_dir, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = RAPOConfig(**common_args(tmp_path, bf16=True), max_turn_tokens=32)
+    trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
+                          tools=[EchoTool()], peft_config=LoraConfig(r=4, target_modules="all-linear"))
+    assert trainer.args.model_init_kwargs == {"dtype": "bfloat16"}  # the trainer's copy loads the base in bf16
+    assert args.model_init_kwargs is None and trainer.args is not args
+    assert trainer.args.bf16 and trainer.args.output_dir == args.output_dir  # the rest as given
+
+
 def test_an_explicit_dtype_is_kept(tiny_model_dir, tmp_path):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     args = RAPOConfig(**common_args(tmp_path, bf16=True, model_init_kwargs={"dtype": "float32"}), max_turn_tokens=32)

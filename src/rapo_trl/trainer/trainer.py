@@ -36,7 +36,7 @@ from trl.extras.profiling import profiling_decorator
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.core.retrieval_rule import is_hybrid_row
-from rapo_trl.hardware import load_frozen_weights_in_half
+from rapo_trl.hardware import with_frozen_weights_in_half
 from rapo_trl.memory import with_freed_memory_release
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
@@ -131,7 +131,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
         self.rapo_tools = list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
-        load_frozen_weights_in_half(model, args, peft_config, quantization_config)
+        args = with_frozen_weights_in_half(model, args, peft_config, quantization_config)
         super().__init__(
             model,
             bind_tool_tags(reward_funcs, tool_tags),
