@@ -12,6 +12,9 @@ from rapo_trl.padding import trim_padding_columns
 from tests.helpers.fakes import FixedStore
 from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
 
+# Measured on the tiny model: the loss equal with and without trimming, gradients at most 2e-8 apart.
+LOSS_ATOL, GRAD_ATOL = 1e-7, 2e-7
+
 
 @contextlib.contextmanager
 def trimming(trim: bool):
@@ -71,10 +74,10 @@ def test_loss_and_gradients_equal_with_and_without_trimming(tiny_model_dir, tmp_
     _, full_loss, full_grads = _micro_batch_loss(tiny_model_dir, tmp_path / "full", False, **kwargs)
     trimmed = trim_padding_columns(short)
     assert trimmed["completion_ids"].shape[1] < short["completion_ids"].shape[1]  # there was padding to drop
-    assert loss != 0 and torch.allclose(loss, full_loss, atol=1e-6)
+    assert loss != 0 and torch.allclose(loss, full_loss, atol=LOSS_ATOL)
     assert grads.keys() == full_grads.keys() and grads
     for name in grads:
-        assert torch.allclose(grads[name], full_grads[name], atol=1e-6), name
+        assert torch.allclose(grads[name], full_grads[name], atol=GRAD_ATOL), name
 
 
 def test_dropping_left_prompt_padding_keeps_the_loss(tiny_model_dir, tmp_path):
@@ -91,6 +94,6 @@ def test_dropping_left_prompt_padding_keeps_the_loss(tiny_model_dir, tmp_path):
         with trimming(trim):
             results.append(loss_and_grads(trainer, batch))
     (loss, grads), (full_loss, full_grads) = results
-    assert loss != 0 and torch.allclose(loss, full_loss, atol=1e-6)
+    assert loss != 0 and torch.allclose(loss, full_loss, atol=LOSS_ATOL)
     for name in grads:
-        assert torch.allclose(grads[name], full_grads[name], atol=1e-5), name
+        assert torch.allclose(grads[name], full_grads[name], atol=GRAD_ATOL), name

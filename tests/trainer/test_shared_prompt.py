@@ -32,6 +32,8 @@ from tests.helpers.trainers import (
 )
 
 SHIFTED = dict(store=FixedStore(), retrieve_prob=1.0, num_hybrid_generations=2, importance_shaping_weight=1.0)
+# Measured on the tiny model (fp32): the loss equal, gradients at most 3e-8 apart.
+LOSS_ATOL, GRAD_ATOL, GRAD_RTOL = 1e-7, 2e-7, 1e-4
 
 
 def test_distinct_prompts_groups_rows_by_prompt_and_padding():
@@ -72,10 +74,10 @@ def test_loss_and_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_pat
         with prompt_forward(share):
             results[share] = loss_and_grads(trainer, _scored(trainer))
     (loss, grads), (row_loss, row_grads) = results[True], results[False]
-    assert loss != 0 and torch.allclose(loss, row_loss, atol=1e-6)
+    assert loss != 0 and torch.allclose(loss, row_loss, atol=LOSS_ATOL)
     assert grads.keys() == row_grads.keys() and len(grads) > 10
     for name, grad in grads.items():
-        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
     assert any(g.abs().max() > 1e-4 for g in grads.values())  # the comparison is over real gradients
 
 
@@ -93,10 +95,10 @@ def test_lora_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path):
         with prompt_forward(share):
             results[share] = loss_and_grads(trainer, _scored(trainer))
     (loss, grads), (row_loss, row_grads) = results[True], results[False]
-    assert torch.allclose(loss, row_loss, atol=1e-6)
+    assert torch.allclose(loss, row_loss, atol=LOSS_ATOL)
     assert grads and all("lora_" in name for name in grads)
     for name, grad in grads.items():
-        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
 
 
 def test_each_distinct_prompt_runs_once(tiny_model_dir, tmp_path, monkeypatch):
@@ -243,5 +245,7 @@ def test_two_prompts_of_different_lengths_score_as_row_by_row(tiny_model_dir, tm
         with prompt_forward(share), torch.no_grad():
             scored[share] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0]
     valid = batch["completion_mask"].bool()
-    tolerance = 1e-5 if dtype == torch.float32 else 0.1
+    # Measured: 5e-7 apart in fp32, 4e-6 in bf16 (a CPU with AVX512-BF16, with and without oneDNN). One column of
+    # left padding attended in the shared forward moves them by 6e-4 (fp32) and 2e-3 (bf16).
+    tolerance = 5e-6 if dtype == torch.float32 else 1e-4
     assert torch.allclose(scored[True][valid].float(), scored[False][valid].float(), atol=tolerance)
