@@ -32,11 +32,13 @@ class RAPOConfig(GRPOConfig):
     > Names
 
     One prefix per concept: `retrieve_*` says when and where a hybrid rollout retrieves; `retrieved_*` what the loss
-    and the rewards do with the retrieved tokens; `retrieval_*`, `importance_shaping_*` and `step_entropy_*` make
-    the paper's retrieval reward; `max_*` are budgets; `dynamic_sampling_*` and `signal_loss_*` are about groups
-    without reward signal; `store_*` about the trace store during training. A setting that can be off is off at 0
-    or `None`, never by a second switch. How a store selects a step (top k, minimum reward, fallback text) is the
-    store's own [`~rapo_trl.store.StoreConfig`]: the trainer uses the store as it is given.
+    does with the retrieved tokens; `retrieval_*`, `importance_shaping_*` and `step_entropy_*` make the paper's
+    retrieval reward and ratio; `max_*` are budgets, as in TRL; `dynamic_sampling_*` and `signal_loss_*` are about
+    groups without reward signal; `store_*` about the trace store during training. The rest say what they are
+    (`num_hybrid_generations` beside TRL's `num_generations`, `tool_workers`, `answer_stop`,
+    `score_retrieved_blocks`). A setting that can be off is off at 0 or `None`, never by a second switch. How a
+    store selects a step (top k, minimum reward, fallback text) is the store's own
+    [`~rapo_trl.store.StoreConfig`]: the trainer uses the store as it is given.
 
     > Hybrid rollouts
 
