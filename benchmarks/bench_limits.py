@@ -11,7 +11,7 @@ reads and writes it; best of several repeats, the median beside it).
 
 Inputs, not assumptions about the machine: the model's shapes (its config, built on the meta device: nothing loads
 or downloads) and the recipe's batch: rows decoded together (``generation_batch_size``), rows of one question per
-loss micro-batch, whether each micro-batch runs its prompt once (``share_prompt_forward``), LoRA or not. Token counts:
+loss micro-batch (each runs its prompt once: ``rapo_trl.trainer.shared_prompt``), LoRA or not. Token counts:
 the prompt is measured (the recipe's training rows through the model's chat template, mean); the completion is the
 mean of the recipe's rollouts recorded by ``bench_step.py`` (``results/step.json``, the ``rapo`` arm) when there is
 one, else half of ``max_completion_length``; ``--prompt-tokens`` / ``--completion-tokens`` set either.
@@ -258,7 +258,7 @@ def recipe_inputs(recipe: str, prompt_tokens: float | None, completion_tokens: f
             sources["completion_tokens"] = "half of max_completion_length (no bench_step record of this recipe)"
     else:
         sources["completion_tokens"] = "--completion-tokens"
-    sharing = min(args.per_device_train_batch_size, args.num_generations) if args.share_prompt_forward else 1
+    sharing = min(args.per_device_train_batch_size, args.num_generations)  # RAPOTrainer runs a prompt once per micro-batch
     inputs = {"recipe": recipe, "model": model_path, "decode_rows": args.generation_batch_size,
               "num_generations": args.num_generations, "per_device_train_batch_size": args.per_device_train_batch_size,
               "rows_per_prompt": sharing, "frozen_weights": bool(model_args.use_peft),

@@ -46,7 +46,7 @@ def run_one(model_path: str, rollouts: str, precision: str, share: bool, rows_n:
     order = list(range(len(batch["prompt_ids"])))
     random.Random(0).shuffle(order)  # TRL's shuffled micro-batch: rows of either prompt
     group = order[0] // GROUP
-    # RAPO's regrouped micro-batches (share_prompt_forward): consecutive rows of one group
+    # RAPO's regrouped micro-batches (rapo_trl.trainer.shared_prompt): consecutive rows of one group
     picked = [group * GROUP + i for i in range(rows_n)] if share else order[:rows_n]
     prompts = [batch["prompt_ids"][i] for i in picked]
     completions = [batch["completion_ids"][i] for i in picked]

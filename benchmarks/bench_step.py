@@ -6,7 +6,7 @@ Three arms, each in its own process (so each peak RSS is its own), on the same m
 
   old_recipe   RAPOTrainer with the demo recipe without its speed settings: fp32 everywhere, one prompt's G rows per
                step, the loss row by row (per_device_train_batch_size 1, gradient accumulation G), every row
-               running its own copy of the prompt (share_prompt_forward off). The baseline.
+               running its own copy of the prompt (a micro-batch of one row has no prompt to share). The baseline.
   rapo         RAPOTrainer with the recipe as it is (the candidate): the precision rule (bf16 on a CPU with
                AVX512-BF16/AMX: frozen weights bf16, LoRA fp32), several prompts per step decoded together, each
                loss micro-batch running each of its distinct prompts once.
@@ -55,8 +55,7 @@ ARMS = ("old_recipe", "rapo", *ENGINE_ARMS, "grpo")
 BASELINE, CANDIDATE = "old_recipe", "rapo"
 # The demo recipe without its speed settings, as rapo train flags (the rest of the recipe is shared).
 OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
-              "steps_per_generation": "8", "share_prompt_forward": "false",
-              "lora_dropout": "0.05"}
+              "steps_per_generation": "8", "lora_dropout": "0.05"}
 PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
 
 
@@ -229,8 +228,9 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
               "batch": {"per_device_train_batch_size": args.per_device_train_batch_size,
                         "gradient_accumulation_steps": args.gradient_accumulation_steps,
                         "steps_per_generation": args.steps_per_generation,
-                        "trim_padding": None if arm == "grpo" else args.trim_padding,
-                        "share_prompt_forward": None if arm == "grpo" else args.share_prompt_forward}}
+                        # RAPOTrainer always trims and runs a micro-batch's prompt once; one row has none to share
+                        "trim_padding": None if arm == "grpo" else True,
+                        "share_prompt_forward": None if arm == "grpo" else args.per_device_train_batch_size > 1}}
     if torch.cuda.is_available():
         result["peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
     folder = getattr(getattr(getattr(trainer, "rollout_engine", None), "backend", None), "decode_model", None)

@@ -68,13 +68,13 @@ def boundary_queries(rows, expert) -> list[tuple[str, str, str]]:
     return queries
 
 
-def shares(store, queries, own_question: bool, **options) -> dict[str, dict[str, float]]:
-    """Per table label: retrievals, final-answer share and own-question share of the stored steps found
-    (``options``: ``store.select``'s selection settings)."""
+def shares(store, queries, own_question: bool) -> dict[str, dict[str, float]]:
+    """Per table label: retrievals, final-answer share and own-question share of the stored steps found (the store's
+    own selection settings, as the trainer uses them)."""
     from rapo_trl.protocol import ANSWER_OPEN
 
     found = store.select([context for _, context, _ in queries],
-                         question_ids=[qid for *_, qid in queries] if own_question else None, **options)
+                         question_ids=[qid for *_, qid in queries] if own_question else None)
     result = {}
     for label, boundaries in BOUNDARIES.items():
         picked = [(q, f) for q, f in zip(queries, found, strict=True) if q[0] in boundaries]
@@ -92,7 +92,6 @@ def measure(tool_steps: str, questions: int, difficulty: int, folder: Path) -> d
     from rapo_trl.cli import build_store
     from rapo_trl.cli.common import build_tools, open_store, training_rows
     from rapo_trl.tasks import get_task
-    from rapo_trl.trainer.backend import select_options
 
     script, rapo_args, model_args = recipe(folder / tool_steps, tool_steps, questions, difficulty)
     start = time.perf_counter()
@@ -101,12 +100,11 @@ def measure(tool_steps: str, questions: int, difficulty: int, folder: Path) -> d
     gc.collect()  # the build's store object lets go of the folder's lock
     rows = training_rows(script, "store", build_tools(script))  # the store's questions, prompted as RL's rows
     store = open_store(script, must_exist=True)
-    options = select_options(rapo_args)  # the recipe's retrieval fields, as the trainer passes them
     queries = boundary_queries(rows, get_task(script.task).expert)
     start = time.perf_counter()
     result = {"records": built["records"], "questions": built["questions"], "build_s": build_s,
-              "by_similarity": shares(store, queries, own_question=False, **options),
-              "own_question": shares(store, queries, own_question=True, **options)}
+              "by_similarity": shares(store, queries, own_question=False),
+              "own_question": shares(store, queries, own_question=True)}
     result["query_s"] = time.perf_counter() - start
     store.close()
     return result

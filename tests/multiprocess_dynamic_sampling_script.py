@@ -1,7 +1,7 @@
 """Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one step where rank 0's group is flat (all
 rewards 0) and rank 1's is not. ``dynamic_sampling``: rank 0's group is replaced, and rank 1 joins each round's
-scoring with no rows of its own. ``group_failed`` (guide_failed_groups): only rank 0's hybrid rows may retrieve, judged
-from rewards gathered over both ranks. Each rank dumps what it computed."""
+scoring with no rows of its own. ``group_failed`` (retrieve_failed_groups_max_reward): only rank 0's hybrid rows may
+retrieve, judged from rewards gathered over both ranks. Each rank dumps what it computed."""
 
 import os
 import sys
@@ -20,8 +20,8 @@ from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: 
 
 
 def main(model_dir: str, out_dir: str, mode: str) -> None:
-    option = dict(dynamic_sampling=True) if mode in ("dynamic_sampling", "both_flat") else dict(
-        guide_failed_groups=True, retrieve_prob=1.0)
+    option = dict(dynamic_sampling_max_rounds=2) if mode in ("dynamic_sampling", "both_flat") else dict(
+        retrieve_failed_groups_max_reward=0.0, retrieve_prob=1.0)
     args = RAPOConfig(
         output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=4,
         num_generations=4, max_completion_length=24, max_turn_tokens=24, seed=0, save_strategy="no", **option,

@@ -22,11 +22,11 @@ def test_rapo_defaults():
     [
         (dict(num_generations=4, num_hybrid_generations=5), "num_hybrid_generations"),
         (dict(retrieve_prob=1.5), "retrieve_prob"),
-        (dict(retrieve_prob_schedule="sometimes"), "retrieve_prob_schedule"),
+        (dict(retrieve_prob_final=1.5), "retrieve_prob_final"),
         (dict(step_entropy="mean"), "step_entropy"),
         (dict(importance_shaping_weight=-1.0), "importance_shaping_weight"),
         (dict(max_turn_tokens=0), "max_turn_tokens"),
-        (dict(dynamic_sampling_max_rounds=0), "dynamic_sampling_max_rounds"),
+        (dict(dynamic_sampling_max_rounds=-1), "dynamic_sampling_max_rounds"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, message):
@@ -58,9 +58,10 @@ def test_zero_tool_calls_is_allowed():
 
 
 def test_dynamic_sampling_is_off_by_default_and_takes_whole_groups_per_process():
-    assert make(num_generations=2, per_device_train_batch_size=2).dynamic_sampling is False
-    cfg = make(dynamic_sampling=True, num_generations=8, per_device_train_batch_size=1, gradient_accumulation_steps=8)
-    assert cfg.dynamic_sampling and cfg.dynamic_sampling_max_rounds == 2
+    assert make(num_generations=2, per_device_train_batch_size=2).dynamic_sampling_max_rounds == 0
+    cfg = make(dynamic_sampling_max_rounds=2, num_generations=8, per_device_train_batch_size=1,
+               gradient_accumulation_steps=8)
+    assert cfg.dynamic_sampling_max_rounds == 2
 
 
 def test_dynamic_sampling_refuses_groups_that_straddle_processes(monkeypatch):
@@ -70,4 +71,4 @@ def test_dynamic_sampling_refuses_groups_that_straddle_processes(monkeypatch):
     assert make(num_generations=4, per_device_train_batch_size=2).generation_batch_size == 4
     with pytest.raises(ValueError, match=r"per_device_train_batch_size \* steps_per_generation \(2\) must be a "
                                          r"multiple of num_generations \(4\)"):
-        make(dynamic_sampling=True, num_generations=4, per_device_train_batch_size=2)
+        make(dynamic_sampling_max_rounds=2, num_generations=4, per_device_train_batch_size=2)

@@ -36,7 +36,7 @@ def test_demo_recipe_parses_into_rapo_config():
     # of rows of one group (their prompt runs once)
     rows = args.per_device_train_batch_size * args.gradient_accumulation_steps
     assert rows == 2 * args.num_generations and args.steps_per_generation == args.gradient_accumulation_steps
-    assert args.share_prompt_forward and args.num_generations % args.per_device_train_batch_size == 0
+    assert args.num_generations % args.per_device_train_batch_size == 0
 
 
 def test_type_check_names_the_bad_key():

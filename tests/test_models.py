@@ -48,7 +48,7 @@ def test_tags_are_ordinary_multi_token_text_and_specials_are_single(tiny_model):
 def test_smollm2_folder_loads_and_generates(smollm2_dir):
     tok = AutoTokenizer.from_pretrained(smollm2_dir)
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir)
-    assert model.num_parameters() == pytest.approx(134.5e6, rel=0.01)
+    assert model.num_parameters() == 134_515_008  # SmolLM2-135M's own count: the conversion lost no tensor
     ids = tok.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}], add_generation_prompt=True,
                                   return_tensors="pt", return_dict=True)
     out = model.generate(**ids, max_new_tokens=12, do_sample=False)

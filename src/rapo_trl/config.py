@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from rapo_trl.core.retrieval_rule import RETRIEVE_SCHEDULES, checked_boundaries, scheduled_retrieve_prob
+from rapo_trl.core.retrieval_rule import checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
@@ -29,24 +29,26 @@ class RAPOConfig(GRPOConfig):
         model given by id or path, the frozen base weights then load in that half type and the adapters stay
         fp32. An explicit `bf16` or `fp16=True` wins.
 
+    > Names
+
+    One prefix per concept: `retrieve_*` says when and where a hybrid rollout retrieves; `retrieved_*` what the loss
+    does with the retrieved tokens; `retrieval_*`, `importance_shaping_*` and `step_entropy_*` make the paper's
+    retrieval reward and ratio; `max_*` are budgets, as in TRL; `dynamic_sampling_*` and `signal_loss_*` are about
+    groups without reward signal; `store_*` about the trace store during training. The rest say what they are
+    (`num_hybrid_generations` beside TRL's `num_generations`, `tool_workers`, `answer_stop`,
+    `score_retrieved_blocks`). A setting that can be off is off at 0 or `None`, never by a second switch. How a
+    store selects a step (top k, minimum reward, fallback text) is the store's own
+    [`~rapo_trl.store.StoreConfig`]: the trainer uses the store as it is given.
+
     > Hybrid rollouts
 
     num_hybrid_generations (`int` or `None`, *optional*, defaults to `None`):
         Rollouts per group that may retrieve (N_hybrid). `None` means half of `num_generations`.
     retrieve_prob (`float`, *optional*, defaults to `0.5`):
         Probability p of inserting a retrieved step after each completed tool step of a hybrid rollout.
-    retrieve_prob_schedule (`str`, *optional*, defaults to `"constant"`):
-        How p moves over training: `"constant"`, or `"linear"`/`"cosine"` decay from `retrieve_prob` to
-        `retrieve_prob_final` at the last step.
-    retrieve_prob_final (`float`, *optional*, defaults to `0.0`):
-        End value of p for the decaying schedules.
-    retrieval_top_k (`int` or `None`, *optional*, defaults to `None`):
-        Neighbours the store considers per query (paper: 3). `None` keeps the store's own setting.
-    min_trace_reward (`float` or `None`, *optional*, defaults to `None`):
-        A retrieved step whose stored reward is at or below this is replaced by the fallback text
-        (paper: 0). `None` keeps the store's own setting.
-    fallback_text (`str` or `None`, *optional*, defaults to `None`):
-        Text inserted when no good step is found. `None` keeps the store's own text.
+    retrieve_prob_final (`float` or `None`, *optional*, defaults to `None`):
+        `None`: p stays `retrieve_prob` throughout (the paper). A value: p decays linearly from `retrieve_prob` to
+        it at the last step (e.g. 0 anneals guidance away).
     retrieve_own_question (`bool`, *optional*, defaults to `False`):
         Retrieve among the records of the row's own question (the dataset's `question_id` column) where the store
         holds any, else by similarity over all records (the paper). Needs a store whose `select` takes
@@ -58,11 +60,10 @@ class RAPOConfig(GRPOConfig):
         Step boundaries where a hybrid rollout draws a retrieval: `"tool_step"`, after each completed tool
         step (the paper); `"plan"`, once the policy closes its first plan (`</think>`), before its first tool
         call, queried with the question (docs/design.md, Guided retrieval).
-    guide_failed_groups (`bool`, *optional*, defaults to `False`):
-        Retrieve only in groups whose on-policy rollouts all failed (BREAD, Guide-GRPO): those are rolled out
-        and scored first. Not with `dynamic_sampling`.
-    group_failed_reward (`float`, *optional*, defaults to `0.0`):
-        With `guide_failed_groups`: an on-policy reward at or below this counts as failed.
+    retrieve_failed_groups_max_reward (`float` or `None`, *optional*, defaults to `None`):
+        `None`: every group may retrieve (the paper). A value: retrieve only in groups whose on-policy rollouts all
+        failed, i.e. scored at or below this reward (BREAD, Guide-GRPO); those are rolled out and scored first. Not
+        with dynamic sampling.
     retrieved_token_loss_weight (`float`, *optional*, defaults to `0.0`):
         w of a loss `-w * A * f(pi(token))` on the retrieved steps' own tokens in rollouts with A > 0 (UFT,
         LUFFY), normalized like DAPO's token mean; the behaviour probability is taken as 1, so the ratio is pi
@@ -85,10 +86,6 @@ class RAPOConfig(GRPOConfig):
     max_retrieved_tokens (`int` or `None`, *optional*, defaults to `None`):
         Retrieved blocks longer than this are skipped (never cut), like blocks that do not fit the
         remaining completion budget. `None`: no cap beyond the budget.
-    signal_loss_patience (`int`, *optional*, defaults to `3`):
-        After this many consecutive steps in which every group's rewards are equal (no advantage, no
-        gradient), or most rollouts were truncated, the trainer logs one warning saying what to change.
-        0 disables the warning.
 
     > Objective
 
@@ -102,55 +99,47 @@ class RAPOConfig(GRPOConfig):
     step_entropy (`str`, *optional*, defaults to `"topk"`):
         Step entropy estimator for the retrieval reward: `"topk"` (reference code: the sum of the top-k estimator
         over the step's first tokens), `"topk_mean"` (its mean) or `"full"` (paper: mean full entropy).
-    entropy_first_tokens (`int`, *optional*, defaults to `20`):
+    step_entropy_first_tokens (`int`, *optional*, defaults to `20`):
         Tokens per step the `"topk"` and `"topk_mean"` estimators use.
-    entropy_top_k (`int`, *optional*, defaults to `10`):
+    step_entropy_top_k (`int`, *optional*, defaults to `10`):
         Log-probs per token the `"topk"` and `"topk_mean"` estimators use.
     score_retrieved_blocks (`bool`, *optional*, defaults to `False`):
         Whether reward functions see the retrieved blocks. By default they are removed (by token span)
         before scoring, so a retrieved `<answer>` cannot be counted as the policy's.
 
-    > Step cost
-
-    trim_padding (`bool`, *optional*, defaults to `True`):
-        Drop, per micro-batch, the prompt and completion columns that are padding in every row before the loss
-        forward (`rapo_trl.padding`); the loss and gradients are unchanged (to float rounding).
-    share_prompt_forward (`bool`, *optional*, defaults to `True`):
-        Run each distinct prompt of a loss micro-batch once and reuse its keys and values for every row that
-        shares it (`rapo_trl.trainer.shared_prompt`), instead of running the G copies of a group's prompt.
-        Log-probs and gradients equal the row-by-row forward's to float rounding. It pays where micro-batches
-        hold several rows of a group (e.g. `per_device_train_batch_size = num_generations`); models it cannot
-        serve (no KV cache argument, sliding-window caches, gradient checkpointing) run TRL's forward.
-
     > Groups without signal (beyond the paper)
 
-    dynamic_sampling (`bool`, *optional*, defaults to `False`):
-        DAPO's dynamic sampling (arXiv 2503.14476): a group whose rewards are all equal has zero advantage and
-        teaches nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset`
-        (seeded by `seed`, the step, the process and the round; never a prompt already in the step) are rolled
-        out, scored by the reward functions, and a replacement group with unequal rewards takes the flat group's
-        rows, prompt and dataset row (so its own answer columns score it). Groups still flat after
-        `dynamic_sampling_max_rounds` rounds are kept (zero advantage). Each round costs one more rollout per
-        flat group. Needs each process's generation batch to hold whole groups (`per_device_train_batch_size *
-        steps_per_generation` a multiple of `num_generations`) and a map-style dataset. TRL 1.16 has no
-        equivalent option. Logged: `dynamic_sampling/*`, and in every run `rapo/step_has_signal`.
-    dynamic_sampling_max_rounds (`int`, *optional*, defaults to `2`):
-        Most extra rollout rounds per step for the flat groups (DAPO's `max_num_gen_batches`).
+    dynamic_sampling_max_rounds (`int`, *optional*, defaults to `0`):
+        DAPO's dynamic sampling (arXiv 2503.14476; `max_num_gen_batches` there), up to this many extra rollout
+        rounds per step; 0 turns it off. A group whose rewards are all equal has zero advantage and teaches
+        nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset` (seeded by
+        `seed`, the step, the process and the round; never a prompt already in the step) are rolled out, scored by
+        the reward functions, and a replacement group with unequal rewards takes the flat group's rows, prompt and
+        dataset row (so its own answer columns score it). Groups still flat after the last round are kept (zero
+        advantage). Each round costs one more rollout per flat group. Needs each process's generation batch to hold
+        whole groups (`per_device_train_batch_size * steps_per_generation` a multiple of `num_generations`) and a
+        map-style dataset. TRL 1.16 has no equivalent option. Logged: `dynamic_sampling/*`, and in every run
+        `rapo/step_has_signal`.
+    signal_loss_patience (`int`, *optional*, defaults to `3`):
+        After this many consecutive steps in which every group's rewards are equal (no advantage, no
+        gradient), or most rollouts were truncated, the trainer logs one warning saying what to change.
+        0 disables the warning.
 
-    > Store growth (beyond the paper)
+    > The trace store during training
 
-    grow_store (`bool`, *optional*, defaults to `False`):
-        Add the policy's best trajectory of each group to the trace store after scoring.
-    grow_store_min_reward (`float`, *optional*, defaults to `1.0`):
-        Only trajectories with at least this reward are added.
-
-    > A store that goes away (docs/reliability.md)
-
+    store_growth_min_reward (`float` or `None`, *optional*, defaults to `None`):
+        `None`: the store is read only (the paper). A value: after scoring, the policy's best trajectory of each
+        group is added to the trace store when its reward is at least this (beyond the paper).
     store_outage_max_steps (`int` or `None`, *optional*, defaults to `None`):
         Training steps the trace store may stay unreachable (e.g. its `chroma run` server down) before the run
-        stops, with a checkpoint saved at that step and an error saying how to resume. `None`: the run goes on
-        as agentic GRPO (rows that would retrieve go on on-policy) with a warning at every logging step, and
-        retrieval resumes by itself when the store answers again.
+        stops, with a checkpoint saved at that step and an error saying how to resume (docs/reliability.md).
+        `None`: the run goes on as agentic GRPO (rows that would retrieve go on on-policy) with a warning at every
+        logging step, and retrieval resumes by itself when the store answers again.
+
+    The loss forward always drops the columns that are padding in every row of a micro-batch
+    (`rapo_trl.padding`) and runs each distinct prompt of a micro-batch once (`rapo_trl.trainer.shared_prompt`;
+    TRL's row-by-row forward where the model cannot take the shared cache): the loss and gradients are TRL's to
+    float rounding.
     """
 
     # Same default (None) as TRL, but None is resolved from the hardware in __post_init__.
@@ -170,15 +159,9 @@ class RAPOConfig(GRPOConfig):
         default=None, metadata={"help": "Hybrid rollouts per group; None: num_generations // 2."}
     )
     retrieve_prob: float = field(default=0.5, metadata={"help": "Retrieval probability p after a tool step."})
-    retrieve_prob_schedule: str = field(
-        default="constant", metadata={"help": "Schedule of p: constant, linear or cosine (to retrieve_prob_final)."}
+    retrieve_prob_final: float | None = field(
+        default=None, metadata={"help": "p at the last step, decayed to linearly from retrieve_prob (None: constant p)."}
     )
-    retrieve_prob_final: float = field(default=0.0, metadata={"help": "End value of p for decaying schedules."})
-    retrieval_top_k: int | None = field(default=None, metadata={"help": "Neighbours considered per query."})
-    min_trace_reward: float | None = field(
-        default=None, metadata={"help": "Steps with stored reward <= this are replaced by the fallback text."}
-    )
-    fallback_text: str | None = field(default=None, metadata={"help": "Text inserted when no good step is found."})
     retrieve_own_question: bool = field(
         default=False, metadata={"help": "Retrieve among the records of the row's own question where the store has any."}
     )
@@ -186,11 +169,9 @@ class RAPOConfig(GRPOConfig):
         default_factory=lambda: ["tool_step"],
         metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan)."},
     )
-    guide_failed_groups: bool = field(
-        default=False, metadata={"help": "Retrieve only in groups whose on-policy rollouts all failed."}
-    )
-    group_failed_reward: float = field(
-        default=0.0, metadata={"help": "guide_failed_groups: an on-policy reward at or below this is a failure."}
+    retrieve_failed_groups_max_reward: float | None = field(
+        default=None,
+        metadata={"help": "Retrieve only in groups whose on-policy rewards are all at or below this (None: every group)."},
     )
     retrieved_token_loss_weight: float = field(
         default=0.0, metadata={"help": "w of a loss on retrieved steps' own tokens in rollouts with A > 0 (0: off)."}
@@ -207,9 +188,6 @@ class RAPOConfig(GRPOConfig):
     max_retrieved_tokens: int | None = field(
         default=None, metadata={"help": "Skip retrieved blocks longer than this many tokens (None: no cap)."}
     )
-    signal_loss_patience: int = field(
-        default=3, metadata={"help": "Steps without reward signal before one warning (0: never warn)."}
-    )
     retrieval_advantage_weight: float = field(default=0.2, metadata={"help": "a in A_acc * (1 + a * A_ret)."})
     retrieval_advantage_epsilon: float = field(
         default=1e-6, metadata={"help": "eps in A_ret = (Z - mean Z) / (std Z + eps); the paper's 1e-6."}
@@ -218,27 +196,25 @@ class RAPOConfig(GRPOConfig):
     step_entropy: str = field(
         default="topk", metadata={"help": "Step entropy estimator: topk (reference sum), topk_mean or full."}
     )
-    entropy_first_tokens: int = field(default=20, metadata={"help": "Tokens per step for the topk estimator."})
-    entropy_top_k: int = field(default=10, metadata={"help": "Log-probs per token for the topk estimator."})
+    step_entropy_first_tokens: int = field(
+        default=20, metadata={"help": "Tokens per step for the topk estimators."}
+    )
+    step_entropy_top_k: int = field(default=10, metadata={"help": "Log-probs per token for the topk estimators."})
     score_retrieved_blocks: bool = field(
         default=False, metadata={"help": "Let reward functions see retrieved blocks (default: removed)."}
     )
-    trim_padding: bool = field(
-        default=True, metadata={"help": "Drop all-padding columns of each micro-batch before the loss forward."}
-    )
-    share_prompt_forward: bool = field(
-        default=True, metadata={"help": "Run each distinct prompt of a loss micro-batch once, reusing its KV cache."}
-    )
-    dynamic_sampling: bool = field(
-        default=False,
-        metadata={"help": "DAPO's dynamic sampling: replace prompts whose group's rewards are all equal with "
-                  "prompts drawn from the training set, rolled out within the same step."},
-    )
     dynamic_sampling_max_rounds: int = field(
-        default=2, metadata={"help": "Most extra rollout rounds per step for groups without reward signal."}
+        default=0,
+        metadata={"help": "DAPO's dynamic sampling: up to this many extra rollout rounds per step replace the prompts "
+                  "of groups whose rewards are all equal (0: off)."},
     )
-    grow_store: bool = field(default=False, metadata={"help": "Add the policy's best trajectories to the store."})
-    grow_store_min_reward: float = field(default=1.0, metadata={"help": "Minimum reward for store growth."})
+    signal_loss_patience: int = field(
+        default=3, metadata={"help": "Steps without reward signal before one warning (0: never warn)."}
+    )
+    store_growth_min_reward: float | None = field(
+        default=None,
+        metadata={"help": "Add each group's best trajectory with at least this reward to the store (None: off)."},
+    )
     store_outage_max_steps: int | None = field(
         default=None,
         metadata={"help": "Steps with the store down before the run stops; None: go on."},
@@ -258,17 +234,13 @@ class RAPOConfig(GRPOConfig):
         super().__post_init__()
         if self.num_hybrid_generations is None:
             self.num_hybrid_generations = self.num_generations // 2
-        if self.retrieve_prob_schedule not in RETRIEVE_SCHEDULES:
-            raise ValueError(
-                f"retrieve_prob_schedule must be one of {RETRIEVE_SCHEDULES}, got {self.retrieve_prob_schedule!r}."
-            )
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
         self._check_guided_retrieval()
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
-        if self.dynamic_sampling:
-            self._require_whole_groups("dynamic_sampling replaces whole groups")
+        if self.dynamic_sampling_max_rounds:
+            self._require_whole_groups("dynamic sampling replaces whole groups")
 
     def _require_whole_groups(self, why: str) -> None:
         """Each process's generation batch must hold whole groups (options that judge or replace a group there)."""
@@ -304,20 +276,20 @@ class RAPOConfig(GRPOConfig):
 
     def _check_guided_retrieval(self) -> None:
         self.retrieve_at = list(checked_boundaries(self.retrieve_at))
-        if self.guide_failed_groups:
-            if self.dynamic_sampling:
+        if self.retrieve_failed_groups_max_reward is not None:
+            if self.dynamic_sampling_max_rounds:
                 # Its replacement groups would need the same two-phase rollout and a second gate per round.
-                raise ValueError("guide_failed_groups and dynamic_sampling cannot be combined: dynamic sampling's "
-                                 "replacement groups are rolled out without the failed-group gate.")
+                raise ValueError("retrieve_failed_groups_max_reward and dynamic_sampling_max_rounds cannot be "
+                                 "combined: dynamic sampling's replacement groups are rolled out without the "
+                                 "failed-group gate.")
             if self.num_hybrid_generations >= self.num_generations:
-                raise ValueError(f"guide_failed_groups judges a group by its on-policy rollouts: "
+                raise ValueError(f"retrieve_failed_groups_max_reward judges a group by its on-policy rollouts: "
                                  f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
                                  f"num_generations ({self.num_generations}).")
-            self._require_whole_groups("guide_failed_groups judges whole groups")
+            self._require_whole_groups("retrieve_failed_groups_max_reward judges whole groups")
         if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
             raise ValueError(f"retrieved_token_shaping must be > 0 or None, got {self.retrieved_token_shaping}.")
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
-        """p after ``step`` of ``max_steps`` optimizer steps, following ``retrieve_prob_schedule``."""
-        return scheduled_retrieve_prob(self.retrieve_prob, self.retrieve_prob_final, self.retrieve_prob_schedule,
-                                       step, max_steps)
+        """p after ``step`` of ``max_steps`` optimizer steps: constant, or decayed to ``retrieve_prob_final``."""
+        return scheduled_retrieve_prob(self.retrieve_prob, self.retrieve_prob_final, step, max_steps)

@@ -17,6 +17,7 @@ An explicit ``device`` / ``dtype`` always wins.
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 
@@ -152,17 +153,21 @@ def check_trainer_device(device: str | None, use_cpu: bool) -> None:
                          f"to train there, {hint}")
 
 
-def load_frozen_weights_in_half(model, args, peft_config, quantization_config) -> None:
-    """A LoRA run loaded by id or path under bf16/fp16 mixed precision loads its frozen base in that half type
-    (``frozen_weights_dtype``; adapters stay fp32), by setting ``args.model_init_kwargs["dtype"]``. An explicit
-    ``model_init_kwargs["dtype"]``, a model object or a quantized load is left as it is."""
+def with_frozen_weights_in_half(model, args, peft_config, quantization_config):
+    """``args``, or for a LoRA run loaded by id or path under bf16/fp16 mixed precision a copy of it whose
+    ``model_init_kwargs["dtype"]`` loads the frozen base in that half type (``frozen_weights_dtype``; adapters stay
+    fp32). The caller's config is never changed. An explicit ``model_init_kwargs["dtype"]``, a model object or a
+    quantized load is left as it is."""
     init_kwargs = half_frozen_init_kwargs(model, args.model_init_kwargs, args, peft_config, quantization_config)
-    if init_kwargs is not args.model_init_kwargs:
-        args.model_init_kwargs = init_kwargs
+    if init_kwargs is args.model_init_kwargs:
+        return args
+    args = copy.copy(args)
+    args.model_init_kwargs = init_kwargs
+    return args
 
 
 def half_frozen_init_kwargs(model, init_kwargs: dict | None, args, peft_config, quantization_config) -> dict | None:
-    """``init_kwargs`` as :func:`load_frozen_weights_in_half` would leave them (the object itself when unchanged),
+    """``init_kwargs`` as :func:`with_frozen_weights_in_half` would leave them (the object itself when unchanged),
     without touching ``args`` (read for its ``bf16`` and ``fp16``)."""
     kwargs = init_kwargs or {}
     quantized = quantization_config is not None or "quantization_config" in kwargs

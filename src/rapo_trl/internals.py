@@ -65,13 +65,13 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(TRAINER, "current_gradient_accumulation_steps", "the extra loss terms' accumulation window",
              attribute=True),
     Internal(GRPO, "_get_per_token_logps_and_entropies", "override: hands the forward's log-probs to the loss "
-             "forward (shaped ratio, extra terms); with share_prompt_forward scores as it does (labels, fused "
+             "forward (shaped ratio, extra terms); scores as it does (labels, fused "
              "head) with each prompt run once",
              ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
               "compute_aux_loss"),
              calls_in_order=("labels[:, :-logits_to_keep] = -100", "fused_lm_head=True",
                              "outputs.log_probs[:, -logits_to_keep:]")),
-    Internal(GRPO, "_prepare_inputs", "override: with share_prompt_forward, the micro-batches of a generation are "
+    Internal(GRPO, "_prepare_inputs", "override: the micro-batches of a generation are "
              "re-split in generation order after TRL's shuffle (one optimizer step over them all)",
              ("generation_batch",), calls_in_order=("shuffle_sequence_dict(", "split_tensor_dict(",
                                                     "self._buffered_inputs[self._step % self.args.steps_per_generation]")),

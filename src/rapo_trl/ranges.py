@@ -12,7 +12,7 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "max_completion_length": (1, None, None),
     "num_hybrid_generations": (0, None, None),
     "retrieve_prob": (0.0, 1.0, None),
-    "retrieve_prob_final": (0.0, 1.0, None),
+    "retrieve_prob_final": (0.0, 1.0, "or None: constant p"),
     "retrieval_advantage_weight": (0.0, None, None),
     "importance_shaping_weight": (0.0, None, None),
     "retrieved_token_loss_weight": (0.0, None, None),
@@ -21,10 +21,9 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "max_tool_calls": (0, None, "0: no tool calls"),
     "max_turn_tokens": (1, None, None),
     "tool_workers": (1, None, None),
-    "entropy_first_tokens": (1, None, None),
-    "entropy_top_k": (1, None, None),
-    "retrieval_top_k": (1, None, None),
-    "dynamic_sampling_max_rounds": (1, None, None),
+    "step_entropy_first_tokens": (1, None, None),
+    "step_entropy_top_k": (1, None, None),
+    "dynamic_sampling_max_rounds": (0, None, "0: off"),
     "store_outage_max_steps": (1, None, "or None: train on as GRPO while the store is down"),
 }
 

@@ -34,10 +34,10 @@ def test_runs_with_dynamic_sampling_are_reported_as_their_own_variant():
     settings = bench.settings(args)
     assert settings["dynamic_sampling_max_rounds"] == 3
     assert "dynamic_sampling_max_rounds" not in bench.settings(bench.parse_args([]))
-    assert bench.variant({"arm": "grpo", "settings": settings}) == "grpo+dynamic"
-    assert bench.variant({"arm": "sft", "settings": {**settings, "reward": "closeness"}}) == \
+    assert bench.learning_report.variant({"arm": "grpo", "settings": settings}) == "grpo+dynamic"
+    assert bench.learning_report.variant({"arm": "sft", "settings": {**settings, "reward": "closeness"}}) == \
         "sft (time of grpo+closeness+dynamic)"
-    assert bench.variant({"arm": "rapo", "settings": bench.settings(bench.parse_args([]))}) == "rapo"
+    assert bench.learning_report.variant({"arm": "rapo", "settings": bench.settings(bench.parse_args([]))}) == "rapo"
 
 
 def _record(arm, seed, fresh_after, series="s33"):
@@ -55,7 +55,7 @@ def test_a_series_table_puts_each_arm_beside_grpo_with_an_interval_over_seeds():
     runs = [_record("grpo", s, v) for s, v in enumerate((0.06, 0.07, 0.08))]
     runs += [_record("rapo_guided", s, v) for s, v in enumerate((0.10, 0.12, 0.14))]
     runs += [_record("rapo", 0, 0.5, series="other")]  # another series: not in this table
-    lines = bench.series_table(runs, "s33")
+    lines = bench.learning_report.series_table(runs, "s33", list(bench.GUIDED_ARMS))
     rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ")}
     assert set(rows) == {"arm", "grpo", "rapo_guided"}
     guided = rows["rapo_guided"].split(" | ")
@@ -64,7 +64,7 @@ def test_a_series_table_puts_each_arm_beside_grpo_with_an_interval_over_seeds():
     lo, hi = (float(x) for x in guided[4].split("-"))
     assert (lo, hi) == (round(0.12 - 4.303 * 0.02 / 3 ** 0.5, 3), round(0.12 + 4.303 * 0.02 / 3 ** 0.5, 3))
     assert guided[5] == "+5.0"  # points above GRPO's 0.070
-    assert bench.variant({"arm": "rapo", "settings": {"series": "s33"}}) == "rapo [s33]"
+    assert bench.learning_report.variant({"arm": "rapo", "settings": {"series": "s33"}}) == "rapo [s33]"
     assert bench.arm_settings("rapo_plan", 8)["retrieve_at"] == ["plan", "tool_step"]
 
 

@@ -58,7 +58,7 @@ def test_a_killed_store_server_costs_only_the_outages_retrievals(server, tmp_pat
     monkeypatch.setattr("rapo_trl.store.retry.time.sleep", lambda s: None)  # the backoff waits, not slept
     store = _store(server)
     trainer = rapo_trainer(tiny_model_dir, tmp_path / "run", store, max_steps=4, retrieve_prob=1.0,
-                           grow_store=True, grow_store_min_reward=0.0)
+                           store_growth_min_reward=0.0)
     trainer.add_callback(Chaos(trainer, server, {1: "kill", 3: "start"}))
     with caplog.at_level(logging.INFO, logger="rapo_trl"):
         trainer.train()

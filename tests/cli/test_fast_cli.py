@@ -76,7 +76,12 @@ RECIPE_ERRORS = {  # name: (YAML changes or None for the recipe as is, extra arg
     "lora_rank_key": ({"lora_rank": 8}, [], ["unknown key 'lora_rank'", "did you mean 'lora_r'?"]),
     "lora_rank_flag": (None, ["--lora_rank", "8"], ["unrecognized arguments: --lora_rank", "did you mean --lora_r?"]),
     "replaced_key": ({"retrieve_when": ["plan"]}, [], ["'retrieve_when': retrieve_when was replaced by retrieve_at",
-                                                       "guide_failed_groups"]),
+                                                       "retrieve_failed_groups_max_reward"]),
+    "merged_key": ({"dynamic_sampling": True}, [], ["'dynamic_sampling': dynamic_sampling was replaced by "
+                                                    "dynamic_sampling_max_rounds (0: off"]),
+    "store_key": ({"retrieval_top_k": 3}, [], ["retrieval_top_k was moved to the trace store's own settings: "
+                                               "StoreConfig.top_k"]),
+    "removed_flag": (None, ["--share_prompt_forward", "false"], ["share_prompt_forward was removed"]),
     "replaced_flag": (None, ["--retrieve_when", "plan"], ["retrieve_when was replaced by retrieve_at"]),
 }
 

@@ -60,7 +60,8 @@ def test_pushed_adapter_loads_from_another_folder_with_the_warm_start_folded_in(
     model = AutoPeftModelForCausalLM.from_pretrained(hub, dtype=torch.float32)
     with torch.no_grad():
         got = model(input_ids=ids).logits
-    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)  # base + warm start + RAPO, as trained
+    # base + warm start + RAPO, as trained: measured 2e-7 apart (the adapter merged vs applied)
+    torch.testing.assert_close(got, expected, atol=2e-6, rtol=0)
 
 
 def test_the_warm_start_is_pushed_only_when_asked(run_after_warm_start, tmp_path):

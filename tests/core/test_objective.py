@@ -92,9 +92,12 @@ def test_retrieval_advantage_epsilon_is_the_papers(tmp_path):
     args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True)
     assert args.retrieval_advantage_epsilon == 1e-6
     z = torch.tensor([1e-4, 0.0, 0.0, 0.0])
-    full = 0.75e-4 / 5e-5  # (z - mean) / std = 1.5 (unbiased std, G = 4)
-    assert group_normalize(z, 4, eps=args.retrieval_advantage_epsilon)[0].item() == pytest.approx(full, rel=0.03)
-    assert group_normalize(z, 4, eps=1e-4)[0].item() == pytest.approx(full / 3, rel=0.03)
+    def a_ret(eps):  # (z - mean) / (std + eps), unbiased std 5e-5 (G = 4): 1.5 without eps
+        return 0.75e-4 / (5e-5 + eps)
+
+    assert group_normalize(z, 4, eps=args.retrieval_advantage_epsilon)[0].item() == pytest.approx(a_ret(1e-6), rel=1e-5)
+    assert a_ret(1e-6) == pytest.approx(1.5, rel=0.02) and a_ret(1e-4) == pytest.approx(1.5 / 3)
+    assert group_normalize(z, 4, eps=1e-4)[0].item() == pytest.approx(a_ret(1e-4), rel=1e-5)
     with pytest.raises(ValueError, match="retrieval_advantage_epsilon"):
         RAPOConfig(output_dir=str(tmp_path), use_cpu=True, retrieval_advantage_epsilon=0.0)
 

@@ -168,7 +168,8 @@ def test_local_index_selects_what_chroma_selects(make_store, embedder, kind):
         for i, d, m in zip(result["ids"], result["distances"], result["metadatas"], strict=True)
     ]
     assert [r.record_id for r in got] == [r.record_id for r in reference]
-    assert [r.similarity for r in got] == pytest.approx([r.similarity for r in reference], abs=1e-4)
+    # float32 distances computed two ways: measured 2e-7 apart
+    assert [r.similarity for r in got] == pytest.approx([r.similarity for r in reference], abs=2e-6)
     assert not all(r.is_fallback for r in got)
 
 

@@ -30,7 +30,7 @@ def test_options_the_engine_owns_are_refused(tmp_path):
 
 def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     values = dict(max_completion_length=77, max_turn_tokens=11, max_tool_calls=3, num_hybrid_generations=1,
-                  retrieve_prob=0.25, step_entropy="full", entropy_first_tokens=5, tool_workers=2,
+                  retrieve_prob=0.25, step_entropy="full", step_entropy_first_tokens=5, tool_workers=2,
                   answer_stop="</answer>", max_retrieved_tokens=40, retrieve_at=("plan", "tool_step"),
                   retrieve_own_question=True)
     engine = rollout_config(config(tmp_path, **values))

@@ -139,7 +139,7 @@ def step(trainer, data, prompt_index):
 
 def test_a_flat_group_is_replaced_and_scored_with_the_replacement_prompts_own_answer(tiny_model_dir, tmp_path):
     data = dataset()
-    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling=True)
+    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling_max_rounds=2)
     inputs, batch = step(trainer, data, 0)
 
     replaced = trainer.last_rollout.replaced
@@ -167,7 +167,7 @@ def test_a_flat_group_is_replaced_and_scored_with_the_replacement_prompts_own_an
 
 def test_groups_still_flat_after_the_last_round_are_kept(tiny_model_dir, tmp_path):
     data = dataset(flat=range(6))
-    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling=True, dynamic_sampling_max_rounds=2)
+    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling_max_rounds=2)
     inputs, batch = step(trainer, data, 0)
     assert not trainer.last_rollout.replaced and [x["answer"] for x in inputs] == ["flat:0"] * G
     assert not batch["advantages"].abs().sum()
@@ -178,11 +178,11 @@ def test_groups_still_flat_after_the_last_round_are_kept(tiny_model_dir, tmp_pat
 
 
 def test_off_by_default_and_on_without_flat_groups_it_changes_nothing(tiny_model_dir, tmp_path):
-    assert RAPOConfig(output_dir=str(tmp_path), use_cpu=True).dynamic_sampling is False
+    assert RAPOConfig(output_dir=str(tmp_path), use_cpu=True).dynamic_sampling_max_rounds == 0
     data = dataset()
     trainers, batches, logged = [], [], []
     for on in (False, True):
-        trainer = trainer_for(tiny_model_dir, tmp_path / str(on), data, dynamic_sampling=on)
+        trainer = trainer_for(tiny_model_dir, tmp_path / str(on), data, dynamic_sampling_max_rounds=2 if on else 0)
         _, batch = step(trainer, data, 1)  # prompt 1: rewards vary
         trainers.append(trainer)
         batches.append(batch)
@@ -202,7 +202,7 @@ def test_off_by_default_and_on_without_flat_groups_it_changes_nothing(tiny_model
 def test_training_steps_through_trls_loop_log_what_dynamic_sampling_did(tiny_model_dir, tmp_path):
     """TRL's own loop (sampler, buffering, shuffle, split into micro-batches) around replaced groups."""
     data = dataset(n=8, flat=range(4))
-    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling=True, dynamic_sampling_max_rounds=3,
+    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling_max_rounds=3,
                           max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=2)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     trainer.train()

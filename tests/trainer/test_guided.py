@@ -54,13 +54,14 @@ def test_config_checks():
         return RAPOConfig(output_dir="/tmp/x", use_cpu=True, bf16=False, num_generations=4,
                           **{"per_device_train_batch_size": 4, **kwargs})
 
-    assert config().retrieve_at == ["tool_step"] and not config().guide_failed_groups
+    assert config().retrieve_at == ["tool_step"] and config().retrieve_failed_groups_max_reward is None
     assert config(retrieve_at="plan").retrieve_at == ["plan"]  # a YAML scalar names one boundary
     assert config(retrieve_at=["plan", "tool_step"]).retrieve_at == ["plan", "tool_step"]
     for bad, match in ((dict(retrieve_at=["later"]), "retrieve_at takes one or more of"),
                        (dict(retrieve_at=["group_failed"]), "retrieve_at takes"),
-                       (dict(guide_failed_groups=True, num_hybrid_generations=4), "on-policy"),
-                       (dict(guide_failed_groups=True, dynamic_sampling=True), "dynamic_sampling"),
+                       (dict(retrieve_failed_groups_max_reward=0.0, num_hybrid_generations=4), "on-policy"),
+                       (dict(retrieve_failed_groups_max_reward=0.0, dynamic_sampling_max_rounds=2),
+                        "dynamic_sampling_max_rounds"),
                        (dict(retrieved_token_loss_weight=-1.0), "retrieved_token_loss_weight"),
                        (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping")):
         with pytest.raises(ValueError, match=match):
@@ -71,7 +72,7 @@ def test_config_checks():
 def test_group_failed_retrieves_only_when_the_on_policy_rows_failed(tiny_model_dir, tmp_path, threshold, guided):
     store = FixedStore()
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0,
-                           guide_failed_groups=True, group_failed_reward=threshold)
+                           retrieve_failed_groups_max_reward=threshold)
     script(trainer)  # rows 2-3 (on-policy) roll out first and draw the first two scripts: rewards 1 and 2
     trainer.model.train()
     trainer._generate_and_score_completions(batch_inputs())

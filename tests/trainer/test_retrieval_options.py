@@ -1,10 +1,13 @@
-"""Retrieval options seen through a training step: p's schedule and what the reward functions are shown."""
+"""Retrieval options seen through a training step: p's schedule, the step entropy estimator's settings and what
+the reward functions are shown."""
 
 from __future__ import annotations
 
 import pytest
+from transformers import AutoTokenizer
 
 from tests.helpers.fakes import FixedStore, Found
+from tests.helpers.scripted import uniform_entropies
 from tests.helpers.trainers import batch_inputs, rapo_trainer, script
 
 SEVENS_STEP = "<think>77</think>"  # a stored step whose 7s a reward function would count
@@ -20,14 +23,26 @@ def scored_step(tiny_model_dir, tmp_path, global_step=0, max_steps=0, **options)
     return trainer, trainer._metrics["train"]["rapo/retrieve_prob"][-1]
 
 
-@pytest.mark.parametrize("schedule", ["linear", "cosine"])
-def test_a_decaying_schedule_retrieves_at_the_start_and_not_at_the_end(tiny_model_dir, tmp_path, schedule):
-    options = dict(retrieve_prob=1.0, retrieve_prob_schedule=schedule, retrieve_prob_final=0.0)
+def test_a_decaying_p_retrieves_at_the_start_and_not_at_the_end(tiny_model_dir, tmp_path):
+    options = dict(retrieve_prob=1.0, retrieve_prob_final=0.0)
     start, p_start = scored_step(tiny_model_dir, tmp_path, global_step=0, max_steps=4, **options)
     end, p_end = scored_step(tiny_model_dir, tmp_path, global_step=4, max_steps=4, **options)
     assert (p_start, p_end) == (1.0, 0.0)
     assert [len(row.retrievals) for row in start.last_rollout.rows] == [1, 1, 0, 0]
     assert not any(row.retrievals for row in end.last_rollout.rows)
+
+
+@pytest.mark.parametrize("settings", [{}, dict(step_entropy_top_k=2, step_entropy_first_tokens=3)],
+                         ids=["defaults", "set"])
+def test_the_step_entropy_settings_shape_each_steps_entropy(tiny_model_dir, tmp_path, settings):
+    trainer, _ = scored_step(tiny_model_dir, tmp_path, retrieve_prob=1.0, **settings)
+    top_k, first_tokens = settings.get("step_entropy_top_k", 10), settings.get("step_entropy_first_tokens", 20)
+    # row 0's first step, "<python>1</python>", is sampled uniformly over 8 tokens: "topk" sums its first tokens' top-k
+    step_tokens = len(AutoTokenizer.from_pretrained(tiny_model_dir)("<python>1</python>",
+                                                                    add_special_tokens=False)["input_ids"])
+    per_token = uniform_entropies(8, trainer.model.config.vocab_size, top_k=top_k)[1]
+    got = trainer.last_rollout.rows[0].policy_steps[0].entropy
+    assert got == pytest.approx(min(step_tokens, first_tokens) * per_token, rel=1e-5)
 
 
 def test_reward_functions_see_retrieved_blocks_only_when_asked(tiny_model_dir, tmp_path):
@@ -40,7 +55,7 @@ def test_reward_functions_see_retrieved_blocks_only_when_asked(tiny_model_dir, t
 
 
 class SettingsStore:
-    """A store that takes the selection settings at select time, and remembers them."""
+    """A store that would take selection settings at select time, and remembers those it was given."""
 
     def __init__(self):
         self.settings = []
@@ -50,11 +65,10 @@ class SettingsStore:
         return [Found("<think>a step</think>") for _ in contexts]
 
 
-def test_the_trainers_selection_settings_reach_each_select_call(tiny_model_dir, tmp_path):
+def test_the_trainer_leaves_selection_to_the_stores_own_settings(tiny_model_dir, tmp_path):
     store = SettingsStore()
-    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, num_hybrid_generations=2, retrieve_prob=1.0,
-                           retrieval_top_k=2, min_trace_reward=0.5, fallback_text="Reason alone.")
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, num_hybrid_generations=2, retrieve_prob=1.0)
     script(trainer)
     trainer.model.train()
     trainer._generate_and_score_completions(batch_inputs())
-    assert store.settings and set(store.settings) == {(2, 0.5, "Reason alone.")}
+    assert store.settings and set(store.settings) == {(None, None, None)}

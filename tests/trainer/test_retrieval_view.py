@@ -210,7 +210,7 @@ def test_the_rollout_stage_passes_each_rows_question_id(guided):
     engine = RecordingEngine()
     inputs = [{"question_id": q} for q in ("a", "a", 7, None)]
     hooks = StepHooks(score=lambda rows_in, rows: torch.zeros(len(rows)), gather=lambda t: t, mean=None, total=None)
-    args = SimpleNamespace(guide_failed_groups=guided, dynamic_sampling=False, group_failed_reward=0.0)
+    args = SimpleNamespace(retrieve_failed_groups_max_reward=0.0 if guided else None, dynamic_sampling_max_rounds=0)
     roll_out_step(engine, inputs, [[1]] * 4, [""] * 4, [True, True, False, False], group_size=4, offset=0,
                   retrieve_prob=0.5, args=args, hooks=hooks)
     # guided: the on-policy rows first (retrieval off: no ids needed), then the hybrid rows with theirs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import pytest
@@ -10,6 +11,7 @@ from peft import LoraConfig
 from transformers import AutoTokenizer
 
 import rapo_trl.trainer.shared_prompt as shared_prompt_module
+import rapo_trl.trainer.trainer as trainer_module
 from rapo_trl.config import RAPOConfig
 from rapo_trl.padding import trim_padding_columns
 from rapo_trl.trainer import RAPOTrainer
@@ -30,6 +32,8 @@ from tests.helpers.trainers import (
 )
 
 SHIFTED = dict(store=FixedStore(), retrieve_prob=1.0, num_hybrid_generations=2, importance_shaping_weight=1.0)
+# Measured on the tiny model (fp32): the loss equal, gradients at most 3e-8 apart.
+LOSS_ATOL, GRAD_ATOL, GRAD_RTOL = 1e-7, 2e-7, 1e-4
 
 
 def test_distinct_prompts_groups_rows_by_prompt_and_padding():
@@ -47,6 +51,15 @@ def test_distinct_prompts_groups_rows_by_prompt_and_padding():
     assert distinct_prompts(ids, mask, prompt_len=1) is None  # no prompt prefix to run before the last token
 
 
+@contextlib.contextmanager
+def prompt_forward(shared: bool):
+    """The loss forward as the trainer runs it (``shared``), or TRL's row-by-row forward in its place."""
+    with pytest.MonkeyPatch.context() as patch:
+        if not shared:
+            patch.setattr(trainer_module, "scores_with_shared_prompts", lambda *args, **kwargs: None)
+        yield
+
+
 def _scored(trainer):
     script(trainer)
     trainer.model.train()
@@ -57,20 +70,20 @@ def _scored(trainer):
 def test_loss_and_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path, settings):
     results = {}
     for share in (True, False):
-        trainer = rapo_trainer(tiny_model_dir, tmp_path / str(share), share_prompt_forward=share, **settings)
-        results[share] = loss_and_grads(trainer, _scored(trainer))
+        trainer = rapo_trainer(tiny_model_dir, tmp_path / str(share), **settings)
+        with prompt_forward(share):
+            results[share] = loss_and_grads(trainer, _scored(trainer))
     (loss, grads), (row_loss, row_grads) = results[True], results[False]
-    assert loss != 0 and torch.allclose(loss, row_loss, atol=1e-6)
+    assert loss != 0 and torch.allclose(loss, row_loss, atol=LOSS_ATOL)
     assert grads.keys() == row_grads.keys() and len(grads) > 10
     for name, grad in grads.items():
-        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
     assert any(g.abs().max() > 1e-4 for g in grads.values())  # the comparison is over real gradients
 
 
 def _lora_trainer(tiny_model_dir, tmp_path, **settings):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    rapo = {k: settings.pop(k) for k in list(settings) if k in ("share_prompt_forward",)}
-    args = RAPOConfig(**common_args(tmp_path, **settings), max_turn_tokens=32, **rapo)
+    args = RAPOConfig(**common_args(tmp_path, **settings), max_turn_tokens=32)
     return RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
                        tools=[EchoTool()], peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
 
@@ -78,13 +91,14 @@ def _lora_trainer(tiny_model_dir, tmp_path, **settings):
 def test_lora_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path):
     results = {}
     for share in (True, False):
-        trainer = _lora_trainer(tiny_model_dir, tmp_path / str(share), share_prompt_forward=share)
-        results[share] = loss_and_grads(trainer, _scored(trainer))
+        trainer = _lora_trainer(tiny_model_dir, tmp_path / str(share))
+        with prompt_forward(share):
+            results[share] = loss_and_grads(trainer, _scored(trainer))
     (loss, grads), (row_loss, row_grads) = results[True], results[False]
-    assert torch.allclose(loss, row_loss, atol=1e-6)
+    assert torch.allclose(loss, row_loss, atol=LOSS_ATOL)
     assert grads and all("lora_" in name for name in grads)
     for name, grad in grads.items():
-        assert torch.allclose(grad, row_grads[name], atol=1e-6, rtol=1e-4), name
+        assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
 
 
 def test_each_distinct_prompt_runs_once(tiny_model_dir, tmp_path, monkeypatch):
@@ -121,7 +135,7 @@ def test_falls_back_to_trls_forward_where_the_cache_cannot_serve(tiny_model_dir,
         loss, _ = loss_and_grads(trainer, batch)
         loss_and_grads(trainer, batch)
     assert not used and torch.isfinite(loss)
-    said = [r.message for r in caplog.records if "share_prompt_forward is off" in r.message]
+    said = [r.message for r in caplog.records if "shared prompt forward is off" in r.message]
     assert len(said) == 1 and "gradient checkpointing" in said[0]  # said, once: never silently off
 
 
@@ -228,9 +242,10 @@ def test_two_prompts_of_different_lengths_score_as_row_by_row(tiny_model_dir, tm
     assert distinct_prompts(ids, mask, ids.size(1) - keep) is not None
     scored = {}
     for share in (True, False):
-        trainer.args.share_prompt_forward = share
-        with torch.no_grad():
+        with prompt_forward(share), torch.no_grad():
             scored[share] = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, keep)[0]
     valid = batch["completion_mask"].bool()
-    tolerance = 1e-5 if dtype == torch.float32 else 0.1
+    # Measured: 5e-7 apart in fp32, 4e-6 in bf16 (a CPU with AVX512-BF16, with and without oneDNN). One column of
+    # left padding attended in the shared forward moves them by 6e-4 (fp32) and 2e-3 (bf16).
+    tolerance = 5e-6 if dtype == torch.float32 else 1e-4
     assert torch.allclose(scored[True][valid].float(), scored[False][valid].float(), atol=tolerance)

@@ -30,6 +30,6 @@ def test_policy_view_removes_retrieved_spans_by_position():
 
 def test_embedded_growth_is_single_process():
     store = SimpleNamespace(path="/s")
-    check_store_growth(store, SimpleNamespace(grow_store=True), num_processes=1)
+    check_store_growth(store, SimpleNamespace(store_growth_min_reward=1.0), num_processes=1)
     with pytest.raises(ValueError, match="chroma run"):
-        check_store_growth(store, SimpleNamespace(grow_store=True), num_processes=2)
+        check_store_growth(store, SimpleNamespace(store_growth_min_reward=1.0), num_processes=2)

@@ -293,7 +293,7 @@ class RecordingStore(FixedStore):
 def test_store_growth_adds_each_groups_best_policy_trajectory(tiny_model_dir, tmp_path):
     store = RecordingStore()
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0, num_hybrid_generations=2,
-                           grow_store=True, grow_store_min_reward=2.0)
+                           store_growth_min_reward=2.0)
     script(trainer)
     trainer.model.train()
     trainer._generate_and_score_completions(batch_inputs())

@@ -17,16 +17,34 @@ def option_names(name: str) -> list[str]:
 SYNONYMS = {"lora_rank": "lora_r", "rank": "lora_r", "lr": "learning_rate", "batch_size": "per_device_train_batch_size"}
 
 # RAPOConfig fields that are gone, and what took their place: the one line a recipe still naming them gets.
+_STORE_SETTING = ("was moved to the trace store's own settings: StoreConfig.{0} ({1}), set where the store is made "
+                  "(TraceStore(path, config=StoreConfig({0}=...))); the trainer uses the store as given")
 REPLACED = {
-    "retrieve_when": "retrieve_at (where a hybrid rollout retrieves: tool_step, plan) and guide_failed_groups "
-                     "(retrieve only in groups whose on-policy rollouts failed)",
+    "retrieve_when": "was replaced by retrieve_at (where a hybrid rollout retrieves: tool_step, plan) and "
+                     "retrieve_failed_groups_max_reward (retrieve only in groups whose on-policy rollouts failed)",
+    "retrieve_prob_schedule": "was replaced by retrieve_prob_final (unset: p constant; a value: p decays linearly "
+                              "from retrieve_prob to it at the last step)",
+    "guide_failed_groups": "was replaced by retrieve_failed_groups_max_reward (unset: off; 0.0 gives the old "
+                           "default threshold)",
+    "group_failed_reward": "was replaced by retrieve_failed_groups_max_reward (unset: off)",
+    "retrieval_top_k": _STORE_SETTING.format("top_k", "default 3, the paper's"),
+    "min_trace_reward": _STORE_SETTING.format("min_reward", "default 0.0, the paper's"),
+    "fallback_text": _STORE_SETTING.format("fallback_text", "default: a note to reason alone"),
+    "entropy_first_tokens": "was renamed step_entropy_first_tokens",
+    "entropy_top_k": "was renamed step_entropy_top_k",
+    "dynamic_sampling": "was replaced by dynamic_sampling_max_rounds (0: off; 2 was the default when on)",
+    "grow_store": "was replaced by store_growth_min_reward (unset: off; 1.0 was the default when on)",
+    "grow_store_min_reward": "was replaced by store_growth_min_reward (unset: off)",
+    "trim_padding": "was removed: the loss forward always drops the columns that are padding in every row",
+    "share_prompt_forward": "was removed: the loss forward always runs each distinct prompt of a micro-batch once "
+                            "(TRL's forward where the model cannot)",
 }
 
 
 def replaced_field(word: str) -> str | None:
     """``"retrieve_when was replaced by ..."`` when ``word`` (a key or ``--flag``) names a field in ``REPLACED``."""
     name = word.lstrip("-").replace("-", "_")
-    return f"{name} was replaced by {REPLACED[name]}" if name in REPLACED else None
+    return f"{name} {REPLACED[name]}" if name in REPLACED else None
 
 
 def closest(word: str, known) -> str | None:

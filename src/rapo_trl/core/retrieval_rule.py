@@ -6,8 +6,8 @@
   (the paper), and once the policy closes its plan, for which the first turn is held at the plan's end
   (``holds_plan_turn``, ``boundaries_reached``). Each hybrid row that reaches a boundary untruncated draws one coin
   (``rows_that_retrieve``), in boundary order, from the engine's seeded generator.
-- In which groups: every group, or with ``guide_failed_groups`` only those whose on-policy rows all failed
-  (``failed_groups``, ``guided_flags``).
+- In which groups: every group, or with ``retrieve_failed_groups_max_reward`` only those whose on-policy rows all
+  failed (``failed_groups``, ``guided_flags``).
 
 Which record a retrieval inserts is the store's half of the rule, :func:`rapo_trl.store.selection.pick`: the highest
 stored reward among the ``top_k`` nearest keys (ties: the most similar), the fallback text when that reward is not
@@ -24,23 +24,19 @@ RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
 """Where a hybrid rollout may retrieve: after each completed tool step (paper), or once the policy has closed its
 plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first tool call."""
 
-RETRIEVE_SCHEDULES = ("constant", "linear", "cosine")
-"""How p moves over training: held, or decayed linearly or along a half cosine to its final value."""
-
 
 def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
     """The first ``num_hybrid`` rows of each group of ``num_generations`` are hybrid."""
     return global_index % num_generations < num_hybrid
 
 
-def scheduled_retrieve_prob(start: float, final: float, schedule: str, step: int, max_steps: int) -> float:
-    """p after ``step`` of ``max_steps`` optimizer steps: ``start`` throughout (``"constant"``, or no step count),
-    else decayed from ``start`` to ``final`` at the last step along ``schedule``."""
-    if schedule == "constant" or not max_steps:
+def scheduled_retrieve_prob(start: float, final: float | None, step: int, max_steps: int) -> float:
+    """p after ``step`` of ``max_steps`` optimizer steps: ``start`` throughout (``final`` None, or no step count),
+    else decayed linearly from ``start`` to ``final`` at the last step."""
+    if final is None or not max_steps:
         return start
     progress = min(1.0, step / max_steps)
-    weight = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
-    return final + (start - final) * weight
+    return final + (start - final) * (1.0 - progress)
 
 
 def checked_boundaries(retrieve_at: str | Iterable[str]) -> tuple[str, ...]:
@@ -85,5 +81,5 @@ def failed_groups(rewards: Sequence[float], group_size: int, threshold: float) -
 
 def guided_flags(failed: Sequence[bool], rows: Iterable[int], offset: int, group_size: int) -> list[bool]:
     """For this process's ``rows`` (local indices; ``offset``: its first global row): whether the row's group failed,
-    i.e. whether the row may retrieve under ``guide_failed_groups``."""
+    i.e. whether the row may retrieve under ``retrieve_failed_groups_max_reward``."""
     return [bool(failed[(offset + row) // group_size]) for row in rows]

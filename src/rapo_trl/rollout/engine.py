@@ -78,7 +78,7 @@ class RolloutConfig:
     """Probability p of retrieving after each completed tool step of a hybrid rollout."""
     step_entropy: str = "topk"
     """Step entropy estimator: ``"topk"`` (reference code's sum), ``"topk_mean"`` or ``"full"`` (paper)."""
-    entropy_first_tokens: int = 20
+    step_entropy_first_tokens: int = 20
     """Tokens per step the ``"topk"`` estimator averages over."""
     result_template: str = RESULT_TEMPLATE
     """How a tool's output is shown to the policy (forced tokens)."""
@@ -102,9 +102,6 @@ class RolloutConfig:
     retrieve_own_question: bool = False
     """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
     the nearest records of any question; only a store whose ``select`` takes ``question_ids`` can."""
-    select_options: dict = field(default_factory=dict)
-    """Keyword arguments for each ``store.select`` call (the trainer's ``top_k``, ``min_reward``, ``fallback_text``),
-    each passed where ``select`` takes it: the store's own settings stay as they are."""
 
     def __post_init__(self):
         self.retrieve_at = checked_boundaries(self.retrieve_at)
@@ -285,7 +282,8 @@ class HybridRolloutEngine:
                 elif row.logprobs is not None:
                     row.logprobs.extend([0.0] * len(out.token_ids))
                 turn = carried.pop(i, _HeldTurn()).extended(out)
-                entropy = step_entropy(turn.entropy_full, turn.entropy_topk, cfg.step_entropy, cfg.entropy_first_tokens)
+                entropy = step_entropy(turn.entropy_full, turn.entropy_topk, cfg.step_entropy,
+                                       cfg.step_entropy_first_tokens)
                 if turn.sampled > len(out.token_ids):  # the rest of a step cut at the plan: one step, not two
                     step = row.segments[-1]
                     step.end, step.entropy = len(row.completion_ids), entropy
@@ -406,9 +404,8 @@ class HybridRolloutEngine:
         # A failing store (server down, timeout) is retried with backoff, then these rows go on without retrieval
         # (counted per row as rapo/store_errors); during an outage one try each, and one warning in all.
         own = [question_ids[i] for i in chosen]
-        options = {name: value for name, value in cfg.select_options.items() if select_takes(self.store, name)}
         selected = self.store_outage.select(self.store, contexts, question_ids=own if any(q is not None for q in own)
-                                            and self._takes_question_ids() else None, **options)
+                                            and self._takes_question_ids() else None)
         if selected is None:
             return
         for i, found in zip(chosen, selected):

@@ -25,7 +25,7 @@ def sampling_settings(args: RAPOConfig) -> SamplingSettings:
         top_k=args.top_k or 0,
         min_p=args.min_p,
         repetition_penalty=args.repetition_penalty,
-        entropy_top_k=args.entropy_top_k,
+        entropy_top_k=args.step_entropy_top_k,
     )
     for key, value in (args.generation_kwargs or {}).items():
         if key in SAMPLING_KEYS:
@@ -34,7 +34,7 @@ def sampling_settings(args: RAPOConfig) -> SamplingSettings:
             raise ValueError(
                 f"generation_kwargs[{key!r}] is set by RAPO's multi-turn engine (per-turn budgets, tool stop "
                 "strings, one sample per row, log-probs for step entropy); use max_completion_length, "
-                "max_turn_tokens or entropy_top_k instead."
+                "max_turn_tokens or step_entropy_top_k instead."
             )
         else:
             sampling.extra[key] = value
@@ -50,20 +50,13 @@ def rollout_config(args: RAPOConfig) -> RolloutConfig:
         num_hybrid_generations=args.num_hybrid_generations,
         retrieve_prob=args.retrieve_prob,
         step_entropy=args.step_entropy,
-        entropy_first_tokens=args.entropy_first_tokens,
+        step_entropy_first_tokens=args.step_entropy_first_tokens,
         tool_workers=args.tool_workers,
         answer_stop=args.answer_stop,
         max_retrieved_tokens=args.max_retrieved_tokens,
         retrieve_at=tuple(args.retrieve_at),
         retrieve_own_question=args.retrieve_own_question,
-        select_options=select_options(args),
     )
-
-
-def select_options(args: RAPOConfig) -> dict:
-    """The config's selection settings as ``store.select`` keywords, those left at ``None`` (the store's own) out."""
-    given = {"top_k": args.retrieval_top_k, "min_reward": args.min_trace_reward, "fallback_text": args.fallback_text}
-    return {name: value for name, value in given.items() if value is not None}
 
 
 def make_backend(trainer, vllm_llm=None):

@@ -99,8 +99,8 @@ def checked_arguments(model, args, train_dataset, **refused):
             f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
             "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
         )
-    if args.dynamic_sampling and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
-        raise ValueError("dynamic_sampling draws replacement prompts by index: it needs a map-style "
+    if args.dynamic_sampling_max_rounds and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
+        raise ValueError("dynamic sampling draws replacement prompts by index: it needs a map-style "
                          "train_dataset (a datasets.Dataset, not an IterableDataset).")
     return args
 

@@ -1,9 +1,9 @@
 """DAPO's dynamic sampling (arXiv 2503.14476): no group without reward signal when a step can replace it.
 
 A group whose rewards are all equal has zero advantage: its rollouts cost a step's time and teach nothing. With
-``RAPOConfig.dynamic_sampling`` the rollout replaces such a group's prompt within the same step: prompts drawn from
-the training set are rolled out in place of the flat groups, scored by the trainer's reward functions, and a
-candidate group whose rewards differ takes the flat group's rows, for up to ``dynamic_sampling_max_rounds`` rounds.
+``RAPOConfig.dynamic_sampling_max_rounds`` above 0 the rollout replaces such a group's prompt within the same step:
+prompts drawn from the training set are rolled out in place of the flat groups, scored by the trainer's reward
+functions, and a candidate group whose rewards differ takes the flat group's rows, for up to that many rounds.
 The pieces here know nothing of TRL; ``RAPOTrainer`` wires them to its rollout engine and reward functions.
 """
 

@@ -107,7 +107,7 @@ def scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep:
     if reason is not None:  # e.g. under DDP: the wrapper's forward takes no cache argument
         if reason not in _SAID:
             _SAID.add(reason)
-            logger.warning("RAPO: share_prompt_forward is off for this model (%s): every row runs its prompt in the "
+            logger.warning("RAPO: the shared prompt forward is off for this model (%s): every row runs its prompt in the "
                            "loss, as in TRL.", reason)
         return None
     logps, entropies = [], []
@@ -137,7 +137,7 @@ def regroups_micro_batches(args, num_iterations: int) -> bool:
     only where that provably leaves the update unchanged. Every micro-batch of a generation is accumulated into one
     optimizer step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or
     averaged per micro-batch (top-entropy tokens, the entropy bonus)."""
-    return (args.share_prompt_forward and args.per_device_train_batch_size > 1 and num_iterations == 1
+    return (args.per_device_train_batch_size > 1 and num_iterations == 1
             and args.steps_per_generation == args.gradient_accumulation_steps
             and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
             and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)

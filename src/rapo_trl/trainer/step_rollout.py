@@ -1,7 +1,7 @@
 """The step's rollout stage: which rows roll out how, in one function that knows nothing of TRL.
 
 One of three ways, chosen by the config: plain (every row in one engine call); guided for failed groups
-(``guide_failed_groups``: the on-policy rows first, scored, then the hybrid rows, retrieving only in groups whose
+(``retrieve_failed_groups_max_reward``: the on-policy rows first, scored, then the hybrid rows, retrieving only in groups whose
 on-policy rows all failed; BREAD, Guide-GRPO); and, after either, DAPO's dynamic sampling (flat groups replaced by
 groups of prompts drawn from the training set, `rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
 (scoring, gathering, drawing and rolling out prompts) comes in as ``StepHooks``, so every process runs the same
@@ -62,15 +62,16 @@ def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefi
                   *, group_size: int, offset: int, retrieve_prob: float, args, hooks: StepHooks) -> StepRollout:
     """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says, hybrid rows
     retrieving with probability ``retrieve_prob``."""
-    if args.guide_failed_groups and engine.store is not None:
-        step = _guided_for_failed_groups(engine, _need(inputs, "guide_failed_groups"), prompt_ids, prefixes,
-                                         hybrid, group_size, offset, args.group_failed_reward, retrieve_prob, hooks)
+    if args.retrieve_failed_groups_max_reward is not None and engine.store is not None:
+        step = _guided_for_failed_groups(engine, _need(inputs, "retrieve_failed_groups_max_reward"), prompt_ids,
+                                         prefixes, hybrid, group_size, offset, args.retrieve_failed_groups_max_reward,
+                                         retrieve_prob, hooks)
     else:
         rollout = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=True,
                                   question_ids=question_ids(inputs), retrieve_prob=retrieve_prob)
         step = StepRollout(rollout.rows, rollout.stats)
-    if args.dynamic_sampling:
-        inputs = _need(inputs, "dynamic_sampling")
+    if args.dynamic_sampling_max_rounds:
+        inputs = _need(inputs, "dynamic_sampling_max_rounds")
         resampled = resample_flat_groups(step.rows, inputs, hybrid, hooks.score(list(inputs), step.rows),
                                          group_size, args.dynamic_sampling_max_rounds, hooks.draw, hooks.roll_out_rows,
                                          hooks.score, lambda n: int(hooks.total(float(n))))

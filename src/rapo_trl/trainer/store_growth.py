@@ -16,9 +16,10 @@ logger = logging.getLogger("rapo_trl.trainer")
 
 def check_store_growth(store, args, num_processes: int) -> None:
     """Refuse growth the store cannot take: an embedded store written by several processes."""
-    if args.grow_store and num_processes > 1 and store is not None and getattr(store, "path", None) is not None:
+    growing = args.store_growth_min_reward is not None
+    if growing and num_processes > 1 and store is not None and getattr(store, "path", None) is not None:
         raise ValueError(
-            "grow_store with several processes needs a store they can all write: an embedded store is "
+            "store_growth_min_reward with several processes needs a store they can all write: an embedded store is "
             "single-writer. Serve it with `chroma run --path DIR` and pass TraceStore.connect(host, port)."
         )
 

@@ -36,7 +36,7 @@ from trl.extras.profiling import profiling_decorator
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.core.retrieval_rule import is_hybrid_row
-from rapo_trl.hardware import load_frozen_weights_in_half
+from rapo_trl.hardware import with_frozen_weights_in_half
 from rapo_trl.memory import with_freed_memory_release
 from rapo_trl.model_card import RAPO_PAPER
 from rapo_trl.padding import trim_padding_columns
@@ -131,7 +131,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
         self.rapo_tools = list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
-        load_frozen_weights_in_half(model, args, peft_config, quantization_config)
+        args = with_frozen_weights_in_half(model, args, peft_config, quantization_config)
         super().__init__(
             model,
             bind_tool_tags(reward_funcs, tool_tags),
@@ -167,7 +167,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
-        self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
+        self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling_max_rounds else None
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
@@ -212,10 +212,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         warn_on_lost_signal(
             self._signal_monitor, step.rows, step.rewards, self.num_generations, self.accelerator
         )
-        if self.args.grow_store and self.trace_store is not None:
+        if self.args.store_growth_min_reward is not None and self.trace_store is not None:
             start = self.accelerator.process_index * len(step.rows)
             chosen = best_of_each_group(
-                step.rewards, self.num_generations, start, len(step.rows), self.args.grow_store_min_reward
+                step.rewards, self.num_generations, start, len(step.rows), self.args.store_growth_min_reward
             )
             grow_store(
                 self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage
@@ -359,7 +359,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         return completions, policy_ids
 
     def current_retrieve_prob(self) -> float:
-        """p at the current step, following ``retrieve_prob_schedule``."""
+        """p at the current step: constant, or decayed to ``retrieve_prob_final``."""
         return self.args.retrieve_prob_at(self.state.global_step, self.state.max_steps)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -411,8 +411,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         it old log-probs lowered by log(1 + m F_ret) (``core.objective.shaped_old_logps``), so the ratio it clips is
         the shaped one.
         """
-        if self.args.trim_padding:
-            inputs = trim_padding_columns(inputs)
+        inputs = trim_padding_columns(inputs)
         inputs = dict(
             inputs
         )  # the loss forward writes the shaped old log-probs here; the buffered batch stays
@@ -449,11 +448,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         **side_inputs,
     ):
         scored = None
-        if (
-            self.args.share_prompt_forward
-            and not compute_aux_loss
-            and all(v is None for v in side_inputs.values())
-        ):
+        if not compute_aux_loss and all(v is None for v in side_inputs.values()):
 
             def trl_scores(ids, mask):
                 return super(RAPOTrainer, self)._get_per_token_logps_and_entropies(
