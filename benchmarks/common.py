@@ -171,6 +171,10 @@ def markdown_table(head: Sequence[str], rows: Iterable[Sequence], align: str | N
     return lines
 
 
+STUDENT_T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+"""Two-sided 95% quantiles of Student's t by degrees of freedom: intervals of a mean over a handful of seeds."""
+
+
 def with_notes(text: str, notes: Path) -> str:
     """``text`` followed by a hand-written reading of the figures kept beside it (``notes``), when there is one:
     the notes survive every redraw of the report."""

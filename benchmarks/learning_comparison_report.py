@@ -9,14 +9,12 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from common import machine_line, markdown_table, with_notes
+from common import STUDENT_T_95, machine_line, markdown_table, with_notes
 
 FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
 ON_POLICY = "rapo/reward_on_policy"
 SMOOTHING = 5
 """Steps in the moving average of the reward curves: a step's 16 rows are too few to compare curves step by step."""
-T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
-"""Two-sided 95% quantiles of Student's t by degrees of freedom: intervals over a handful of seeds."""
 
 
 def write(records: list[dict], md_path: Path, png_path: Path, arms: dict[str, list[str]]) -> None:
@@ -73,7 +71,7 @@ def _with_interval(values: list[float], signed: bool = False) -> str:
     text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
     if len(values) < 2:
         return text
-    half = T_95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    half = STUDENT_T_95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
     return f"{text} ({mean - half:+.3f} to {mean + half:+.3f})" if signed else f"{text} ({mean - half:.3f} to {mean + half:.3f})"
 
 

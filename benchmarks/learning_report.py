@@ -16,11 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import learning_retrievals
-from common import with_notes
+from common import STUDENT_T_95, with_notes
 
 FRESH = "reward_only_fresh"  # the stories start's fresh reward-only questions: the demo's primary eval split
-T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571}
-"""Student's t quantile (0.975) by number of seeds, for the interval of a mean over seeds."""
 
 
 def write(results: Path, arm_order: Sequence[str] = ()) -> str:
@@ -91,7 +89,7 @@ def seed_interval(values: list[float]) -> tuple[float, float] | None:
     if len(values) < 2:
         return None
     mean, std = _mean_std(values)
-    half = T_975.get(len(values), 1.96) * std / math.sqrt(len(values))
+    half = STUDENT_T_95.get(len(values) - 1, 1.96) * std / math.sqrt(len(values))
     return mean - half, mean + half
 
 
