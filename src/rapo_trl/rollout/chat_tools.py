@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trl.chat_template_utils import parse_response
+
+from rapo_trl.protocol import cap_text
 
 ToolTable = Mapping[str, Callable]
 """The functions a row may call, by name (a function's ``__name__``, or an environment method's)."""
@@ -107,6 +110,25 @@ class ChatToolCalls:
                 continue
             results.append(CallResult(_tool_message(name, output)))
         return results
+
+    def results_for(self, row, tool_calls: list[dict], tools: ToolTable, config) -> list[dict]:
+        """The tool messages one turn's calls get, counted on ``row``: calls past ``config.max_tool_calls`` get its
+        ``tool_limit_message``; failures are counted and named; text longer than ``config.max_result_chars`` is cut."""
+        allowed = max(0, min(len(tool_calls), config.max_tool_calls - row.tool_calls))
+        row.tool_calls += allowed
+        started = time.perf_counter()
+        results = self.run(tool_calls[:allowed], tools)
+        row.tool_seconds += time.perf_counter() - started
+        messages = []
+        for result in results:
+            if result.error is not None:
+                row.tool_failures += 1
+                row.tool_errors.append((result.message["name"], result.error[:200]))
+            content = result.message["content"]
+            messages.append({**result.message, "content": cap_text(content, config.max_result_chars)
+                             if isinstance(content, str) else content})
+        return messages + [_tool_message(call.get("function", {}).get("name", "unknown"), config.tool_limit_message)
+                           for call in tool_calls[allowed:]]
 
     def suffix_ids(self, tool_messages: list[dict]) -> list[int]:
         """Ids the template renders after an assistant tool-call turn: the tool messages and the next assistant

@@ -24,7 +24,7 @@ from rapo_trl.core.retrieval_rule import (
     is_hybrid_row,
     rows_that_retrieve,
 )
-from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
+from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE, cap_text
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable, tool_table
@@ -153,13 +153,6 @@ class Rollout:
     rows: list[RolloutRow]
     stats: RolloutStats
 
-
-
-def _cap_text(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"
 
 
 def extract_tool_call(text: str, stop_string: str) -> tuple[str, str | None]:
@@ -431,7 +424,7 @@ class HybridRolloutEngine:
                 text = result.output
             else:
                 text = result
-            block = cfg.result_template.format(output=_cap_text(text, cfg.max_result_chars))
+            block = cfg.result_template.format(output=cap_text(text, cfg.max_result_chars))
             self._append_forced(rows[i], self.encode(block), "tool")
 
     def _json_turn(self, row: RolloutRow, step_start: int, tools: ToolTable) -> list[dict]:
@@ -456,32 +449,11 @@ class HybridRolloutEngine:
         """Run each row's JSON calls (a row's in order, rows side by side) and append their results as the chat
         template renders them; results that do not fit the completion budget end the row instead, as in TRL."""
         cfg = self.config
-
-        def run_row(i: int, tool_calls: list[dict]):
-            row = rows[i]
-            allowed = max(0, min(len(tool_calls), cfg.max_tool_calls - row.tool_calls))
-            row.tool_calls += allowed
-            started = time.perf_counter()
-            results = self.chat_tools.run(tool_calls[:allowed], tables[i])
-            row.tool_seconds += time.perf_counter() - started
-            limited = [{"role": "tool", "name": call.get("function", {}).get("name", "unknown"),
-                        "content": cfg.tool_limit_message} for call in tool_calls[allowed:]]
-            return results, limited
-
         with ThreadPoolExecutor(max_workers=max(1, min(cfg.tool_workers, len(calls) or 1))) as pool:
-            outcomes = list(pool.map(lambda call: run_row(call[0], call[2]), calls))
-        for (i, _, _), (results, limited) in zip(calls, outcomes):
+            shown = list(pool.map(lambda call: self.chat_tools.results_for(rows[call[0]], call[2], tables[call[0]], cfg),
+                                  calls))
+        for (i, _, _), messages in zip(calls, shown):
             row = rows[i]
-            messages = []
-            for result in results:
-                if result.error is not None:
-                    row.tool_failures += 1
-                    row.tool_errors.append((result.message["name"], result.error[:200]))
-                message = dict(result.message)
-                if isinstance(message["content"], str):
-                    message["content"] = _cap_text(message["content"], cfg.max_result_chars)
-                messages.append(message)
-            messages += limited
             suffix = self.chat_tools.suffix_ids(messages)
             if len(row.completion_ids) + len(suffix) > cfg.max_completion_length:
                 row.finished = True
