@@ -47,7 +47,10 @@ def row_step_records(row: RolloutRow, tokenizer, question: str, reward: float, q
         value = decode(row.completion_ids[turn.start:turn.end]).strip()
         if shown:
             value += RESULT_TEMPLATE.format(output="\n".join(shown)).rstrip()
-        key = preprocess(f"{question}\n{decode(row.completion_ids[:turn.start])}")
+        # The agent's own context: a retrieved block (a policy row grown into the store) was never the agent's.
+        before = [t for segment in row.segments if segment.end <= turn.start and segment.kind != "retrieved"
+                  for t in row.completion_ids[segment.start:segment.end]]
+        key = preprocess(f"{question}\n{decode(before)}")
         steps.append((key, value))
     traj_id = trajectory_id(question_id, "\x1e".join(value for _, value in steps))
     created_at = created_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
