@@ -52,7 +52,7 @@ def _expert_agent(script, rows, tools):
 def check(script, rapo_args, model_args) -> None:
     """Every input build-store can check without loading anything (also before TRL is imported)."""
     check_script_arguments("build-store", script)
-    check_environment(script)
+    check_environment(script, "build-store")
     if script.environment_factory is None or script.reward_funcs is not None:
         make_reward(script)
     check_store_location(script, must_exist=False)

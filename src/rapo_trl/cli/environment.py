@@ -10,7 +10,7 @@ from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.imports import check_import_path, import_object
 
 
-def check_environment(script: RAPOScriptArguments) -> None:
+def check_environment(script: RAPOScriptArguments, command: str) -> None:
     """The import path exists (read from source, nothing imported), and the options it cannot take are refused."""
     if script.environment_factory is None:
         return
@@ -18,7 +18,7 @@ def check_environment(script: RAPOScriptArguments) -> None:
     if script.sft_warmup_steps > 0:
         raise UsageError("sft_warmup_steps imitates tagged trajectories; it does not run with environment_factory "
                          "(set sft_warmup_steps 0)")
-    if script.agent == "expert":
+    if command == "build-store" and script.agent == "expert":
         raise UsageError("the scripted expert solves the demo tasks' tags, not an environment: give build-store a "
                          "model as the agent (--agent org/name or a folder)")
 

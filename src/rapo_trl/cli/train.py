@@ -36,7 +36,7 @@ def _wants_store(script, rapo_args) -> bool:
 def check(script, rapo_args, model_args) -> None:
     """Every input train can check without loading anything (also before TRL is imported)."""
     check_script_arguments("train", script)
-    check_environment(script)
+    check_environment(script, "train")
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
     if script.environment_factory is None or script.reward_funcs is not None:
