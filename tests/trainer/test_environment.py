@@ -144,3 +144,17 @@ def test_bad_setups_are_refused_clearly(tiny_model_dir, tmp_path):
         RAPOTrainer(str(tiny_model_dir), Recorder(), args=RAPOConfig(**_settings(tmp_path), tool_protocol="json"),
                     train_dataset=dataset(), processing_class=tok, tools=[EchoTool()])
 
+
+
+def test_store_growth_stores_the_best_rollouts_turns(tiny_model_dir, tmp_path):
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    rapo = _rapo(tiny_model_dir, tmp_path / "out", store=store, retrieve_prob=0.0, grow_store=True,
+                 grow_store_min_reward=1.0)
+    _step(rapo)
+    stored = store.collection.get(include=["metadatas"])["metadatas"]
+    # The group's best row (the environment's total 5, three tool results: reward 2 + 5) and its three turns.
+    assert sorted(m["step_index"] for m in stored) == [0, 1, 2]
+    assert {m["reward"] for m in stored} == {7.0} and {m["source"] for m in stored} == {"policy"}

@@ -79,7 +79,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
 
     A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
-    `<search>` calls, their results are appended as forced tokens, and in hybrid rollouts a step trace
+    `<search>` calls (or JSON tool calls in its chat template, on TRL tools and environments), their results are
+    appended as forced tokens, and in hybrid rollouts a step trace
     retrieved from `trace_store` may follow each tool step. The loss adds RAPO's retrieval reward
     (advantage reweighting) and retrieval-aware importance shaping.
 
@@ -93,8 +94,12 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             with docstrings, as GRPOTrainer takes them (wrapped as ``FunctionTool``: the policy writes
             ``<name>{"arg": value}</name>``), run by RAPO's hybrid rollouts (not by GRPOTrainer's
             chat-template tool loop).
-        rollout_func, environment_factory: accepted for signature parity with GRPOTrainer and refused
-            with a clear error: RAPO's hybrid rollout is the rollout function.
+        rollout_func: accepted for signature parity with GRPOTrainer and refused with a clear error: RAPO's
+            hybrid rollout is the rollout function.
+        environment_factory: a TRL environment class (or a dict of them), as GRPOTrainer takes it: one environment
+            per row, ``reset`` adds to the prompt, its public methods are JSON tool calls in the model's chat
+            template, ``get_reward`` a reward. With it (or with plain functions in ``tools`` the prompts do not teach
+            as tags) the policy calls tools in the chat template's JSON format (``RAPOConfig.tool_protocol``).
         trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
             retrieval, i.e. agentic GRPO.
         vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
