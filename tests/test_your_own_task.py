@@ -20,8 +20,14 @@ CLI_BUDGET = ["--max_steps", "1", "--max_completion_length", "24", "--max_turn_t
               "--logging_steps", "1"]
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", GUIDE.read_text(), re.S | re.M)
+ENVIRONMENT_SECTION = "## Your own environment"
+"""Where the environment's part of the guide begins (``tests/test_your_own_environment.py`` runs it)."""
+
+
+def blocks(language: str, part: str = "task") -> list[str]:
+    """The guide's ``language`` blocks of its task part (before the environment section) or its environment part."""
+    task, _, environment = GUIDE.read_text().partition(ENVIRONMENT_SECTION)
+    return re.findall(rf"^```{language}\n(.*?)^```", task if part == "task" else environment, re.S | re.M)
 
 
 def test_the_guide_runs(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -74,6 +74,12 @@ class RAPOConfig(GRPOConfig):
 
     > Tools and budgets
 
+    tool_protocol (`str`, *optional*, defaults to `"auto"`):
+        How the policy calls tools. `"tags"`: the paper's inline `<python>...</python>` calls in one assistant
+        message. `"json"`: JSON tool calls in the model's own chat template (Qwen2.5/3, Llama 3.x, ...), as TRL's
+        `GRPOTrainer(tools=[fn])` and `environment_factory` run them; each result comes back as the template's tool
+        message. `"auto"`: `"json"` with an `environment_factory`, or with only plain functions as tools that the
+        training prompts do not teach as tags; `"tags"` otherwise (`rapo_trl.trainer.tool_protocol`).
     max_tool_calls (`int`, *optional*, defaults to `3`):
         Tool calls executed per rollout; later calls get a notice instead of a result.
     max_turn_tokens (`int`, *optional*, defaults to `512`):
@@ -179,6 +185,10 @@ class RAPOConfig(GRPOConfig):
     retrieved_token_shaping: float | None = field(
         default=0.1, metadata={"help": "gamma of f(p) = p / (p + gamma) on retrieved tokens (None: log p)."}
     )
+    tool_protocol: str = field(
+        default="auto", metadata={"help": "How tools are called: tags (the paper), json (the chat template's JSON "
+                                  "tool calls, as TRL), or auto."}
+    )
     max_tool_calls: int = field(default=3, metadata={"help": "Tool calls executed per rollout."})
     max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
     tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
@@ -236,6 +246,8 @@ class RAPOConfig(GRPOConfig):
             self.num_hybrid_generations = self.num_generations // 2
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
+        if self.tool_protocol not in ("auto", "tags", "json"):
+            raise ValueError(f"tool_protocol must be one of ('auto', 'tags', 'json'), got {self.tool_protocol!r}.")
         self._check_guided_retrieval()
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")

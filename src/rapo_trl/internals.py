@@ -79,6 +79,17 @@ INTERNALS: tuple[Internal, ...] = (
              attribute=True),
     Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out", attribute=True),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
+    Internal(GRPO, "_generate", "override: with JSON tools RAPO hides self.tools while TRL takes the rollout's rows, "
+             "since TRL runs its own tool loop (and drops env_mask) only when they are set", ("prompts",),
+             calls_in_order=("self.rollout_func(prompts, self)", "if self.tools:", "self._tool_call_loop(",
+                             'extra_fields.pop("env_mask", None)')),
+    Internal(GRPO, "_standalone_tools", "JSON tools every row may call (trainer.py)", attribute=True),
+    Internal(GRPO, "_sync_tool_dicts", "each row's JSON tools by name, its environment's methods included, as TRL "
+             "sets them up per step", attribute=True),
+    Internal(GRPO, "_async_tool_dicts", "each row's async JSON tools by name", attribute=True),
+    Internal(GRPO, "environment_factories", "whether rows have environments of their own", attribute=True),
+    Internal(GRPO, "chat_template", "the template JSON tool results are rendered with", attribute=True),
+    Internal(GRPO, "chat_template_kwargs", "apply_chat_template's extra arguments for tool results", attribute=True),
     Internal(GRPO, "_log_completion_extra", "the completions table's per-row rapo_* columns (log_completions)",
              ("column", "values")),
     Internal(GRPO, "_generate_and_score_completions", "dynamic sampling writes replacement rows into the step's "

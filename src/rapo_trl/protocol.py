@@ -37,3 +37,11 @@ def check_tool_tag(tag, where: str) -> str:
         raise ValueError(f"Tool tag {tag!r} {where} is reserved by the prompt format "
                          f"({', '.join(sorted(RESERVED_TAGS))}).")
     return tag
+
+
+def cap_text(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, keeping its head and tail (a tool's long output, before it is shown)."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"

@@ -39,6 +39,8 @@ def test_data_tool_and_reward_mistakes_answer_without_heavy_imports(tmp_path):
         "tool_missing": ([*data, "--tools", "my_code.calculator"], "tool 'my_code.calculator': my_code has no calculator"),
         "tool_module_missing": ([*data, "--tools", "my_toolz.calc"], "tool 'my_toolz.calc': no module my_toolz"),
         "reward_missing": ([*data, "--reward", "my_code.exactt"], "reward 'my_code.exactt': my_code has no exactt"),
+        "environment_missing": ([*data, "--environment_factory", "my_code.Calc"],
+                                "environment_factory 'my_code.Calc': my_code has no Calc"),
         "reward_argument": ([*data, "--reward_funcs", "my_code.needs_units"],
                             "reward 'my_code.needs_units' requires the argument(s) 'units', which no data column"),
     }

@@ -118,6 +118,12 @@ class RAPOScriptArguments:
         metadata={"help": "Tools: python, search, or an import path (pkg.module.name) to a Tool, a Tool class or a "
                   "typed function with a docstring. Default: the task's."},
     )
+    environment_factory: str | None = field(
+        default=None,
+        metadata={"help": "train, build-store: import path (pkg.module.Class) of a TRL environment (reset, tool "
+                  "methods, optional get_reward), as GRPOTrainer(environment_factory=...) takes it: its methods are "
+                  "JSON tool calls in the model's chat template, its get_reward the reward unless reward_funcs is set."},
+    )
     search_corpus: str | None = field(
         default=None,
         metadata={"help": "The search tool's passages: a JSONL file, one {\"text\": ..., \"title\": ...} a line "

@@ -23,6 +23,7 @@ from rapo_trl.cli.common import (
     training_rows,
     warm_start_collection,
 )
+from rapo_trl.cli.environment import check_environment
 from rapo_trl.cli.rewards import make_reward, with_reward_columns
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ def _expert_agent(script, rows, tools):
 def check(script, rapo_args, model_args) -> None:
     """Every input build-store can check without loading anything (also before TRL is imported)."""
     check_script_arguments("build-store", script)
-    make_reward(script)
+    check_environment(script, "build-store")
+    if script.environment_factory is None or script.reward_funcs is not None:
+        make_reward(script)
     check_store_location(script, must_exist=False)
     if script.agent == "expert" and script.task not in DEMO_TASKS:
         raise UsageError(f"agent=expert is the scripted expert of the demo tasks ({', '.join(DEMO_TASKS)}); for "
@@ -61,18 +64,23 @@ def check(script, rapo_args, model_args) -> None:
         check_quantization(model_args)
 
 
-def _model_agent(script, rapo_args, model_args, tools):
-    """The off-policy agent ``script.agent`` names, loaded with the recipe's ModelConfig flags."""
+def _agent_model(script, rapo_args, model_args):
+    """``(model, tokenizer)`` of ``script.agent``, loaded with the recipe's ModelConfig flags."""
     from trl import get_quantization_config
 
+    # The agent is another repo than the policy: the policy's model_revision does not apply to it.
+    init_kwargs = {k: v for k, v in model_init_kwargs(model_args, rapo_args).items() if k != "revision"}
+    return load_policy(resolve_model_path(script.agent), device=script.device,
+                       quantization_config=get_quantization_config(model_args), **init_kwargs)
+
+
+def _model_agent(script, rapo_args, model_args, tools):
+    """The off-policy agent ``script.agent`` names, loaded with the recipe's ModelConfig flags."""
     from rapo_trl.rollout.agent import RolloutAgent
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
 
-    # The agent is another repo than the policy: the policy's model_revision does not apply to it.
-    init_kwargs = {k: v for k, v in model_init_kwargs(model_args, rapo_args).items() if k != "revision"}
-    model, tokenizer = load_policy(resolve_model_path(script.agent), device=script.device,
-                                   quantization_config=get_quantization_config(model_args), **init_kwargs)
+    model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
                            max_turn_tokens=rapo_args.max_turn_tokens)
     return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
@@ -108,6 +116,8 @@ def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, w
 
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)  # before a model agent loads
+    if script.environment_factory is not None:
+        return _fill_from_environment(script, rapo_args, model_args)
     tools = build_tools(script)
     reward = make_reward(script)
 
@@ -136,3 +146,30 @@ def run(script, rapo_args, model_args) -> dict:
         result["warm_start"] = _fill(script, rapo_args, agent, sets["demo"], reward, name, task_split(script, "demo"),
                                      f"the warm start's collection '{name}'")
     return result
+
+
+def _fill_from_environment(script, rapo_args, model_args) -> dict:
+    """The store filled by ``script.agent`` acting on the environment, one fresh environment per rollout, scored by
+    ``get_reward`` and any ``--reward_funcs``; keyed as the policy's hybrid rollouts on it query the store."""
+    from rapo_trl.cli.environment import environment_factory, environment_rewards, environment_rows
+    from rapo_trl.rollout.backends import SamplingSettings
+    from rapo_trl.rollout.engine import RolloutConfig
+    from rapo_trl.rollout.environment_agent import EnvironmentAgent
+    from rapo_trl.store import build_from_environment
+
+    rows = environment_rows(script, "store")
+    print(count_line("Building the store from", script, {task_split(script, "store"): rows}))
+    reward_funcs, _ = environment_rewards(script, None)
+    model, tokenizer = _agent_model(script, rapo_args, model_args)
+    config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
+                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls)
+    agent = EnvironmentAgent(model, tokenizer, environment_factory(script),
+                             build_tools(script) if script.tools is not None else (), config,
+                             SamplingSettings(temperature=rapo_args.temperature))
+    store = open_store(script, must_exist=False)
+    added = build_from_environment(store, agent, rows, reward_funcs, num_samples=script.num_samples,
+                                   keep_top_k=script.keep_top_k, source=f"agent:{script.agent}")
+    stats = store.stats()
+    print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
+          f"questions at {store.location}.")
+    return {"added": added, **stats}

@@ -20,6 +20,12 @@ from rapo_trl.cli.common import (
     training_rows,
     warm_start_collection,
 )
+from rapo_trl.cli.environment import (
+    check_environment,
+    environment_factory,
+    environment_rewards,
+    environment_rows,
+)
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
 
@@ -31,9 +37,11 @@ def _wants_store(script, rapo_args) -> bool:
 def check(script, rapo_args, model_args) -> None:
     """Every input train can check without loading anything (also before TRL is imported)."""
     check_script_arguments("train", script)
+    check_environment(script, "train")
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
-    training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
+    if script.environment_factory is None or script.reward_funcs is not None:
+        training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
     if script.sft_same_time and script.sft_warmup_steps <= 0:
         raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
     if script.sft_store_steps < 0 or script.sft_warmup_steps < 0:
@@ -52,9 +60,14 @@ def run(script, rapo_args, model_args) -> dict:
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
-    reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
-    tools = build_tools(script)
-    rows = with_reward_columns(training_rows(script, "train", tools), dict(zip(reward_names(script), reward_funcs)))
+    environment = environment_factory(script) if script.environment_factory else None
+    if environment is None:
+        reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
+    else:
+        reward_funcs, reward_weights = environment_rewards(script, rapo_args.reward_weights)
+    tools = build_tools(script) if script.tools is not None or environment is None else []
+    rows = training_rows(script, "train", tools) if environment is None else environment_rows(script, "train")
+    rows = with_reward_columns(rows, dict(zip(reward_names(script), reward_funcs)))
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
@@ -111,6 +124,7 @@ def run(script, rapo_args, model_args) -> dict:
         peft_config=peft_config,
         trace_store=store,
         tools=tools,
+        environment_factory=environment,
     )
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)

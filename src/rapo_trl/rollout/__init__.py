@@ -11,10 +11,13 @@ from rapo_trl.rollout.engine import (
     extract_tool_call,
 )
 from rapo_trl.rollout.entropy import step_entropy, token_entropies
+from rapo_trl.rollout.environment_agent import EnvironmentAgent, Episode
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment, TurnOutput
 
 __all__ = [
     "RETRIEVE_PREFACE",
+    "EnvironmentAgent",
+    "Episode",
     "GenerationBackend",
     "HybridRolloutEngine",
     "RetrievalEvent",

@@ -12,6 +12,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,9 +24,10 @@ from rapo_trl.core.retrieval_rule import (
     is_hybrid_row,
     rows_that_retrieve,
 )
-from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE
+from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE, cap_text
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
+from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable, tool_table
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
@@ -33,8 +35,11 @@ from rapo_trl.tools.registry import tools_by_tag
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RETRIEVAL_BOUNDARIES", "RETRIEVE_PREFACE", "HybridRolloutEngine", "RolloutConfig", "RolloutStats",
-           "is_hybrid_row"]
+__all__ = ["RETRIEVAL_BOUNDARIES", "RETRIEVE_PREFACE", "TOOL_PROTOCOLS", "HybridRolloutEngine", "RolloutConfig",
+           "RolloutStats", "is_hybrid_row"]
+
+TOOL_PROTOCOLS = ("tags", "json")
+"""How the policy calls tools: the paper's inline tags, or JSON tool calls in the model's own chat template."""
 
 class StepSelector(Protocol):
     """What the engine needs from a trace store: batched selection for many contexts at once. A store whose
@@ -102,9 +107,22 @@ class RolloutConfig:
     retrieve_own_question: bool = False
     """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
     the nearest records of any question; only a store whose ``select`` takes ``question_ids`` can."""
+    tool_protocol: str = "tags"
+    """``"tags"``: the policy writes ``<tag>...</tag>`` inline and turns stop at closing tags (the paper); ``"json"``:
+    JSON tool calls in the model's own chat template, a turn ending at its end-of-turn token (TRL's ``tools=`` and
+    ``environment_factory``; ``rollout/chat_tools.py``)."""
+    chat_template: str | None = None
+    """With ``"json"``: the template tool results are rendered with (``None``: the tokenizer's own)."""
+    chat_template_kwargs: dict = field(default_factory=dict)
+    """With ``"json"``: extra ``apply_chat_template`` arguments for rendering tool results."""
 
     def __post_init__(self):
         self.retrieve_at = checked_boundaries(self.retrieve_at)
+        if self.tool_protocol not in TOOL_PROTOCOLS:
+            raise ValueError(f"tool_protocol must be one of {TOOL_PROTOCOLS}, got {self.tool_protocol!r}.")
+        if self.tool_protocol == "json" and set(self.retrieve_at) != {"tool_step"}:
+            raise ValueError("With JSON tool calls a hybrid rollout retrieves after tool steps only: "
+                             f"retrieve_at must be ['tool_step'], got {list(self.retrieve_at)}.")
         # The table RAPOConfig checks too; a group of one is allowed here (an evaluation or a single agent).
         check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)},
                      unbounded=("num_generations",))
@@ -134,13 +152,6 @@ class Rollout:
 
 
 
-def _cap_text(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"
-
-
 def extract_tool_call(text: str, stop_string: str) -> tuple[str, str | None]:
     """``(tag, content)`` of the call a turn ended with; content ``None`` when it has no opening tag."""
     tag = stop_string[2:-1]
@@ -158,7 +169,8 @@ class HybridRolloutEngine:
         tokenizer: the policy's tokenizer.
         backend: a generation backend (``TransformersBackend`` or ``VLLMBackend``).
         tools: tag tools, or plain typed functions (wrapped as ``FunctionTool``); their closing tags are
-            the turn's stop strings.
+            the turn's stop strings. With ``config.tool_protocol="json"``: plain functions the policy calls in its
+            chat template's JSON format (every row's, unless ``roll_out`` gets ``row_tools``).
         store: anything with ``select(contexts) -> list[Retrieved]`` (e.g. ``TraceStore``); ``None``
             disables retrieval.
         config: budgets and RAPO knobs.
@@ -176,9 +188,18 @@ class HybridRolloutEngine:
     ):
         self.tokenizer = tokenizer
         self.backend = backend
-        self.tools = tools_by_tag(tools)
         self.store = store
         self.config = config or RolloutConfig()
+        self.chat_tools: ChatToolCalls | None = None
+        """The JSON tool protocol (``None``: tags)."""
+        self.json_tools: dict = {}
+        """With JSON tool calls: the functions every row may call, by name."""
+        if self.config.tool_protocol == "json":
+            self.tools = {}
+            self.json_tools = tool_table(tools)
+            self.chat_tools = ChatToolCalls(tokenizer, self.config.chat_template, self.config.chat_template_kwargs)
+        else:
+            self.tools = tools_by_tag(tools)
         self.rng = random.Random(seed)
         from rapo_trl.store.outage import StoreOutage  # here: the store package imports the rollout package
 
@@ -194,6 +215,8 @@ class HybridRolloutEngine:
 
     @property
     def stop_strings(self) -> list[str]:
+        if self.chat_tools is not None:  # a JSON turn ends at the template's end-of-turn token only, as in TRL
+            return []
         stops = [f"</{tag}>" for tag in self.tools]
         return stops + [self.config.answer_stop] if self.config.answer_stop else stops
 
@@ -226,13 +249,16 @@ class HybridRolloutEngine:
         retrieval_enabled: bool = True,
         question_ids: Sequence[str | None] | None = None,
         retrieve_prob: float | None = None,
+        row_tools: Sequence[ToolTable] | None = None,
     ) -> Rollout:
         """Roll out every row to completion.
 
         ``query_prefixes`` is each row's retrieval context before its completion (usually the question
         without the system prompt); ``hybrid`` marks the rows that may retrieve; ``question_ids`` names each row's
         question (``None``: unknown), which ``retrieve_own_question`` restricts its retrievals to;
-        ``retrieve_prob`` is p for this rollout (``None``: the config's), e.g. a trainer's scheduled value.
+        ``retrieve_prob`` is p for this rollout (``None``: the config's), e.g. a trainer's scheduled value;
+        ``row_tools`` (JSON tool calls only) is each row's own ``{name: function}`` table, e.g. its environment's
+        methods (``None``: the engine's tools for every row).
         """
         cfg = self.config
         if retrieve_prob is None:
@@ -248,6 +274,9 @@ class HybridRolloutEngine:
         if question_ids is not None and len(question_ids) != len(rows):
             raise ValueError(f"run() got {len(question_ids)} question ids for {len(rows)} rows.")
         own = list(question_ids) if question_ids is not None and cfg.retrieve_own_question else [None] * len(rows)
+        if row_tools is not None and len(row_tools) != len(rows):
+            raise ValueError(f"run() got {len(row_tools)} tool tables for {len(rows)} rows.")
+        tables = list(row_tools) if row_tools is not None else [self.json_tools] * len(rows)
         can_retrieve = retrieval_enabled and self.store is not None and retrieve_prob > 0
         # The plan boundary is the first turn's: hybrid rows (and, sharing the call, the others) stop at the plan's
         # end too. A row that does not retrieve there goes on as if it had not stopped: same turn budget, same
@@ -291,7 +320,10 @@ class HybridRolloutEngine:
                 else:
                     row.segments.append(Segment("policy", step_start, len(row.completion_ids), entropy))
                     self._fill_post_entropy(row)
-                if out.finish == "eos":
+                calls_made = self._json_turn(row, step_start, tables[i]) if self.chat_tools is not None else None
+                if calls_made and out.finish == "eos":
+                    calls.append((i, "json", calls_made))
+                elif out.finish == "eos":
                     row.finished = True
                 elif out.finish == "stop" and out.stop_string == cfg.answer_stop:
                     row.finished = True
@@ -307,7 +339,12 @@ class HybridRolloutEngine:
                     calls.append((i, tag, content))
 
             start = time.perf_counter()
-            self._run_tools(rows, calls)
+            if self.chat_tools is not None:
+                self._run_json_calls(rows, calls, tables)
+                # A row whose results did not fit ended with its call turn, as in TRL: no step to retrieve after.
+                calls = [call for call in calls if not rows[call[0]].finished]
+            else:
+                self._run_tools(rows, calls)
             stats.tool_seconds += time.perf_counter() - start
 
             if can_retrieve:
@@ -385,8 +422,42 @@ class HybridRolloutEngine:
                 text = result.output
             else:
                 text = result
-            block = cfg.result_template.format(output=_cap_text(text, cfg.max_result_chars))
+            block = cfg.result_template.format(output=cap_text(text, cfg.max_result_chars))
             self._append_forced(rows[i], self.encode(block), "tool")
+
+    def _json_turn(self, row: RolloutRow, step_start: int, tools: ToolTable) -> list[dict]:
+        """Parse the policy turn just sampled into the row's chat messages; the tool calls it makes (none when it
+        makes none, or they do not parse: TRL then reads the turn as plain text)."""
+        turn = row.completion_ids[step_start:]
+        if not turn:
+            return []
+        # The parser reads the message from the last assistant header of prefix + turn: a retrieved block just before
+        # the turn stays out of the prefix, so it is never read as the policy's words (or its calls).
+        header = step_start
+        for segment in reversed(row.segments[:-1]):
+            if segment.kind != "retrieved" or segment.end != header:
+                break
+            header = segment.start
+        message = self.chat_tools.parse(turn, row.prompt_ids + row.completion_ids[:header], tools)
+        row.messages.append(message)
+        return message.get("tool_calls") or []
+
+    def _run_json_calls(self, rows: list[RolloutRow], calls: list[tuple[int, str, list[dict]]],
+                        tables: list[ToolTable]) -> None:
+        """Run each row's JSON calls (a row's in order, rows side by side) and append their results as the chat
+        template renders them; results that do not fit the completion budget end the row instead, as in TRL."""
+        cfg = self.config
+        with ThreadPoolExecutor(max_workers=max(1, min(cfg.tool_workers, len(calls) or 1))) as pool:
+            shown = list(pool.map(lambda call: self.chat_tools.results_for(rows[call[0]], call[2], tables[call[0]], cfg),
+                                  calls))
+        for (i, _, _), messages in zip(calls, shown):
+            row = rows[i]
+            suffix = self.chat_tools.suffix_ids(messages)
+            if len(row.completion_ids) + len(suffix) > cfg.max_completion_length:
+                row.finished = True
+                continue
+            self._append_forced(row, suffix, "tool")
+            row.messages.extend(messages)
 
     def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str],
                   question_ids: list[str | None], retrieve_prob: float) -> None:
@@ -470,7 +541,10 @@ class HybridRolloutEngine:
         own = text.find(result_head) if result_head else -1
         char_start, char_end = len(head), len(head) + (own if own >= 0 else len(text))
         try:
-            encoded = self.tokenizer(block, add_special_tokens=False, return_offsets_mapping=True)
+            # A special token's text in a stored step (an end-of-turn marker) is text here: a retrieved block must
+            # never end the policy's turn or open a message of the template.
+            encoded = self.tokenizer(block, add_special_tokens=False, return_offsets_mapping=True,
+                                     split_special_tokens=True)
         except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
             return self.encode(block), None
         inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if a >= char_start and b <= char_end and b > a]

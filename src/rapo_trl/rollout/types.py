@@ -86,6 +86,10 @@ class RolloutRow:
     tool_seconds: float = 0.0
     skipped_retrievals: int = 0
     """Retrievals drawn but not inserted because the block did not fit the remaining budget or the cap."""
+    messages: list[dict] = field(default_factory=list)
+    """With JSON tool calls: the completion as TRL's chat messages, each policy turn parsed (``parse_response``) and
+    each tool result a tool message, in order; what reward functions get as the completion. Retrieved blocks are not
+    in it."""
     is_hybrid: bool = False
     truncated: bool = False
     prompt_truncated: bool = False

@@ -2,6 +2,7 @@
 
 from rapo_trl.store.agent import TrajectorySampler
 from rapo_trl.store.config import DEFAULT_FALLBACK_TEXT, StoreConfig
+from rapo_trl.store.environment_build import build_from_environment
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
@@ -29,6 +30,7 @@ __all__ = [
     "TraceStoreError",
     "TrajectorySampler",
     "Written",
+    "build_from_environment",
     "preprocess_context",
     "split_steps",
     "step_records",

@@ -41,8 +41,11 @@ def sampling_settings(args: RAPOConfig) -> SamplingSettings:
     return sampling
 
 
-def rollout_config(args: RAPOConfig) -> RolloutConfig:
+def rollout_config(args: RAPOConfig, **protocol) -> RolloutConfig:
+    """The engine's config from ``args``; ``protocol``: ``tool_protocol`` and, for JSON tool calls, the chat template
+    (and its arguments) tool results are rendered with."""
     return RolloutConfig(
+        **protocol,
         max_completion_length=args.max_completion_length,
         max_turn_tokens=args.max_turn_tokens,
         max_tool_calls=args.max_tool_calls,

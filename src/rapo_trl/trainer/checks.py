@@ -88,8 +88,8 @@ def checked_arguments(model, args, train_dataset, **refused):
         if value is not None:
             raise ValueError(
                 f"RAPOTrainer does not take {name}=: its step-wise hybrid rollout (tools, retrieval, per-step "
-                "entropies) is the rollout function. Pass tools=[...] and trace_store= instead, or use "
-                f"GRPOTrainer for a custom {name}."
+                "entropies) is the rollout function. Pass tools=[...] or environment_factory= and trace_store= "
+                f"instead, or use GRPOTrainer for a custom {name}."
             )
     if args is None:
         model_name = model if isinstance(model, str) else get_config_model_id(model.config)

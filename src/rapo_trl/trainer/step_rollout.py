@@ -59,16 +59,18 @@ def question_ids(inputs: Sequence[dict] | None) -> list[str | None] | None:
 
 
 def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str], hybrid: list[bool],
-                  *, group_size: int, offset: int, retrieve_prob: float, args, hooks: StepHooks) -> StepRollout:
+                  *, group_size: int, offset: int, retrieve_prob: float, args, hooks: StepHooks,
+                  row_tools=None) -> StepRollout:
     """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says, hybrid rows
-    retrieving with probability ``retrieve_prob``."""
+    retrieving with probability ``retrieve_prob``; ``row_tools``: each row's own JSON tools (its environment's), which
+    only the plain rollout takes."""
     if args.retrieve_failed_groups_max_reward is not None and engine.store is not None:
         step = _guided_for_failed_groups(engine, _need(inputs, "retrieve_failed_groups_max_reward"), prompt_ids,
                                          prefixes, hybrid, group_size, offset, args.retrieve_failed_groups_max_reward,
                                          retrieve_prob, hooks)
     else:
         rollout = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=True,
-                                  question_ids=question_ids(inputs), retrieve_prob=retrieve_prob)
+                                  question_ids=question_ids(inputs), retrieve_prob=retrieve_prob, row_tools=row_tools)
         step = StepRollout(rollout.rows, rollout.stats)
     if args.dynamic_sampling_max_rounds:
         inputs = _need(inputs, "dynamic_sampling_max_rounds")

@@ -59,14 +59,23 @@ def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[t
 
 def _add(store, inputs, rows, chosen, tokenizer) -> None:
     prompts = [inputs[i]["prompt"] for i, _ in chosen]
+    if any(rows[i].messages for i, _ in chosen):  # JSON tool calls: steps are the rollout's own turns
+        from rapo_trl.store.row_steps import row_step_records
+
+        records = [record for (i, reward), prompt in zip(chosen, prompts)
+                   for record in row_step_records(rows[i], tokenizer, prompt_text(prompt), reward,
+                                                  _question_id(inputs[i], prompt), "policy", store.preprocess)]
+        store.add_records(records)
+        return
     store.add_policy_trajectories(
         prompts=prompts,
         completions=[tokenizer.decode(policy_view(rows[i]), skip_special_tokens=True) for i, _ in chosen],
         rewards=[reward for _, reward in chosen],
-        question_ids=[
-            str(inputs[i].get("question_id") or hashlib.sha1(prompt_text(p).encode()).hexdigest()[:16])
-            for (i, _), p in zip(chosen, prompts)
-        ],
+        question_ids=[_question_id(inputs[i], p) for (i, _), p in zip(chosen, prompts)],
         min_reward=float("-inf"),
         keep_top_k=1,
     )
+
+
+def _question_id(row: dict, prompt) -> str:
+    return str(row.get("question_id") or hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16])

@@ -70,6 +70,7 @@ from rapo_trl.trainer.shared_prompt import (
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
 from rapo_trl.trainer.store_growth import best_of_each_group, check_store_growth, grow_store
+from rapo_trl.trainer.tool_protocol import check_json_options, resolve_tool_protocol
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -78,7 +79,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
 
     A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
-    `<search>` calls, their results are appended as forced tokens, and in hybrid rollouts a step trace
+    `<search>` calls (or JSON tool calls in its chat template, on TRL tools and environments), their results are
+    appended as forced tokens, and in hybrid rollouts a step trace
     retrieved from `trace_store` may follow each tool step. The loss adds RAPO's retrieval reward
     (advantage reweighting) and retrieval-aware importance shaping.
 
@@ -92,8 +94,12 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             with docstrings, as GRPOTrainer takes them (wrapped as ``FunctionTool``: the policy writes
             ``<name>{"arg": value}</name>``), run by RAPO's hybrid rollouts (not by GRPOTrainer's
             chat-template tool loop).
-        rollout_func, environment_factory: accepted for signature parity with GRPOTrainer and refused
-            with a clear error: RAPO's hybrid rollout is the rollout function.
+        rollout_func: accepted for signature parity with GRPOTrainer and refused with a clear error: RAPO's
+            hybrid rollout is the rollout function.
+        environment_factory: a TRL environment class (or a dict of them), as GRPOTrainer takes it: one environment
+            per row, ``reset`` adds to the prompt, its public methods are JSON tool calls in the model's chat
+            template, ``get_reward`` a reward. With it (or with plain functions in ``tools`` the prompts do not teach
+            as tags) the policy calls tools in the chat template's JSON format (``RAPOConfig.tool_protocol``).
         trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
             retrieval, i.e. agentic GRPO.
         vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
@@ -125,16 +131,20 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         trace_store=None,
         vllm_llm=None,
     ):
-        args = checked_arguments(
-            model, args, train_dataset, rollout_func=rollout_func, environment_factory=environment_factory
-        )
-        # Checked before the model loads: a bad tool fails fast. Plain functions become FunctionTools.
-        self.rapo_tools = list(tools_by_tag(tools).values())
+        args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func)
+        # Checked before the model loads: a bad tool fails fast.
+        self.tool_protocol = resolve_tool_protocol(args.tool_protocol, tools, environment_factory, train_dataset)
+        """``"tags"`` or ``"json"``: how this trainer's policy calls tools (``RAPOConfig.tool_protocol``)."""
+        check_json_options(args, environment_factory)
+        json_tools = self.tool_protocol == "json"
+        # Tag tools run in RAPO's engine only; JSON tools and environments are TRL's to set up (their schemas in the
+        # prompt, the response parser, one environment per row, get_reward as a reward) and RAPO's engine runs them.
+        self.rapo_tools = [] if json_tools else list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
         args = with_frozen_weights_in_half(model, args, peft_config, quantization_config)
         super().__init__(
             model,
-            bind_tool_tags(reward_funcs, tool_tags),
+            reward_funcs if json_tools else bind_tool_tags(reward_funcs, tool_tags),
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
@@ -144,15 +154,21 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             optimizers=optimizers,
             quantization_config=quantization_config,
             peft_config=peft_config,
+            **({"tools": tools, "environment_factory": environment_factory} if json_tools else {}),
         )
         self.trace_store = trace_store
         check_store_growth(trace_store, args, self.accelerator.num_processes)
+        protocol = (
+            {"tool_protocol": "json", "chat_template": self.chat_template, "chat_template_kwargs": self.chat_template_kwargs}
+            if json_tools
+            else {}
+        )
         self.rollout_engine = HybridRolloutEngine(
             self._tokenizer,
             make_backend(self, vllm_llm),
-            self.rapo_tools,
+            self._standalone_tools if json_tools else self.rapo_tools,
             trace_store,
-            rollout_config(args),
+            rollout_config(args, **protocol),
             seed=args.seed + self.accelerator.process_index,
         )
         # Set after init: TRL warns about rollout_func passed to the constructor (docs/trl-integration.md).
@@ -172,7 +188,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
             )
-            warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
+            if not json_tools:
+                warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
         if self.accelerator.is_main_process:
@@ -245,6 +262,28 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             "env_mask": [row.env_mask for row in rows],
         }
 
+    def _generate(self, prompts: list):
+        # With JSON tools TRL would run its own tool loop over what the hybrid rollout returns (tools run twice, the
+        # env_mask dropped): the rollout has run them already, so TRL sees no tools while it takes the rollout's rows.
+        tools, self.tools = self.tools, []
+        try:
+            return super()._generate(prompts)
+        finally:
+            self.tools = tools
+
+    def _row_tools(self, prompts: list) -> list[dict] | None:
+        """Each row's JSON tools by name, with an environment_factory: its own environment's methods and the
+        standalone tools, as TRL set them up for this step (``None``: every row runs the engine's tools)."""
+        if self.tool_protocol != "json" or self.environment_factories is None:
+            return None
+        if not is_conversational({"prompt": prompts[0]}):
+            raise ValueError("JSON tool calls need conversational prompts (lists of chat messages), as TRL's tools do.")
+        sync, asynchronous = self._sync_tool_dicts, self._async_tool_dicts
+        if len(sync) != len(prompts):
+            raise RolloutHandOverError(f"RAPO: {len(prompts)} prompts to roll out but TRL set up environments for "
+                                       f"{len(sync)} rows: rollout_func ran outside _generate_and_score_completions.")
+        return [{**own, **extra} for own, extra in zip(sync, asynchronous)]
+
     def roll_out_prompts(self, prompts: list, inputs: list[dict] | None = None) -> StepRollout:
         """Roll out this process's ``prompts`` (each repeated per group, as TRL passes them) as a training or an
         evaluation step does, and log the rollout's metrics. ``inputs``: the step's training rows, which guided
@@ -260,6 +299,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         engine = self.rollout_engine
         retrieve_prob = self.current_retrieve_prob()
         prefixes = [prompt_text(p) + "\n" for p in prompts]
+        row_tools = self._row_tools(prompts)
         with vllm_kv_cache_awake(self):
             if training:
                 inputs = inputs if inputs is not None and len(inputs) == len(prompts) else None
@@ -274,9 +314,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                     retrieve_prob=retrieve_prob,
                     args=self.args,
                     hooks=self._step_hooks(prompts, inputs, retrieve_prob),
+                    row_tools=row_tools,
                 )
             else:
-                plain = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=False)
+                plain = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=False, row_tools=row_tools)
                 rollout = StepRollout(plain.rows, plain.stats)
         mean = functools.partial(gathered_mean, self.accelerator)
         metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob, mean)
@@ -352,6 +393,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         """What reward functions score: the policy's own text (retrieved spans removed by token span, unless
         ``score_retrieved_blocks``), as chat messages when the prompts are conversational, and its token ids."""
         policy_ids = [policy_view(row, self.args.score_retrieved_blocks) for row in rows]
+        if self.tool_protocol == "json":  # TRL's messages: each turn parsed, each tool result a tool message
+            return [copy.deepcopy(row.messages) for row in rows], policy_ids
         texts = self.processing_class.batch_decode(policy_ids, skip_special_tokens=True)
         completions = (
             [[{"role": "assistant", "content": text}] for text in texts] if conversational else texts

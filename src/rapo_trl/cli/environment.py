@@ -1,0 +1,47 @@
+"""``--environment_factory pkg.module.Class``: train on (and fill the store from) a TRL environment, as
+``GRPOTrainer(environment_factory=...)`` takes it. The environment's methods are JSON tool calls in the model's chat
+template; the rows are the plain questions (no tag-teaching system prompt: the template shows the tools); the reward
+is the environment's ``get_reward`` unless ``--reward_funcs`` names others (summed with it, as TRL does)."""
+
+from __future__ import annotations
+
+from rapo_trl.cli.arguments import RAPOScriptArguments
+from rapo_trl.cli.errors import UsageError
+from rapo_trl.cli.imports import check_import_path, import_object
+
+
+def check_environment(script: RAPOScriptArguments, command: str) -> None:
+    """The import path exists (read from source, nothing imported), and the options it cannot take are refused."""
+    if script.environment_factory is None:
+        return
+    check_import_path(script.environment_factory, "environment_factory")
+    if script.sft_warmup_steps > 0:
+        raise UsageError("sft_warmup_steps imitates tagged trajectories; it does not run with environment_factory "
+                         "(set sft_warmup_steps 0)")
+    if command == "build-store" and script.agent == "expert":
+        raise UsageError("the scripted expert solves the demo tasks' tags, not an environment: give build-store a "
+                         "model as the agent (--agent org/name or a folder)")
+
+
+def environment_factory(script: RAPOScriptArguments):
+    factory = import_object(script.environment_factory, "environment_factory")
+    if not callable(factory):
+        raise UsageError(f"environment_factory '{script.environment_factory}' is not a class or a function")
+    return factory
+
+
+def environment_rows(script: RAPOScriptArguments, split: str):
+    """The questions as conversations without a system prompt: the chat template renders the tools."""
+    from rapo_trl.cli.common import load_questions
+    from rapo_trl.tasks import to_rapo_rows
+
+    return to_rapo_rows(load_questions(script, split), tools=[], system_prompt=None)
+
+
+def environment_rewards(script: RAPOScriptArguments, reward_weights):
+    """``--reward_funcs`` when given, else none: the environment's ``get_reward`` scores (TRL adds it itself)."""
+    if script.reward_funcs is None:
+        return [], reward_weights
+    from rapo_trl.cli.rewards import training_rewards
+
+    return training_rewards(script, reward_weights)

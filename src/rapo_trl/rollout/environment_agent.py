@@ -1,0 +1,87 @@
+"""An agent acting on a TRL environment, as GRPOTrainer(environment_factory=...) runs one: a fresh environment per
+rollout, whose ``reset(**row)`` text is appended to the row's last message and whose public methods (with any
+standalone functions) are the JSON tools the chat template shows. Used to fill a trace store with RL's own questions
+(``rapo_trl.store.build_from_environment``) by the model of your choice."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
+from rapo_trl.rollout.chat_tools import environment_tools, tool_table
+from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
+from rapo_trl.rollout.types import RolloutRow
+
+
+@dataclass
+class Episode:
+    """One rollout on one environment."""
+
+    prompt: list[dict]
+    """The row's conversation after ``reset``, as the policy saw it (before the tool schemas)."""
+    row: RolloutRow
+    """The rollout: token ids, loss mask, segments and the completion's chat messages."""
+    environment: object
+    """The environment the rollout acted on, in its final state (``get_reward`` reads it)."""
+
+
+def observed_prompt(environment, row: dict) -> list[dict]:
+    """``row["prompt"]`` with ``environment.reset(**row)``'s text appended to its last message, as TRL does."""
+    prompt = [dict(message) for message in row.get("prompt") or [{"role": "user", "content": ""}]]
+    observation = environment.reset(**row)
+    if observation is not None:
+        prompt[-1]["content"] = prompt[-1]["content"] + observation
+    return prompt
+
+
+class EnvironmentAgent:
+    """Rollouts of a model on fresh environments from ``environment_factory``.
+
+    Args:
+        model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results).
+        environment_factory: a class or callable returning an environment (``reset``, tool methods, optionally
+            ``get_reward``), as GRPOTrainer takes it.
+        tools: standalone JSON tools (plain typed functions) beside the environment's methods.
+        config: budgets (JSON tool calls; the agent never retrieves).
+        sampling: sampling settings; batch_size: rollouts generated together.
+    """
+
+    def __init__(self, model, tokenizer, environment_factory: Callable, tools: Sequence[Callable] = (),
+                 config: RolloutConfig | None = None, sampling: SamplingSettings | None = None, batch_size: int = 8):
+        if not callable(environment_factory):
+            raise TypeError(f"environment_factory must be a class or a callable returning an environment, got "
+                            f"{type(environment_factory).__name__}.")
+        self.tokenizer = tokenizer
+        self.environment_factory = environment_factory
+        self.tools = tool_table(tools)
+        self.batch_size = batch_size
+        config = replace(config or RolloutConfig(), tool_protocol="json")
+        self.engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer, sampling), (), None, config)
+
+    @classmethod
+    def from_pretrained(cls, path: str, environment_factory: Callable, tools: Sequence[Callable] = (),
+                        max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
+                        batch_size: int = 8, device: str | None = None, dtype=None) -> EnvironmentAgent:
+        from rapo_trl.rollout.agent import load_policy
+
+        model, tokenizer = load_policy(path, device=device, dtype=dtype)
+        config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
+        return cls(model, tokenizer, environment_factory, tools, config, SamplingSettings(temperature=temperature),
+                   batch_size)
+
+    def episodes(self, rows: Sequence[dict]) -> list[Episode]:
+        """One episode per dataset row (a dict with ``prompt``, chat messages, and the columns ``reset`` takes)."""
+        done: list[Episode] = []
+        for start in range(0, len(rows), self.batch_size):
+            batch = rows[start : start + self.batch_size]
+            environments = [self.environment_factory() for _ in batch]
+            prompts = [observed_prompt(env, dict(row)) for env, row in zip(environments, batch)]
+            tables = [{**self.tools, **environment_tools(env)} for env in environments]
+            prompt_ids = [list(self.tokenizer.apply_chat_template(prompt, tools=list(table.values()) or None,
+                                                                  add_generation_prompt=True, tokenize=True,
+                                                                  return_dict=False))
+                          for prompt, table in zip(prompts, tables)]
+            rolled = self.engine.run(prompt_ids, retrieval_enabled=False, row_tools=tables)
+            done += [Episode(p, r, e) for p, r, e in zip(prompts, rolled, environments)]
+        return done

@@ -1,0 +1,62 @@
+"""Filling a trace store from an agent acting on a TRL environment: each of RL's own questions is rolled out
+``num_samples`` times on fresh environments, scored as GRPOTrainer scores it (the reward functions and the
+environment's ``get_reward``, summed), and the steps of the ``keep_top_k`` best rollouts are stored, keyed by the
+context as the policy's hybrid rollouts will query it (``store/row_steps.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+
+from rapo_trl.store.row_steps import row_step_records
+from rapo_trl.store.steps import prompt_text
+
+
+def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Callable] = ()) -> list[float]:
+    """Each episode's reward: the reward functions called as TRL calls them (``prompts``, ``completions`` as chat
+    messages, ``completion_ids``, ``environments`` and the rows' other columns) plus ``get_reward()`` of environments
+    that define it, summed with weight 1 each; a ``None`` is left out, as TRL leaves out NaN."""
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion")}
+    totals = [0.0] * len(episodes)
+    for func in reward_funcs:
+        scores = func(prompts=[e.prompt for e in episodes], completions=[e.row.messages for e in episodes],
+                      completion_ids=[e.row.completion_ids for e in episodes],
+                      environments=[e.environment for e in episodes], **columns)
+        if len(scores) != len(episodes):
+            raise ValueError(f"The reward function {getattr(func, '__name__', func)!r} returned {len(scores)} rewards "
+                             f"for {len(episodes)} completions.")
+        totals = [t + (0.0 if s is None or math.isnan(s) else float(s)) for t, s in zip(totals, scores)]
+    for i, episode in enumerate(episodes):
+        get_reward = getattr(episode.environment, "get_reward", None)
+        value = get_reward() if callable(get_reward) else None
+        totals[i] += 0.0 if value is None else float(value)
+    return totals
+
+
+def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callable] | Callable = (),
+                           num_samples: int = 4, keep_top_k: int = 2, min_reward: float = float("-inf"),
+                           source: str = "agent") -> int:
+    """Fill ``store`` from ``agent`` (an ``EnvironmentAgent``) on ``dataset``'s rows; returns the records added.
+
+    A row's ``question_id`` column names its question (default: a hash of its prompt's text), as the trainer's
+    ``retrieve_own_question`` reads it. Rollouts with a reward at or below ``min_reward`` are not stored.
+    """
+    if callable(reward_funcs):
+        reward_funcs = [reward_funcs]
+    rows = [dict(row) for row in dataset]
+    if not rows:
+        raise ValueError("build_from_environment got no rows.")
+    added = 0
+    for row in rows:
+        samples = [row] * num_samples
+        episodes = agent.episodes(samples)
+        rewards = episode_rewards(episodes, samples, reward_funcs)
+        question = prompt_text(episodes[0].prompt)
+        question_id = str(row.get("question_id") or hashlib.sha1(question.encode()).hexdigest()[:16])
+        best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
+        records = [record for i in best if rewards[i] > min_reward
+                   for record in row_step_records(episodes[i].row, agent.tokenizer, question, rewards[i], question_id,
+                                                  source, preprocess=store.preprocess)]
+        added += store.add_records(records) if records else 0
+    return added

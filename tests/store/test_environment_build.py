@@ -1,0 +1,45 @@
+"""A store filled by an agent acting on a TRL environment: its steps are keyed by the context exactly as a hybrid
+rollout on that environment queries the store, and the best rollouts by reward (reward functions plus
+``get_reward``) are the ones kept."""
+
+from __future__ import annotations
+
+from rapo_trl.embeddings import HashingEmbedder
+from rapo_trl.rollout import EnvironmentAgent, RolloutConfig
+from rapo_trl.store import TraceStore, build_from_environment
+from tests.helpers.environments import Counter, call
+from tests.helpers.scripted import ScriptedGenerate, Turn
+
+ROWS = [{"prompt": [{"role": "user", "content": "Count to five."}], "question_id": "five"}]
+GOOD = [call("add", "Adding two.", n=2), call("add", n=3), "The total is 5.<|im_end|>"]
+POOR = [call("add", n=1), "The total is 1.<|im_end|>"]
+
+
+def _agent(tiny_model, scripts):
+    model, tokenizer = tiny_model
+    model.generate = ScriptedGenerate(tokenizer, [([], [Turn(t) for t in turns]) for turns in scripts],
+                                      model.config.vocab_size)
+    return EnvironmentAgent(model, tokenizer, Counter, config=RolloutConfig(max_completion_length=300,
+                                                                            max_turn_tokens=100))
+
+
+def test_best_rollouts_are_stored_keyed_as_the_policy_queries(tiny_model, tmp_path):
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    agent = _agent(tiny_model, [POOR, GOOD])
+    added = build_from_environment(store, agent, ROWS, num_samples=2, keep_top_k=1)
+
+    assert added == 3  # the good rollout's three turns: two tool steps and the answer
+    records = store.collection.get(include=["metadatas", "documents"])
+    by_step = sorted(zip(records["metadatas"], records["documents"]), key=lambda r: r[0]["step_index"])
+    assert [m["reward"] for m, _ in by_step] == [5.0] * 3  # get_reward of the environment
+    assert {m["question_id"] for m, _ in by_step} == {"five"}
+
+    # The key of the second step is the context a hybrid rollout of the same question has after its first step.
+    episode = _agent(tiny_model, [GOOD]).episodes(ROWS)[0]
+    row, tok = episode.row, agent.tokenizer
+    first_tool = [s for s in row.segments if s.kind == "tool"][0]
+    query = "Count to five.\n" + tok.decode(row.completion_ids[:first_tool.end], skip_special_tokens=True)
+    assert store.preprocess(query) in [document for _, document in by_step]
+    selected = store.select([query])[0]
+    assert selected.text.startswith('<tool_call>\n{"name": "add", "arguments": {"n": 3}}')
+    assert selected.text.endswith("<result>\n5\n</result>")

@@ -1,0 +1,160 @@
+"""RAPOTrainer on a TRL environment (``environment_factory``) and on JSON tools (``tools=[fn]``): with retrieval off
+it matches GRPOTrainer running its own tool loop on the same environment (ids, masks, rewards, loss, gradients); with
+retrieval on, retrieved steps and the retrieval metrics show."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.trainer import RAPOTrainer
+from tests.helpers.environments import Counter, call, multiply
+from tests.helpers.fakes import FixedStore
+from tests.helpers.scripted import ScriptedGenerate, Turn
+from tests.helpers.trainers import G, batch_inputs, common_args, dataset, loss_and_grads
+
+SCRIPTS = [
+    [call("add", "Adding two.", n=2), call("add", n=3), "The total is 5.<|im_end|>"],
+    [call("add", n=1), "The total is 1.<|im_end|>"],
+    [call("explode"), "It broke.<|im_end|>"],
+    ['No tools. <tool_call>\n{"name": "add", "arguments": {"n": 9</tool_call><|im_end|>'],
+]
+
+
+class Recorder:
+    """A reward that counts tool results in the completion and keeps what it was given."""
+
+    __name__ = "tool_results"
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, completions, environments=None, **kwargs):
+        self.seen.append((copy.deepcopy(completions), [type(e).__name__ for e in environments or []]))
+        return [float(sum(m["role"] == "tool" for m in c)) for c in completions]
+
+
+def _script(trainer, scripts=SCRIPTS):
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    scripted = ScriptedGenerate(trainer.processing_class, [([], [Turn(t) for t in turns]) for turns in scripts],
+                                model.config.vocab_size)
+    if isinstance(trainer, RAPOTrainer):
+        model.generate = scripted
+    else:  # TRL's own turns read the generated ids as a tensor
+        model.generate = lambda **kwargs: scripted(**kwargs).sequences
+
+
+def _settings(tmp_path, **kwargs):
+    return common_args(tmp_path, **{"max_completion_length": 256, **kwargs})
+
+
+def _rapo(tiny_model_dir, tmp_path, store=None, reward=None, max_completion_length=256, **kwargs):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = RAPOConfig(**_settings(tmp_path, max_completion_length=max_completion_length), max_turn_tokens=128,
+                      **kwargs)
+    return RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward or Recorder(), args=args,
+                       train_dataset=dataset(), processing_class=tok, trace_store=store, environment_factory=Counter)
+
+
+def _step(trainer):
+    _script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    return batch, *loss_and_grads(trainer, batch)
+
+
+def test_retrieval_off_matches_grpo_trainer_on_the_environment(tiny_model_dir, tmp_path):
+    rapo_reward, grpo_reward = Recorder(), Recorder()
+    rapo = _rapo(tiny_model_dir, tmp_path / "rapo", reward=rapo_reward, retrieve_prob=0.0)
+    rapo_batch, rapo_loss, rapo_grads = _step(rapo)
+
+    grpo = GRPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), grpo_reward,
+                       args=GRPOConfig(**_settings(tmp_path / "grpo")), train_dataset=dataset(),
+                       processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), environment_factory=Counter)
+    grpo_batch, grpo_loss, grpo_grads = _step(grpo)
+
+    assert rapo.tool_protocol == "json"
+    assert torch.equal(rapo_batch["prompt_ids"], grpo_batch["prompt_ids"])
+    assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])
+    assert torch.equal(rapo_batch["completion_mask"], grpo_batch["completion_mask"])
+    assert torch.equal(rapo_batch["tool_mask"], grpo_batch["tool_mask"])
+    assert rapo_reward.seen == grpo_reward.seen  # the same chat messages, the same environments
+    assert [e.total for e in rapo.environments] == [e.total for e in grpo.environments] == [5, 1, 0, 0]
+    assert torch.allclose(rapo_batch["advantages"], grpo_batch["advantages"])
+    assert rapo_batch["advantages"].abs().sum() > 0
+    assert torch.allclose(rapo_loss, grpo_loss, atol=1e-7) and rapo_loss != 0
+    assert rapo_grads.keys() == grpo_grads.keys() and rapo_grads
+    for name in rapo_grads:
+        assert torch.allclose(rapo_grads[name], grpo_grads[name], atol=1e-7), name
+    metrics = rapo._metrics["train"]
+    assert metrics["tools/call_frequency"][-1] == pytest.approx(4 / G)  # three calls run, one did not parse
+    assert metrics["tools/failure_frequency"][-1] == pytest.approx(1 / 4)
+    assert metrics["tools/call_frequency"][-1] == grpo._metrics["train"]["tools/call_frequency"][-1]
+
+
+def test_environment_reward_and_retrieval_metrics(tiny_model_dir, tmp_path):
+    stored = call("add", "Stored.", n=1).replace("<|im_end|>", "") + "\n<result>\n1\n</result>"
+    rapo = _rapo(tiny_model_dir, tmp_path, store=FixedStore(text=stored), retrieve_prob=1.0,
+                 num_hybrid_generations=2, max_completion_length=512)
+    batch, loss, _ = _step(rapo)
+    rows = rapo.last_rollout.rows
+    assert [len(r.retrievals) for r in rows] == [2, 1, 0, 0]  # after each tool step of the hybrid rows (0 and 1)
+    assert rapo.reward_func_names == ["tool_results", "Counter"]  # get_reward, as TRL adds it
+    assert [e.total for e in rapo.environments] == [5, 1, 0, 0]  # a retrieved call never runs
+    metrics = rapo._metrics["train"]
+    for name in ("rapo/retrieval_rate", "rapo/retrieved_fraction", "rapo/z_mean", "rapo/f_ret_mean"):
+        assert name in metrics, name
+    assert metrics["rapo/retrieval_rate"][-1] == 1.0
+    tool_mask = batch["tool_mask"]
+    for i, row in enumerate(rows):
+        for event in row.retrievals:
+            assert tool_mask[i, event.start:event.end].sum() == 0
+    assert torch.isfinite(loss)
+
+
+def test_json_tools_without_environment(tiny_model_dir, tmp_path):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    reward = Recorder()
+    args = RAPOConfig(**_settings(tmp_path), max_turn_tokens=128, retrieve_prob=0.0)
+    rapo = RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward, args=args,
+                       train_dataset=dataset(), processing_class=tok, tools=[multiply])
+    assert rapo.tool_protocol == "json"
+    scripts = [[call("multiply", a=6, b=7), "42<|im_end|>"]] * G
+    _script(rapo, scripts)
+    rapo.model.train()
+    rapo._generate_and_score_completions(batch_inputs())
+    completions, _ = reward.seen[-1]
+    assert [m["content"] for m in completions[0] if m["role"] == "tool"] == ["42"]
+
+
+def test_bad_setups_are_refused_clearly(tiny_model_dir, tmp_path):
+    from tests.helpers.fakes import EchoTool
+
+    with pytest.raises(ValueError, match="tool_protocol='json'"):
+        _rapo(tiny_model_dir, tmp_path, tool_protocol="tags")
+    with pytest.raises(ValueError, match="cannot be combined with environment_factory"):
+        _rapo(tiny_model_dir, tmp_path, dynamic_sampling_max_rounds=2)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with pytest.raises(ValueError, match="EchoTool is a tag tool"):
+        RAPOTrainer(str(tiny_model_dir), Recorder(), args=RAPOConfig(**_settings(tmp_path), tool_protocol="json"),
+                    train_dataset=dataset(), processing_class=tok, tools=[EchoTool()])
+
+
+
+def test_store_growth_stores_the_best_rollouts_turns(tiny_model_dir, tmp_path):
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    rapo = _rapo(tiny_model_dir, tmp_path / "out", store=store, retrieve_prob=0.0,
+                 store_growth_min_reward=1.0)
+    _step(rapo)
+    stored = store.collection.get(include=["metadatas"])["metadatas"]
+    # The group's best row (the environment's total 5, three tool results: reward 2 + 5) and its three turns.
+    assert sorted(m["step_index"] for m in stored) == [0, 1, 2]
+    assert {m["reward"] for m in stored} == {7.0} and {m["source"] for m in stored} == {"policy"}
