@@ -24,7 +24,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine_info, markdown_table, run_rapo, update_results, use_offline_environment  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS,
+    machine_info,
+    markdown_table,
+    run_rapo,
+    update_results,
+    use_offline_environment,
+    with_notes,
+)
 
 use_offline_environment()
 
@@ -167,12 +175,12 @@ def write_report() -> None:
                      "-" if r["answer_share"] is None else f"{r['answer_share']:.2f}",
                      "-" if r["own_question_share"] is None else f"{r['own_question_share']:.2f}"])
     machine = records[-1]["machine"] if records else {}
-    MD_PATH.write_text(
+    MD_PATH.write_text(with_notes(
         "# Where can retrieval teach? Regimes at the warm start, before training\n\n"
         "`benchmarks/bench_regime.py` (its docstring says how): RL's own training questions rolled out from each "
         "regime's warm start with the learning rate 0 (no update), the demo recipe otherwise. "
         f"Machine of the last record: {machine.get('cpu', '?')}, {machine.get('cpus', '?')} cores.\n\n"
-        + "\n".join(markdown_table(header, rows)) + "\n")
+        + "\n".join(markdown_table(header, rows)) + "\n", MD_PATH.with_name("learning_regime_notes.md")))
 
 
 if __name__ == "__main__":
