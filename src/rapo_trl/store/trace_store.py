@@ -365,13 +365,15 @@ class TraceStore:
         keep_top_k: int | None = 5,
         prompts: Sequence | None = None,
         on_invalid: str = "raise",
+        metadata: dict | None = None,
     ) -> int:
         """Split tagged trajectories into steps and store them; returns the number of records added.
 
         Per question only the ``keep_top_k`` best distinct trajectories by reward are kept (``None``:
         all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
         system prompt is dropped. Every row is validated before anything is written; with
-        ``on_invalid="skip"`` bad rows are skipped instead of raising.
+        ``on_invalid="skip"`` bad rows are skipped instead of raising. ``metadata`` (scalars) is added to
+        every new record's metadata.
         """
         texts = None if prompts is None else [clean_text(prompt_text(prompt)) for prompt in prompts]
         # Lone surrogates (text decoded with surrogateescape) cannot be stored: replaced, not raised on.
@@ -387,7 +389,7 @@ class TraceStore:
                 config.key_max_chars, config.system_prompt, created_at,
             )
         ]  # fmt: skip
-        return self.add_records(records)
+        return self.add_records(records, extra_metadata=None if metadata is None else [metadata] * len(records))
 
     def add_policy_trajectories(
         self,
@@ -398,10 +400,12 @@ class TraceStore:
         min_reward: float = 0.0,
         keep_top_k: int = 1,
         source: str = "policy",
+        metadata: dict | None = None,
     ) -> int:
         """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
         best completions per question whose reward is above ``min_reward``. Malformed completions
-        are skipped, never raised on, so a training step cannot fail here."""
+        are skipped, never raised on, so a training step cannot fail here. ``metadata``: as for
+        :meth:`add_trajectories` (the trainer tags its run and step, see :meth:`remove_grown_after`)."""
         keep = [i for i, reward in enumerate(rewards) if is_finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
@@ -413,7 +417,24 @@ class TraceStore:
             keep_top_k=keep_top_k,
             prompts=[prompts[i] for i in keep],
             on_invalid="skip",
+            metadata=metadata,
         )
+
+    def remove_grown_after(self, run: str, step: int) -> int:
+        """Delete the records training run ``run`` grew after step ``step`` (tagged ``grown_by`` and
+        ``grown_at_step`` by the trainer): what the steps after a checkpoint added, which a run resumed from
+        that checkpoint takes back before it takes those steps again. Returns how many were deleted."""
+        self.acquire_write_lock()
+        with self._write_lock:
+            where = {"$and": [{"grown_by": run}, {"grown_at_step": {"$gt": int(step)}}]}
+            ids = self.collection.get(where=where, include=[])["ids"]
+            if ids:
+                self.collection.delete(ids=ids)
+                for record_id in ids:
+                    self._rewards.pop(record_id, None)
+                if self._local is not None:
+                    self._local.remove(ids)
+        return len(ids)
 
     def add_records(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
                     show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 
 import torch
@@ -39,15 +40,16 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
 
 
 def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer,
-               outage=None) -> None:
-    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions.
+               outage=None, tag: dict | None = None) -> None:
+    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions, each record
+    with the metadata ``tag`` (the run and step that grew it, ``growth_rollback.py``) where the store takes it.
 
     A store that cannot be written (its server down) costs this step's additions, not the step: said once per
     outage (``outage``, the rollouts' :class:`~rapo_trl.store.outage.StoreOutage`, also says when it began)."""
     if not chosen or not hasattr(store, "add_policy_trajectories"):
         return
     try:
-        _add(store, inputs, rows, chosen, tokenizer)
+        _add(store, inputs, rows, chosen, tokenizer, tag)
     except Exception as error:  # noqa: BLE001 - a store write must not end the training step
         if outage is None or not outage.down:
             logger.warning("RAPO: could not add this step's %d best trajectories to the trace store (%s: %s); "
@@ -56,8 +58,9 @@ def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[t
             outage.growth_lost += len(chosen)
 
 
-def _add(store, inputs, rows, chosen, tokenizer) -> None:
+def _add(store, inputs, rows, chosen, tokenizer, tag) -> None:
     prompts = [inputs[i]["prompt"] for i, _ in chosen]
+    tagged = {"metadata": tag} if tag is not None and _takes_metadata(store) else {}
     store.add_policy_trajectories(
         prompts=prompts,
         completions=[tokenizer.decode(policy_view(rows[i]), skip_special_tokens=True) for i, _ in chosen],
@@ -68,4 +71,14 @@ def _add(store, inputs, rows, chosen, tokenizer) -> None:
         ],
         min_reward=float("-inf"),
         keep_top_k=1,
+        **tagged,
     )
+
+
+def _takes_metadata(store) -> bool:
+    """Whether the store's ``add_policy_trajectories`` takes ``metadata=`` (a store of the user's own may not)."""
+    try:
+        parameters = inspect.signature(store.add_policy_trajectories).parameters
+    except (TypeError, ValueError):
+        return False
+    return "metadata" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

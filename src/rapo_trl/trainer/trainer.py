@@ -56,6 +56,7 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
+from rapo_trl.trainer.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
@@ -168,6 +169,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling else None
+        self.growth_run = new_run_id()
+        """Tags the records this run grows into the store; a resume takes it from the checkpoint."""
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
@@ -218,7 +221,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 step.rewards, self.num_generations, start, len(step.rows), self.args.grow_store_min_reward
             )
             grow_store(
-                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage
+                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
+                growth_tag(self.growth_run, self.state.global_step + 1),
             )
         return out
 
