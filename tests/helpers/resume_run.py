@@ -6,7 +6,8 @@ drawn from torch's RNG as sampling would draw tokens: a resume that lost the sam
 Run as a script (``python -m tests.helpers.resume_run MODEL RUN STORE [--resume]``), it trains in its own process;
 ``RAPO_TEST_STOP=PHASE:STEP:SIGNAL`` (phase ``generate``, ``loss`` or ``save``; signal ``kill`` or ``term``) makes
 it write ``RAPO_TEST_MARKER`` when step STEP reaches that phase, then hold there until the parent's signal has
-arrived: a SIGKILL lands there, and a SIGTERM has been taken by the trainer before the step goes on. At
+arrived: a SIGKILL lands there, and a SIGTERM has been taken by the trainer before the step goes on (``make_trainer(
+stop=...)`` with signal ``self``: the run sends itself the SIGTERM, for a test in its own process). At
 ``generate`` with ``kill``, it holds inside a real sandbox call (a sleeping program), so the kill finds one running.
 Every log entry is appended to ``RUN/log.jsonl`` and every step's per-row rewards and retrieved records to
 ``RUN/steps.jsonl`` as they happen, so a killed run leaves what it did.
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -76,7 +78,10 @@ class Stopper:
         return phase == self.phase and step == self.step
 
     def hold(self, trainer, code_runner=None) -> None:
-        Path(self.marker).write_text(str(os.getpid()))
+        if self.marker:
+            Path(self.marker).write_text(str(os.getpid()))
+        if self.signal == "self":  # in the test's own process: it signals itself
+            os.kill(os.getpid(), signal.SIGTERM)
         if self.signal == "kill" and code_runner is not None:
             code_runner("import time\ntime.sleep(600)")  # a sandbox process is running when the kill lands
         deadline = time.monotonic() + HOLD_S

@@ -29,11 +29,11 @@ def growth_tag(run: str, step: int) -> dict:
 def take_back_growth(store, run: str | None, step: int) -> int:
     """Delete what run ``run`` grew into ``store`` after step ``step``; a store that cannot (no such method, or
     unreachable) is said once and the resume goes on. Returns how many records were deleted."""
-    remove = getattr(store, "remove_grown_after", None)
-    if remove is None or run is None:
+    delete = getattr(store, "delete", None)
+    if delete is None or run is None:
         return 0
     try:
-        removed = remove(run, step)
+        removed = delete({"$and": [{"grown_by": run}, {"grown_at_step": {"$gt": int(step)}}]})
     except Exception as error:  # noqa: BLE001 - a resume must not fail on a store it can still train beside
         logger.warning("RAPO: could not delete the trace-store records this run grew after step %d (%s: %s); the "
                        "resumed steps may retrieve them, where the interrupted run could not.", step,

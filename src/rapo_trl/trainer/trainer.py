@@ -49,6 +49,7 @@ from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
+    check_store_before_training,
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
@@ -178,6 +179,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
+        check_store_before_training(self.trace_store)
         if self.accelerator.is_main_process:
             warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
         return super().train(*args, **kwargs)
