@@ -182,9 +182,10 @@ def main(argv=None) -> int:
     parser.add_argument("run")
     parser.add_argument("store")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--max_steps", type=int, default=STEPS)
     options = parser.parse_args(argv)
-    trainer = make_trainer(options.model, options.run, options.store, stop=os.environ.get(STOP_ENV),
-                           marker=os.environ.get(MARKER_ENV))
+    trainer = make_trainer(options.model, options.run, options.store, max_steps=options.max_steps,
+                           stop=os.environ.get(STOP_ENV), marker=os.environ.get(MARKER_ENV))
     trainer.train(resume_from_checkpoint=True if options.resume else None)
     return 0
 

@@ -36,7 +36,7 @@ class CheckpointingMixin:
             result = super().train(checked_resume(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
         finally:
             self._sigterm.uninstall()
-        self._sigterm.check_stop(self.args.output_dir)
+        self._sigterm.check_stop(self.args.output_dir, finished=self.state.global_step >= self.state.max_steps)
         self._store_outage.check_stop(self.args.output_dir)
         return result
 

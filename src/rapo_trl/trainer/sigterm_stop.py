@@ -67,9 +67,9 @@ class SigtermStop(TrainerCallback):
             control.should_training_stop = True
             self.stopped_at = state.global_step
 
-    def check_stop(self, output_dir: str) -> None:
-        """Raise :class:`TrainingStoppedError` if a SIGTERM stopped the run."""
-        if self.stopped_at is None:
+    def check_stop(self, output_dir: str, finished: bool = False) -> None:
+        """Raise :class:`TrainingStoppedError` if a SIGTERM stopped the run before it ``finished`` its steps."""
+        if self.stopped_at is None or finished:
             return
         raise TrainingStoppedError(
             f"RAPO stopped on SIGTERM after step {self.stopped_at}. The checkpoint {output_dir}/checkpoint-"
