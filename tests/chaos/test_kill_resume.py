@@ -19,7 +19,7 @@ import torch
 
 from rapo_trl.trainer.sigterm_stop import TrainingStoppedError
 from tests.helpers.kill_run import stop_run
-from tests.helpers.resume_run import STEPS, build_store, make_trainer, open_store, read_jsonl
+from tests.helpers.resume_run import STEPS, build_store, make_trainer, per_step, store_records
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox layers are Linux-only")
 
@@ -61,18 +61,8 @@ def fresh(work, name):
     return shutil.copytree(work["store"], work["runs"] / f"{name}-store")
 
 
-def per_step(work, name):
-    """step -> (questions, per-row rewards, retrieved record ids, loss, mean reward), the last entry of each step."""
-    steps = {e["step"]: e for e in read_jsonl(work["runs"] / name / "steps.jsonl")}
-    logs = {e["step"]: e for e in read_jsonl(work["runs"] / name / "log.jsonl") if "loss" in e}
-    return {step: (e["questions"], e["rewards"], e["retrieved"], logs[step]["loss"], logs[step]["reward"])
-            for step, e in steps.items()}
-
-
-def store_records(path):
-    with open_store(path) as store:
-        pages = list(store.iter_batches())
-    return [i for p in pages for i in p["ids"]], [m for p in pages for m in p["metadatas"]]
+def steps_of(work, name):
+    return per_step(work["runs"] / name)
 
 
 def test_sigkill_in_the_loss_then_resume_equals_the_uninterrupted_run(work):
@@ -80,14 +70,13 @@ def test_sigkill_in_the_loss_then_resume_equals_the_uninterrupted_run(work):
     assert stopped.returncode == -9 and not stopped.left, stopped.stderr[-2000:]
     run = work["runs"] / "killed"
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2"]
-    ids, _ = store_records(work["runs"] / "killed-store")
-    whole = per_step(work, "whole")
-    assert sorted(per_step(work, "killed")) == [1, 2]  # step 3 never ended
-    grown_by_step_3 = len(ids) - len(store_records(work["store"])[0]) - 2  # steps 1-2 grew one trajectory each
-    assert grown_by_step_3 > 0  # the killed step had grown the store before its loss
+    whole = steps_of(work, "whole")
+    assert sorted(steps_of(work, "killed")) == [1, 2]  # step 3 never ended
+    _, metadata = store_records(work["runs"] / "killed-store")
+    assert any(m.get("grown_at_step") == 3 for m in metadata)  # but it had grown the store before its loss
 
     train(work, "killed", resume=True)
-    resumed = per_step(work, "killed")
+    resumed = steps_of(work, "killed")
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(3, STEPS + 1):
         assert resumed[step] == whole[step], (step, resumed[step], whole[step])
@@ -106,8 +95,8 @@ def test_sigterm_finishes_the_step_saves_it_and_resumes_exactly(work):
     run = work["runs"] / "termed"
     assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
     assert (run / "checkpoint-3" / "trainer_state.json").is_file() and (run / "checkpoint-3" / "rapo_state_0.json").is_file()
-    whole = per_step(work, "whole")
-    assert per_step(work, "termed")[3] == whole[3]  # the step the signal came in was finished as it would have been
+    whole = steps_of(work, "whole")
+    assert steps_of(work, "termed")[3] == whole[3]  # the step the signal came in was finished as it would have been
 
     train(work, "termed", resume=True)
-    assert per_step(work, "termed")[STEPS] == whole[STEPS]
+    assert steps_of(work, "termed")[STEPS] == whole[STEPS]

@@ -29,11 +29,14 @@ class Stopped:
     stderr: str
 
 
-def _env(stop: str, marker: Path) -> dict[str, str]:
+def _env(stop: str, marker: Path | None) -> dict[str, str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")])
-    env[STOP_ENV], env[MARKER_ENV] = stop, str(marker)
+    env.pop(STOP_ENV, None)
+    env.pop(MARKER_ENV, None)
+    if stop:
+        env[STOP_ENV], env[MARKER_ENV] = stop, str(marker)
     return env
 
 
@@ -45,16 +48,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def stop_run(model_dir, run_dir, store_dir, phase: str, step: int, how: str, timeout: float = 300) -> Stopped:
+def _argv(model_dir, run_dir, store_dir, max_steps: int | None, resume: bool = False) -> list[str]:
+    argv = [sys.executable, "-m", "tests.helpers.resume_run", str(model_dir), str(run_dir), str(store_dir)]
+    return argv + (["--max_steps", str(max_steps)] if max_steps else []) + (["--resume"] if resume else [])
+
+
+def train_run(model_dir, run_dir, store_dir, max_steps: int | None = None, resume: bool = False,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """The run to its end in a process of its own (``resume``: from its newest whole checkpoint)."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return subprocess.run(_argv(model_dir, run_dir, store_dir, max_steps, resume), cwd=REPO, env=_env("", None),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def stop_run(model_dir, run_dir, store_dir, phase: str, step: int, how: str, max_steps: int | None = None,
+             timeout: float = 300) -> Stopped:
     """Run until step ``step`` reaches ``phase``, send ``how`` (``kill``: SIGKILL, ``term``: SIGTERM) and wait for
     the process to end."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     marker = run_dir / "held"
     with open(run_dir / "stderr.txt", "w") as err:
-        process = subprocess.Popen([sys.executable, "-m", "tests.helpers.resume_run", str(model_dir), str(run_dir),
-                                    str(store_dir)], cwd=REPO, env=_env(f"{phase}:{step}:{how}", marker),
-                                   stdout=subprocess.DEVNULL, stderr=err)
+        process = subprocess.Popen(_argv(model_dir, run_dir, store_dir, max_steps), cwd=REPO,
+                                   env=_env(f"{phase}:{step}:{how}", marker), stdout=subprocess.DEVNULL, stderr=err)
         try:
             deadline = time.monotonic() + timeout
             while not marker.exists() and process.poll() is None and time.monotonic() < deadline:

@@ -176,6 +176,22 @@ def read_jsonl(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def per_step(run_dir) -> dict[int, tuple]:
+    """step -> (questions, per-row rewards, retrieved record ids, loss, mean reward): each step as it was last taken
+    (a resumed run journals the steps it takes again after the interrupted run's)."""
+    steps = {e["step"]: e for e in read_jsonl(Path(run_dir) / "steps.jsonl")}
+    logs = {e["step"]: e for e in read_jsonl(Path(run_dir) / "log.jsonl") if "loss" in e}
+    return {step: (e["questions"], e["rewards"], e["retrieved"], logs[step]["loss"], logs[step]["reward"])
+            for step, e in steps.items() if step in logs}
+
+
+def store_records(path) -> tuple[list[str], list[dict]]:
+    """Every record's id and metadata."""
+    with open_store(path) as store:
+        pages = list(store.iter_batches())
+    return [i for p in pages for i in p["ids"]], [m for p in pages for m in p["metadatas"]]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model")
