@@ -1,9 +1,9 @@
 """RAPOTrainer's checkpoint and fault handling, as a mixin before GRPOTrainer: RAPO's rollout state saved beside
 TRL's RNG state and restored on resume; a save that fails leaves no half-written folder; a resume takes only a whole
-checkpoint, walks the epoch it resumes in the uninterrupted run's prompt order (``epoch_order.py``), and takes back
-what the steps after it grew into the store (``growth_rollback.py``); a SIGTERM stops the
-run at the end of its step with a checkpoint (``sigterm_stop.py``); a trace store that stays unreachable warns at
-every log or stops the run (``store_outage.py``)."""
+checkpoint, walks the epoch it resumes in the uninterrupted run's prompt order (``epoch_order.py``) and takes back
+what the steps after the checkpoint grew into the store (``growth_rollback.py``); a SIGTERM stops the run at the end
+of its step with a checkpoint (``sigterm_stop.py``); a trace store that stays unreachable warns at every log or stops
+the run (``store_outage.py``)."""
 
 from __future__ import annotations
 
