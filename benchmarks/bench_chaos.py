@@ -6,12 +6,23 @@ descendant processes, open descriptors, entries in a private temp folder, per-ca
 the timeout. Prints a table and writes ``results/chaos_soak.json`` and ``.md``.
 
     .venv/bin/python benchmarks/bench_chaos.py soak --calls 1000
+
+``resume``: the tiny-model run of ``tests/helpers/resume_run.py`` (real sandbox, a real Chroma store it grows,
+retrieval at p = 0.5; 6 steps, a checkpoint every 2, three questions so steps 4-6 are the second epoch), each in a
+process of its own: once uninterrupted, then once per stop point (SIGKILL or SIGTERM in step 3's generation, in its
+loss, or in step 4's checkpoint save), resumed with ``resume_from_checkpoint=True``. Per point: the checkpoint
+resumed from, whether every step after it equals the uninterrupted run's (questions, per-row rewards, retrieved
+records, loss), the store's records (duplicates; the same set as the uninterrupted run's) and the sandbox processes
+that outlived the stopped run. Writes ``results/chaos_resume.json`` and ``.md``.
+
+    .venv/bin/python benchmarks/bench_chaos.py resume [--points loss:3:kill,save:4:term]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -90,6 +101,76 @@ def soak_report(result: dict, machine: dict) -> str:
     ])
 
 
+RESUME_POINTS = ("generate:3:kill", "loss:3:kill", "save:4:kill", "generate:3:term", "loss:3:term", "save:4:term")
+RESUME_STEPS = 6
+
+
+def resume(points=RESUME_POINTS, steps: int = RESUME_STEPS) -> dict:
+    """Stop the run at each point, resume it, and compare it step by step with the uninterrupted run."""
+    from rapo_trl.models import build_tiny_model
+    from rapo_trl.trainer.checkpoint import last_complete_checkpoint
+    from tests.helpers.kill_run import stop_run, train_run
+    from tests.helpers.resume_run import build_store, per_step, store_records
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rapo-resume-") as temp:
+        root = Path(temp)
+        build_tiny_model(root / "model")
+        build_store(root / "store")
+
+        def fresh(name):
+            return shutil.copytree(root / "store", root / f"{name}-store")
+
+        start = time.monotonic()
+        whole = train_run(root / "model", root / "whole", fresh("whole"), steps)
+        if whole.returncode != 0:
+            raise RuntimeError(f"the uninterrupted run failed:\n{whole.stderr[-3000:]}")
+        whole_seconds = time.monotonic() - start
+        reference, whole_ids = per_step(root / "whole"), sorted(store_records(root / "whole-store")[0])
+        for point in points:
+            phase, step, how = point.split(":")
+            name = point.replace(":", "-")
+            start = time.monotonic()
+            stopped = stop_run(root / "model", root / name, fresh(name), phase, int(step), how, steps)
+            checkpoint = last_complete_checkpoint(str(root / name))
+            resumed = train_run(root / "model", root / name, root / f"{name}-store", steps, resume=True)
+            got = per_step(root / name)
+            first = int(checkpoint.rsplit("-", 1)[1]) + 1 if checkpoint else None
+            compared = list(range(first, steps + 1)) if first else []
+            ids = store_records(root / f"{name}-store")[0]
+            rows.append({
+                "point": point, "stopped_exit": stopped.returncode, "resumed_exit": resumed.returncode,
+                "resumed_from": Path(checkpoint).name if checkpoint else None, "steps_compared": compared,
+                "steps_equal": [s for s in compared if got.get(s) == reference[s]],
+                "retrievals_compared": sum(bool(r) for s in compared for r in reference[s][2]),
+                "records": len(ids), "duplicate_records": len(ids) - len(set(ids)),
+                "same_records_as_uninterrupted": sorted(ids) == whole_ids,
+                "processes_at_signal": len(stopped.tree), "processes_left": len(stopped.left),
+                "seconds": round(time.monotonic() - start, 1),
+                "error": None if resumed.returncode == 0 else resumed.stderr[-500:],
+            })
+    return {"steps": steps, "whole_seconds": round(whole_seconds, 1), "points": rows,
+            "exact": all(r["steps_equal"] == r["steps_compared"] != [] for r in rows)}
+
+
+def resume_report(result: dict, machine: dict) -> str:
+    rows = [f"| {r['point']} | {r['stopped_exit']} | {r['resumed_from']} | {len(r['steps_equal'])}/"
+            f"{len(r['steps_compared'])} ({r['retrievals_compared']} retrievals) | {r['duplicate_records']} | "
+            f"{'yes' if r['same_records_as_uninterrupted'] else 'no'} | {r['processes_at_signal']} -> "
+            f"{r['processes_left']} |" for r in result["points"]]
+    return "\n".join([
+        "# Stopped mid-step, then resumed", "",
+        f"The {result['steps']}-step tiny-model run of `tests/helpers/resume_run.py`, each run in a process of its own, "
+        "`.venv/bin/python benchmarks/bench_chaos.py resume`. "
+        f"Measured on {common.machine_line(machine)}.", "",
+        f"Every resumed run equal to the uninterrupted one at every step after its checkpoint: "
+        f"{'yes' if result['exact'] else 'NO'}.", "",
+        "| stop point (phase:step:signal) | exit | resumed from | steps equal | duplicate records | same records |"
+        " sandbox processes at the signal -> left |",
+        "|---|---|---|---|---|---|---|", *rows, "",
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="scenario", required=True)
@@ -97,14 +178,21 @@ def main() -> None:
     soak_parser.add_argument("--calls", type=int, default=1000)
     soak_parser.add_argument("--timeout", type=float, default=2.0)
     soak_parser.add_argument("--no-write", action="store_true", help="print only")
+    resume_parser = sub.add_parser("resume", help="a run stopped mid-step, resumed, compared with the uninterrupted")
+    resume_parser.add_argument("--points", default=",".join(RESUME_POINTS), help="phase:step:signal,...")
+    resume_parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
-    result = soak(args.calls, args.timeout)
     machine = common.machine_info()
-    report = soak_report(result, machine)
+    if args.scenario == "soak":
+        result, name = soak(args.calls, args.timeout), "chaos_soak"
+        report = soak_report(result, machine)
+    else:
+        result, name = resume(args.points.split(",")), "chaos_resume"
+        report = resume_report(result, machine)
     print(report)
     if not args.no_write:
-        (common.RESULTS / "chaos_soak.json").write_text(json.dumps({"machine": machine, **result}, indent=1) + "\n")
-        (common.RESULTS / "chaos_soak.md").write_text(report)
+        (common.RESULTS / f"{name}.json").write_text(json.dumps({"machine": machine, **result}, indent=1) + "\n")
+        (common.RESULTS / f"{name}.md").write_text(report)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,11 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(TRAINER, "_load_optimizer_and_scheduler", "override: RAPO's rollout state is restored on resume",
              ("checkpoint",)),
     Internal(TRAINER, "_save", "override: RAPO's model card replaces PEFT's empty one", ("output_dir", "state_dict")),
+    Internal(GRPO, "_get_train_sampler", "override: a resumed run walks each epoch in the uninterrupted run's order "
+             "(trainer/epoch_order.py)", ("dataset",), calls_in_order=("RepeatSampler(", "seed=self.args.seed")),
+    Internal("trl.trainer.utils:RepeatSampler", "__iter__", "one permutation drawn per epoch, replayed by "
+             "ResumableRepeatSampler.set_epoch", calls_in_order=("torch.randperm(self.num_samples, "
+                                                                 "generator=self.generator)",)),
     # Attributes GRPOTrainer sets and RAPOTrainer reads.
     Internal(GRPO, "_metrics", "RAPO's rapo/* and tools/* metrics are logged through it", attribute=True),
     Internal(GRPO, "_tokenizer", "the rollout engine's tokenizer", attribute=True),

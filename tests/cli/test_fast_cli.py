@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from rapo_trl.cli.errors import UsageError
 from tests.cli.conftest import recipe, write_yaml
 from tests.cli.runs import describe, rapo, rapo_env
 
@@ -211,3 +212,43 @@ def test_eval_takes_the_tiny_alias_as_its_model(tmp_path):
 
     evaluate.check(*read_recipe("eval", ["--eval_model", "tiny", "--model_name_or_path", "tiny",
                                          "--output_dir", str(tmp_path / "none")]))
+
+
+def test_eval_refuses_a_folder_that_is_not_a_model_before_evaluating_anything(tmp_path):
+    """A trace store given as the eval model: refused at once, not after the base model's evaluation."""
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "chroma.sqlite3").write_bytes(b"SQLite format 3\0")
+    run, seconds = timed("eval", "--model_name_or_path", "tiny", "--eval_model", store, cwd=tmp_path)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and seconds < BOUND_S, describe(run)
+    assert f"eval model: '{store}' is not a model folder (no config.json or adapter_config.json)" in lines[0]
+
+
+BAD_EVAL_MODELS = {  # files of the folder -> words of the error
+    "stopped_run": ({"checkpoint-2/config.json": '{"model_type": "qwen2"}', "checkpoint-10/config.json":
+                     '{"model_type": "qwen2"}', "log.jsonl": ""}, ["is not a model folder", "checkpoint-10 (the newest)"]),
+    "no_weights": ({"config.json": '{"model_type": "qwen2"}'}, ["has a config.json but no weights (model.safetensors"]),
+    "cut_config": ({"config.json": '{"model_ty', "model.safetensors": ""}, ["config.json cannot be read"]),
+    "not_transformers": ({"config.json": '{"dim": 8}', "model.safetensors": ""}, ["has no model_type"]),
+    "adapter_without_weights": ({"adapter_config.json": "{}"}, ["has a adapter_config.json but no adapter weights"]),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_EVAL_MODELS))
+def test_eval_refuses_a_bad_model_folder_from_its_files(name, tmp_path):
+    from rapo_trl.cli import evaluate, read_recipe
+
+    files, words = BAD_EVAL_MODELS[name]
+    folder = tmp_path / "model"
+    for relative, text in files.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(text)
+    with pytest.raises(UsageError) as caught:
+        evaluate.check(*read_recipe("eval", ["--eval_model", str(folder), "--model_name_or_path", "tiny"]))
+    for word in words:
+        assert word in str(caught.value), str(caught.value)
+    for weights in ("model.safetensors", "adapter_model.safetensors"):  # weights beside a readable config: it passes
+        (folder / weights).write_text("")
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    evaluate.check(*read_recipe("eval", ["--eval_model", str(folder), "--model_name_or_path", "tiny"]))

@@ -26,6 +26,7 @@ from rapo_trl.cli.common import (
     training_rows,
     write_json,
 )
+from rapo_trl.cli.model_folder import model_folder_problem
 from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
@@ -85,6 +86,10 @@ def check(script, rapo_args, model_args) -> None:
         check_model(script.eval_model)
     elif not Path(_target(script, rapo_args)).is_dir():
         raise UsageError(f"eval model '{_target(script, rapo_args)}' does not exist; train first or set eval_model")
+    elif (problem := model_folder_problem(_target(script, rapo_args))) is not None:
+        raise UsageError(f"eval model: {problem}")
+    elif script.eval_base and not model_args.model_name_or_path and _base_of(_target(script, rapo_args)):
+        check_model(_base_of(_target(script, rapo_args)))  # the adapter's base, evaluated first
     if script.eval_samples < 0:
         raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
     if script.eval_base and model_args.model_name_or_path:

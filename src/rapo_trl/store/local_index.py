@@ -11,6 +11,7 @@ every record ``select`` returns is read back from Chroma. Two kinds:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -148,3 +149,41 @@ class LocalIndex:
         order = np.take_along_axis(distances, nearest, axis=1).argsort(axis=1, kind="stable")
         labels = np.take_along_axis(nearest, order, axis=1)
         return labels, np.take_along_axis(distances, labels, axis=1)
+
+
+# ---------------------------------------------------------------------- a store's index
+
+def build_local_index(store) -> int:
+    """Build ``store``'s index of ``config.local_index`` from the collection's stored vectors, filling its reward map;
+    returns the number of records indexed (``TraceStore.build_local_index``)."""
+    config = store.config
+    if config.local_index is None:
+        raise ValueError("This store has no local index: set StoreConfig(local_index='hnsw' or 'exact').")
+    index = LocalIndex(config.local_index, store.embedder.dimension, config.hnsw_space, config.hnsw_ef_construction,
+                       config.hnsw_ef_search, config.hnsw_max_neighbors)
+    for page in store.iter_batches(include=("embeddings", "metadatas")):
+        index.add(page["ids"], page["embeddings"])
+        store._remember_rewards(page["ids"], page["metadatas"])
+    store._local = index
+    if store.collection.count() != len(index):  # written to while we read: catch up
+        sync_local_index(store)
+    store._local_checked = time.monotonic()
+    return len(index)
+
+
+def sync_local_index(store) -> None:
+    """Make ``store``'s index hold exactly the collection's records (``TraceStore.sync_local_index``)."""
+    if store._local is None:
+        build_local_index(store)
+        return
+    stored = set()
+    for page in store.iter_batches(include=()):
+        stored.update(page["ids"])
+    local = store._local
+    local.remove([record_id for record_id in local.label_of if record_id not in stored])
+    missing = [record_id for record_id in stored if record_id not in local]
+    size = store.config.read_batch_size
+    for start in range(0, len(missing), size):
+        page = store.collection.get(ids=missing[start : start + size], include=["embeddings", "metadatas"])
+        local.add(page["ids"], page["embeddings"])
+        store._remember_rewards(page["ids"], page["metadatas"])

@@ -29,7 +29,8 @@ from rapo_trl.store.backend import (
 from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_trajectories
 from rapo_trl.store.ingest import keep_top_k as top_k_per_question
-from rapo_trl.store.local_index import LocalIndex
+from rapo_trl.store.integrity import check_store, stored_reward
+from rapo_trl.store.local_index import LocalIndex, build_local_index, sync_local_index
 from rapo_trl.store.retry import clean_text
 from rapo_trl.store.selection import Retrieved, Selection, Written, fallback, pick, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
@@ -275,13 +276,19 @@ class TraceStore:
         gone = []
         for record_id in ids:
             if record_id in found:
-                self._rewards[record_id] = float(found[record_id]["reward"])
+                self._rewards[record_id] = stored_reward(self, record_id, found[record_id])
             else:
                 self._rewards.pop(record_id, None)
                 gone.append(record_id)
         if gone and self._local is not None:
             self._local.remove(gone)
         return found
+
+    def check(self) -> None:
+        """Refuse, with :class:`~rapo_trl.store.errors.CorruptStoreError`, a store that would retrieve wrongly:
+        records without a usable reward, a vector index that cannot be searched or misses records. Reads every
+        record's reward (filling the reward map); RAPOTrainer runs it before training."""
+        check_store(self)
 
     def load_rewards(self) -> int:
         """Read every record's reward into the reward map now (pages of ``config.read_batch_size``),
@@ -305,48 +312,18 @@ class TraceStore:
         """Build the in-process index of ``config.local_index`` from the collection's stored vectors
         now (else it is built on the first :meth:`select`); also fills the reward map. Returns the
         number of records indexed."""
-        config = self.config
-        if config.local_index is None:
-            raise ValueError("This store has no local index: set StoreConfig(local_index='hnsw' or 'exact').")
-        index = LocalIndex(
-            config.local_index,
-            self.embedder.dimension,
-            config.hnsw_space,
-            config.hnsw_ef_construction,
-            config.hnsw_ef_search,
-            config.hnsw_max_neighbors,
-        )
-        for page in self.iter_batches(include=("embeddings", "metadatas")):
-            index.add(page["ids"], page["embeddings"])
-            self._remember_rewards(page["ids"], page["metadatas"])
-        self._local = index
-        if self.collection.count() != len(index):  # written to while we read: catch up
-            self.sync_local_index()
-        self._local_checked = time.monotonic()
-        return len(index)
+        return build_local_index(self)
 
     def sync_local_index(self) -> None:
         """Make the in-process index hold exactly the collection's records (after another writer
         added or deleted some). :meth:`select` calls it when the record counts differ, checked at
         most every ``config.local_index_sync_s`` seconds."""
-        if self._local is None:
-            self.build_local_index()
-            return
-        stored = set()
-        for page in self.iter_batches(include=()):
-            stored.update(page["ids"])
-        local = self._local
-        local.remove([record_id for record_id in local.label_of if record_id not in stored])
-        missing = [record_id for record_id in stored if record_id not in local]
-        size = self.config.read_batch_size
-        for start in range(0, len(missing), size):
-            page = self.collection.get(ids=missing[start : start + size], include=["embeddings", "metadatas"])
-            local.add(page["ids"], page["embeddings"])
-            self._remember_rewards(page["ids"], page["metadatas"])
+        sync_local_index(self)
 
     def _remember_rewards(self, ids, metadatas) -> None:
         self._rewards.update(
-            (record_id, float(metadata["reward"])) for record_id, metadata in zip(ids, metadatas, strict=True)
+            (record_id, stored_reward(self, record_id, metadata))
+            for record_id, metadata in zip(ids, metadatas, strict=True)
         )
 
     def forget_rewards(self) -> None:
@@ -365,13 +342,15 @@ class TraceStore:
         keep_top_k: int | None = 5,
         prompts: Sequence | None = None,
         on_invalid: str = "raise",
+        metadata: dict | None = None,
     ) -> int:
         """Split tagged trajectories into steps and store them; returns the number of records added.
 
         Per question only the ``keep_top_k`` best distinct trajectories by reward are kept (``None``:
         all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
         system prompt is dropped. Every row is validated before anything is written; with
-        ``on_invalid="skip"`` bad rows are skipped instead of raising.
+        ``on_invalid="skip"`` bad rows are skipped instead of raising. ``metadata`` (scalars) is added to
+        every new record's metadata.
         """
         texts = None if prompts is None else [clean_text(prompt_text(prompt)) for prompt in prompts]
         # Lone surrogates (text decoded with surrogateescape) cannot be stored: replaced, not raised on.
@@ -387,7 +366,7 @@ class TraceStore:
                 config.key_max_chars, config.system_prompt, created_at,
             )
         ]  # fmt: skip
-        return self.add_records(records)
+        return self.add_records(records, extra_metadata=None if metadata is None else [metadata] * len(records))
 
     def add_policy_trajectories(
         self,
@@ -398,10 +377,12 @@ class TraceStore:
         min_reward: float = 0.0,
         keep_top_k: int = 1,
         source: str = "policy",
+        metadata: dict | None = None,
     ) -> int:
         """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
         best completions per question whose reward is above ``min_reward``. Malformed completions
-        are skipped, never raised on, so a training step cannot fail here."""
+        are skipped, never raised on, so a training step cannot fail here. ``metadata``: as for
+        :meth:`add_trajectories` (the trainer tags the run and step that grew each record)."""
         keep = [i for i, reward in enumerate(rewards) if is_finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
@@ -413,7 +394,21 @@ class TraceStore:
             keep_top_k=keep_top_k,
             prompts=[prompts[i] for i in keep],
             on_invalid="skip",
+            metadata=metadata,
         )
+
+    def delete(self, where: dict) -> int:
+        """Delete the records whose metadata match the Chroma filter ``where``; returns how many."""
+        self.acquire_write_lock()
+        with self._write_lock:
+            ids = self.collection.get(where=where, include=[])["ids"]
+            if ids:
+                self.collection.delete(ids=ids)
+                for record_id in ids:
+                    self._rewards.pop(record_id, None)
+                if self._local is not None:
+                    self._local.remove(ids)
+        return len(ids)
 
     def add_records(self, records: Sequence[StepRecord], embeddings: np.ndarray | None = None,
                     show_progress: bool | None = None, extra_metadata: Sequence[dict] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""RAPO's part of a checkpoint: the rollout engine's RNG and a description of the store it drew from."""
+"""RAPO's part of a checkpoint: the rollout engine's RNG, a description of the store it drew from, and the run's id
+(which tags the records it grows into the store, ``growth_rollback.py``)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ RAPO_STATE_FILE = "rapo_state_{process}.json"
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-def save_rapo_state(folder: str, process_index: int, engine, store) -> str:
+def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None) -> str:
     """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``)."""
-    state = {"engine": engine.get_state(), "store": None}
+    state = {"engine": engine.get_state(), "store": None, "run": run}
     describe = getattr(store, "describe", None)
     if describe is not None:
         try:
@@ -37,6 +38,16 @@ def save_rapo_state(folder: str, process_index: int, engine, store) -> str:
             os.unlink(temp)
         raise
     return os.path.join(folder, name)
+
+
+def saved_run(checkpoint: str, process_index: int) -> str | None:
+    """The run id a checkpoint's RAPO state records (``None``: none, or no readable state)."""
+    try:
+        with open(os.path.join(checkpoint, RAPO_STATE_FILE.format(process=process_index))) as handle:
+            run = json.load(handle).get("run")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run if isinstance(run, str) else None
 
 
 def load_rapo_state(checkpoint: str, process_index: int, engine) -> str | None:

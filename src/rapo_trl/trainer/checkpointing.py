@@ -1,6 +1,9 @@
 """RAPOTrainer's checkpoint and fault handling, as a mixin before GRPOTrainer: RAPO's rollout state saved beside
 TRL's RNG state and restored on resume; a save that fails leaves no half-written folder; a resume takes only a whole
-checkpoint; a trace store that stays unreachable warns at every log or stops the run (``store_outage.py``)."""
+checkpoint, walks the epoch it resumes in the uninterrupted run's prompt order (``epoch_order.py``) and takes back
+what the steps after the checkpoint grew into the store (``growth_rollback.py``); a SIGTERM stops the run at the end
+of its step with a checkpoint (``sigterm_stop.py``); a trace store that stays unreachable warns at every log or stops
+the run (``store_outage.py``)."""
 
 from __future__ import annotations
 
@@ -8,22 +11,43 @@ from rapo_trl.trainer.checkpoint import (
     checked_resume,
     resume_rapo_state,
     save_rapo_state,
+    saved_run,
     whole_checkpoint_or_none,
 )
+from rapo_trl.trainer.epoch_order import resumable
+from rapo_trl.trainer.growth_rollback import take_back_growth
+from rapo_trl.trainer.sigterm_stop import SigtermStop
 from rapo_trl.trainer.store_outage import StoreOutageCallback
 
 
 class CheckpointingMixin:
-    """Overrides Trainer's ``train``, ``_save_checkpoint``, ``_save_rng_state`` and ``_load_optimizer_and_scheduler``
-    (checked by ``rapo_trl.internals``); needs ``rollout_engine`` and ``trace_store`` on the trainer."""
+    """Overrides Trainer's ``train``, ``_save_checkpoint``, ``_save_rng_state``, ``_load_optimizer_and_scheduler`` and
+    GRPOTrainer's ``_get_train_sampler``
+    (checked by ``rapo_trl.internals``); needs ``rollout_engine``, ``trace_store`` and ``growth_run`` on the trainer."""
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if getattr(self, "_store_outage", None) is None:
             self._store_outage = StoreOutageCallback(self.rollout_engine.store_outage, self.args.store_outage_max_steps)
             self.add_callback(self._store_outage)
-        result = super().train(checked_resume(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
+            self._sigterm = SigtermStop(self.accelerator)
+            self.add_callback(self._sigterm)
+        self._sigterm.install()
+        try:
+            result = super().train(checked_resume(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
+        finally:
+            self._sigterm.uninstall()
+        self._sigterm.check_stop(self.args.output_dir, finished=self.state.global_step >= self.state.max_steps)
         self._store_outage.check_stop(self.args.output_dir)
         return result
+
+    def _get_train_sampler(self, dataset=None):
+        # A run resumed in a later epoch walks that epoch in the uninterrupted run's prompt order.
+        return resumable(super()._get_train_sampler(dataset))
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether a SIGTERM has asked this run to stop (at the end of its step, with a checkpoint)."""
+        return getattr(self, "_sigterm", None) is not None and self._sigterm.requested
 
     def _save_checkpoint(self, model, trial):
         # A save that fails (a full disk) leaves no half-written folder for a resume to take.
@@ -34,10 +58,17 @@ class CheckpointingMixin:
         # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
         # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
         super()._save_rng_state(output_dir)
-        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store)
+        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
+                        self.growth_run)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
+        run = saved_run(checkpoint, self.accelerator.process_index)
+        if run is not None:
+            self.growth_run = run
+            if self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
+                take_back_growth(self.trace_store, run, self.state.global_step)
+        self.accelerator.wait_for_everyone()  # no process retrieves before every one has taken its growth back

@@ -29,6 +29,24 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None) -> None:
                        "`rapo build-store`).", store)
 
 
+def check_store_before_training(store) -> None:
+    """A store that would retrieve wrongly (records without rewards, a damaged vector index) is refused before the
+    first step (``TraceStore.check``), never found out by its retrievals; one that cannot be checked now (a server
+    not answering) is left to the rollouts' outage handling."""
+    from rapo_trl.store.errors import CorruptStoreError
+
+    check = getattr(store, "check", None)
+    if check is None:
+        return
+    try:
+        check()
+    except CorruptStoreError:
+        raise
+    except Exception as error:  # noqa: BLE001 - unreachable is not corrupt: the run may go on without retrieval
+        logger.warning("RAPO: could not check the trace store %r before training (%s: %s); training starts, and "
+                       "retrievals go on without it while it does not answer.", store, type(error).__name__, error)
+
+
 def warn_if_own_question_unknown(store, dataset) -> None:
     """``retrieve_own_question`` needs each row's question id and a store that can restrict to it."""
     from rapo_trl.rollout.engine import takes_question_ids

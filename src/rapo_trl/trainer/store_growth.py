@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 
 import torch
@@ -40,15 +41,16 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
 
 
 def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer,
-               outage=None) -> None:
-    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions.
+               outage=None, tag: dict | None = None) -> None:
+    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions, each record
+    with the metadata ``tag`` (the run and step that grew it, ``growth_rollback.py``) where the store takes it.
 
     A store that cannot be written (its server down) costs this step's additions, not the step: said once per
     outage (``outage``, the rollouts' :class:`~rapo_trl.store.outage.StoreOutage`, also says when it began)."""
     if not chosen or not hasattr(store, "add_policy_trajectories"):
         return
     try:
-        _add(store, inputs, rows, chosen, tokenizer)
+        _add(store, inputs, rows, chosen, tokenizer, tag)
     except Exception as error:  # noqa: BLE001 - a store write must not end the training step
         if outage is None or not outage.down:
             logger.warning("RAPO: could not add this step's %d best trajectories to the trace store (%s: %s); "
@@ -57,15 +59,16 @@ def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[t
             outage.growth_lost += len(chosen)
 
 
-def _add(store, inputs, rows, chosen, tokenizer) -> None:
+def _add(store, inputs, rows, chosen, tokenizer, tag) -> None:
     prompts = [inputs[i]["prompt"] for i, _ in chosen]
+    tagged = {"metadata": tag} if tag is not None and _takes_metadata(store) else {}
     if any(rows[i].messages for i, _ in chosen):  # JSON tool calls: steps are the rollout's own turns
         from rapo_trl.store.row_steps import row_step_records
 
         records = [record for (i, reward), prompt in zip(chosen, prompts)
                    for record in row_step_records(rows[i], tokenizer, prompt_text(prompt), reward,
                                                   _question_id(inputs[i], prompt), "policy", store.preprocess)]
-        store.add_records(records)
+        store.add_records(records, **({"extra_metadata": [tag] * len(records)} if tag is not None else {}))
         return
     store.add_policy_trajectories(
         prompts=prompts,
@@ -74,8 +77,18 @@ def _add(store, inputs, rows, chosen, tokenizer) -> None:
         question_ids=[_question_id(inputs[i], p) for (i, _), p in zip(chosen, prompts)],
         min_reward=float("-inf"),
         keep_top_k=1,
+        **tagged,
     )
 
 
 def _question_id(row: dict, prompt) -> str:
     return str(row.get("question_id") or hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16])
+
+
+def _takes_metadata(store) -> bool:
+    """Whether the store's ``add_policy_trajectories`` takes ``metadata=`` (a store of the user's own may not)."""
+    try:
+        parameters = inspect.signature(store.add_policy_trajectories).parameters
+    except (TypeError, ValueError):
+        return False
+    return "metadata" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

@@ -49,6 +49,7 @@ from rapo_trl.trainer.advantages import retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
+    check_store_before_training,
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
@@ -56,6 +57,7 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
+from rapo_trl.trainer.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
@@ -184,6 +186,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling_max_rounds else None
+        self.growth_run = new_run_id()
+        """Tags the records this run grows into the store; a resume takes it from the checkpoint."""
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
@@ -192,6 +196,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
+        check_store_before_training(self.trace_store)
         if self.accelerator.is_main_process:
             warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
         return super().train(*args, **kwargs)
@@ -235,7 +240,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 step.rewards, self.num_generations, start, len(step.rows), self.args.store_growth_min_reward
             )
             grow_store(
-                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage
+                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
+                growth_tag(self.growth_run, self.state.global_step + 1),
             )
         return out
 
