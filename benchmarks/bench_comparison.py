@@ -174,7 +174,7 @@ def fresh_mean(record: dict) -> float:
 def write_report() -> None:
     from learning_comparison_report import write
 
-    write(records(), RESULTS / "learning_comparison.md", RESULTS / "learning_comparison.png", ARMS)
+    write(records(), RESULTS / "learning_comparison.md", RESULTS / "learning_comparison.png", list(ARMS))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ beside the report (``learning_comparison_notes.md``) holds the hand-written read
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from common import STUDENT_T_95, machine_line, markdown_table, with_notes
@@ -17,38 +18,64 @@ SMOOTHING = 5
 """Steps in the moving average of the reward curves: a step's 16 rows are too few to compare curves step by step."""
 
 
-def write(records: list[dict], md_path: Path, png_path: Path, arms: dict[str, list[str]]) -> None:
+def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str]) -> None:
+    """The report of every record, one table per code version the runs ran on (newest first; ``arms`` in order)."""
+    versions = list(dict.fromkeys(r.get("code", "?") for r in reversed(records)))
+    lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
+             "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
+             "`configs/comparison_cpu.yaml` with the arm's flags, then `rapo eval` of the trained model. Intervals "
+             "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. Runs compare only "
+             "within one code version (the git trees of `src` and the recipe): one table each, newest first.", ""]
+    for index, version in enumerate(versions):
+        members = [r for r in records if r.get("code", "?") == version]
+        lines += _version_section(version, members, arms, png_path if index == 0 else None)
+    lines += [f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at GRPO's "
+              f"final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
+    md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
+
+
+def _version_section(version: str, records: list[dict], arms: Sequence[str], png_path: Path | None) -> list[str]:
     runs = [r for r in records if r["arm"] != "warm_start"]
     by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
     by_arm = {arm: members for arm, members in by_arm.items() if members}
     warm = [r for r in records if r["arm"] == "warm_start"]
-    lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
-             "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
-             "`configs/comparison_cpu.yaml` with the arm's flags, then `rapo eval` of the trained model. Intervals "
-             "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed.", ""]
-    if runs:
-        lines += [f"Machine of the last run: {machine_line(runs[-1]['machine'])}. Commits: "
-                  + ", ".join(sorted({r['commit'][:10] for r in records})) + ".", ""]
+    lines = [f"## Code {version}", "", "Commits: " + ", ".join(sorted({r["commit"][:10] for r in records}))
+             + (f". Machine of the last run: {machine_line(runs[-1]['machine'])}." if runs else "."), ""]
     lines += markdown_table(
         ["arm", "flags", "seeds", f"{FRESH} mean@4 per seed", "mean@4 (95% CI over seeds)",
          "minus GRPO (95% CI, paired)", f"{FRESH} greedy", f"{HELDOUT} greedy", "final on-policy reward",
          "first step at GRPO's final reward", "answer share", "credit to retrieved rows"],
-        [_row(arm, members, by_arm.get("grpo", []), arms[arm]) for arm, members in by_arm.items()]
+        [_row(arm, members, by_arm.get("grpo", [])) for arm, members in by_arm.items()]
         + [_warm_row(record) for record in warm[-1:]])
-    lines += ["", f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at "
-              f"GRPO's final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
-    if runs and _draw(by_arm, png_path):
+    lines.append("")
+    if png_path is not None and runs and _draw(by_arm, png_path):
         lines += [f"![on-policy reward per step]({png_path.name})", ""]
-    md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
+    return lines
 
 
-def _row(arm: str, members: list[dict], grpo: list[dict], flags: list[str]) -> list[str]:
+RUN_FLAGS = ("--seed", "--sft_seed", "--max_steps", "--sft_same_time")
+"""Flags every run sets (with their values): the arm's own flags are the others."""
+
+
+def _arm_flags(record: dict) -> list[str]:
+    flags, own = record["flags"], []
+    index = 0
+    while index < len(flags):
+        if flags[index] in RUN_FLAGS:
+            index += 2
+            continue
+        own.append(flags[index])
+        index += 1
+    return own
+
+
+def _row(arm: str, members: list[dict], grpo: list[dict]) -> list[str]:
     fresh = [m["eval"][FRESH]["mean@k"] for m in members]
     grpo_by_seed = {g["seed"]: g["eval"][FRESH]["mean@k"] for g in grpo}
     paired = [f - grpo_by_seed[m["seed"]] for f, m in zip(fresh, members, strict=True) if m["seed"] in grpo_by_seed]
     curve, grpo_curve = _mean_curve(members), _mean_curve(grpo)
     final = _final(curve)
-    return [arm, " ".join(flags) or "-", str(len(members)), " ".join(f"{v:.3f}" for v in fresh),
+    return [arm, " ".join(_arm_flags(members[0])) or "-", str(len(members)), " ".join(f"{v:.3f}" for v in fresh),
             _with_interval(fresh), "-" if arm == "grpo" else _with_interval(paired, signed=True),
             _pooled(members, FRESH), _pooled(members, HELDOUT), _cell(final),
             _first_reaching(curve, _final(grpo_curve)),

@@ -8,8 +8,9 @@ import json
 from tests.helpers.benchmarks import ROOT, load_bench
 
 
-def _record(arm, seed, fresh, on_policy, commit="c0ffee", heldout=3):
-    return {"arm": arm, "seed": seed, "commit": commit, "flags": [], "machine": {"cpu": "test CPU", "cpus": 2},
+def _record(arm, seed, fresh, on_policy, commit="c0ffee", heldout=3, code="new"):
+    return {"arm": arm, "seed": seed, "commit": commit, "code": code, "flags": ["--seed", str(seed), "--max_steps", "30",
+                                                                          "--retrieve_at", "plan"], "machine": {"cpu": "test CPU", "cpus": 2},
             "per_step": {"reward": [x + 0.5 for x in on_policy], "rapo/reward_on_policy": on_policy,
                          "rapo/retrieved_answer_share": [0.25] * len(on_policy)},
             "eval": {"reward_only_fresh": {"mean@k": fresh, "correct": 2, "n": 64},
@@ -38,12 +39,15 @@ def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos
     flat, rising = [0.1] * 10, [0.1 * i for i in range(10)]  # rising: its 5-step mean first reaches 0.1 at step 5
     records = [_record("grpo", 0, 0.10, flat), _record("grpo", 1, 0.20, flat), _record("grpo", 2, 0.30, flat),
                _record("rapo_paper", 0, 0.20, rising), _record("rapo_paper", 1, 0.30, rising),
-               _record("rapo_paper", 2, 0.40, rising, heldout=5)]
+               _record("rapo_paper", 2, 0.40, rising, heldout=5), _record("grpo", 0, 0.9, flat, code="old")]
+    records.insert(0, records.pop())  # the older code's run recorded first
     md, png = tmp_path / "comparison.md", tmp_path / "comparison.png"
-    report.write(records, md, png, bench.ARMS)
+    report.write(records, md, png, list(bench.ARMS))
     text = md.read_text()
+    assert text.index("## Code new") < text.index("## Code old")  # newest first; runs never pooled across code
     rapo = next(line for line in text.splitlines() if line.startswith("| rapo_paper"))
     cells = [cell.strip() for cell in rapo.strip("|").split("|")]
+    assert cells[1] == "--retrieve_at plan"  # the run's own flags, without the seed and steps every run sets
     assert cells[2] == "3" and cells[3] == "0.200 0.300 0.400"
     assert cells[4] == "0.300 (0.052 to 0.548)"  # mean 0.3, sd 0.1, t(2) = 4.303
     assert cells[5] == "+0.100 (+0.100 to +0.100)"  # the same +0.1 at every seed: paired, no spread
