@@ -13,13 +13,13 @@ Arms (flags over the recipe):
 
     grpo            no hybrid rows, p = 0: GRPO through RAPOTrainer
     rapo_paper      the recipe's RAPO: N_hybrid = G/2, p = 0.5, a = 0.2, m = 0.05, retrieval after tool steps
-    rapo_guided     RAPO with the guided option the regime table favours (``GUIDED``)
+    rapo_guided     RAPO retrieving only in groups whose on-policy rows all failed (``GUIDED``)
     sft_then_grpo   SFT on the store's trajectories of RL's own questions (``--sft_store_steps``), then GRPO
 
 Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
 from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed, flags
-and code (the git trees of ``src`` and the recipe) is skipped, so the same command picks up where the records stop.
+and code (the git tree of ``src`` and the recipe's settings) is skipped, so the same command picks up where the records stop.
 
     .venv/bin/python benchmarks/bench_comparison.py --arms grpo rapo_paper --seeds 0 1 2
     .venv/bin/python benchmarks/bench_comparison.py --report-only
@@ -48,8 +48,10 @@ use_offline_environment()
 
 RECIPE = "configs/comparison_cpu.yaml"
 RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
-GUIDED = ["--retrieve_at", "plan", "tool_step"]
-"""The guided option of ``rapo_guided``: chosen from ``learning_regime.md`` (see ``learning_comparison_notes.md``)."""
+GUIDED = ["--retrieve_failed_groups_max_reward", "0"]
+"""The guided option of ``rapo_guided``: retrieval only in groups whose on-policy rows all failed, so groups where GRPO
+has a signal train as GRPO. ``learning_regime.md``: a stored step after a tool step lifts a row's success (+0.6 at the
+60-step warm start) but hands over the answer in a third of rows; at the plan boundary it sank success to 0 of 25."""
 SFT_STORE_STEPS = 30
 """SFT-then-GRPO's SFT steps on the store: one pass over the best trajectory of each of RL's 128 questions, 4 a step."""
 ARMS = {
@@ -107,12 +109,17 @@ def current_commit() -> str:
 
 
 def code_version() -> str:
-    """The version the runs compare on: the git trees of the package and of the recipe. A commit that changes neither
-    (a report, another arm's flags) keeps the runs already recorded."""
+    """The version the runs compare on: the git tree of the package and the recipe's settings (its parsed YAML, so a
+    comment does not count). A commit that changes neither (a report, another arm's flags) keeps the runs recorded."""
+    import hashlib
+
+    import yaml
+
     root = Path(__file__).resolve().parent.parent
-    trees = [subprocess.run(["git", "rev-parse", f"HEAD:{path}"], cwd=root, capture_output=True, text=True,
-                            check=True).stdout.strip() for path in ("src", RECIPE)]
-    return "-".join(tree[:12] for tree in trees)
+    package = subprocess.run(["git", "rev-parse", "HEAD:src"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+    settings = json.dumps(yaml.safe_load((root / RECIPE).read_text()), sort_keys=True)
+    return f"{package[:12]}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
 def records() -> list[dict]:

@@ -25,7 +25,7 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
              "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
              "`configs/comparison_cpu.yaml` with the arm's flags, then `rapo eval` of the trained model. Intervals "
              "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. Runs compare only "
-             "within one code version (the git trees of `src` and the recipe): one table each, newest first.", ""]
+             "within one code version (the git tree of `src` and the recipe's settings): one table each, newest first.", ""]
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
         lines += _version_section(version, members, arms, png_path if index == 0 else None)
