@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers.leaks import descendants
+from tests.helpers.leaks import alive, descendants
 from tests.helpers.resume_run import MARKER_ENV, STOP_ENV
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,14 +38,6 @@ def _env(stop: str, marker: Path | None) -> dict[str, str]:
     if stop:
         env[STOP_ENV], env[MARKER_ENV] = stop, str(marker)
     return env
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def _argv(model_dir, run_dir, store_dir, max_steps: int | None, resume: bool = False) -> list[str]:
@@ -90,7 +82,7 @@ def stop_run(model_dir, run_dir, store_dir, phase: str, step: int, how: str, max
                 process.kill()
                 process.wait()
     deadline = time.monotonic() + 10  # the sandbox's processes die with their caller (PR_SET_PDEATHSIG)
-    while any(_alive(pid) for pid in tree) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return Stopped(process.returncode, tree, [pid for pid in tree if _alive(pid)],
+    return Stopped(process.returncode, tree, [pid for pid in tree if alive(pid)],
                    (run_dir / "stderr.txt").read_text())

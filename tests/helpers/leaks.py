@@ -12,6 +12,15 @@ from pathlib import Path
 from rapo_trl.tools.sandbox_cgroup import _own_memory_cgroup
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie or a dead process does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
 def descendants(root: int | None = None) -> list[int]:
     """Live (non-zombie) processes descending from ``root`` (default: this process)."""
     root = os.getpid() if root is None else root

@@ -91,3 +91,15 @@ def agentic_grpo_trainer(tiny_model_dir, output_dir, **settings):
 
     grpo.rollout_func = agentic_rollout
     return grpo
+
+
+def assert_same_update(rapo_batch: dict, grpo_batch: dict, rapo_loss, grpo_loss, rapo_grads: dict, grpo_grads: dict):
+    """RAPOTrainer's step equals GRPOTrainer's: the same (non-zero) advantages, loss and gradient of every parameter."""
+    import torch
+
+    assert torch.allclose(rapo_batch["advantages"], grpo_batch["advantages"])
+    assert rapo_batch["advantages"].abs().sum() > 0
+    assert torch.allclose(rapo_loss, grpo_loss, atol=1e-7) and rapo_loss != 0
+    assert rapo_grads.keys() == grpo_grads.keys() and rapo_grads
+    for name in rapo_grads:
+        assert torch.allclose(rapo_grads[name], grpo_grads[name], atol=1e-7), name

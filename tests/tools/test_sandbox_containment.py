@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rapo_trl.tools import PythonTool, ToolError, run_tool_calls
+from tests.helpers.leaks import alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sandbox layers are Linux-only")
 TOOL = PythonTool(timeout=10.0)
@@ -53,14 +54,6 @@ def _children(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 _CALLER = textwrap.dedent(
@@ -99,13 +92,13 @@ def test_a_sigkilled_caller_leaves_no_process_and_no_folder():
     assert marked, "the sandboxed code never started its grandchild"
     sandbox = _children(caller.pid)
     tree = set(sandbox + marked + [c for pid in sandbox for c in _children(pid)])
-    assert len(tree) >= 3 and all(_alive(pid) for pid in tree)  # the bootstrap, the code, its grandchild
+    assert len(tree) >= 3 and all(alive(pid) for pid in tree)  # the bootstrap, the code, its grandchild
     os.kill(caller.pid, signal.SIGKILL)
     caller.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
+    while time.monotonic() < deadline and any(alive(pid) for pid in tree):
         time.sleep(0.05)
-    assert not [pid for pid in tree if _alive(pid)], "sandbox processes outlived their caller"
+    assert not [pid for pid in tree if alive(pid)], "sandbox processes outlived their caller"
     left = list(Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*"))
     assert not left, f"the killed caller left {left}"
     cgroups = list(Path("/sys/fs/cgroup").glob(f"**/rapo-python-{caller.pid}-*"))
@@ -278,13 +271,13 @@ def test_without_namespaces_the_code_still_dies_with_its_caller_and_its_folder_i
     while time.monotonic() < deadline and not list(Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*")):
         time.sleep(0.05)
     sandbox = _children(caller.pid)
-    assert sandbox and all(_alive(pid) for pid in sandbox)
+    assert sandbox and all(alive(pid) for pid in sandbox)
     os.kill(caller.pid, signal.SIGKILL)
     caller.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in sandbox):
+    while time.monotonic() < deadline and any(alive(pid) for pid in sandbox):
         time.sleep(0.05)
-    assert not [pid for pid in sandbox if _alive(pid)], "the code outlived its caller"
+    assert not [pid for pid in sandbox if alive(pid)], "the code outlived its caller"
     # Its folder is left (nothing was alive to remove it) until the next PythonTool process sweeps.
     (left,) = Path(tempfile.gettempdir()).glob(f"rapo-python-{caller.pid}-*")
     monkeypatch.setattr(python_tool, "_SWEPT", False)
