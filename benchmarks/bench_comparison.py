@@ -95,7 +95,8 @@ def main(argv=None) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/comparison")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS),
+                        help="none, with --eval-warm-start: score the warm start alone")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--eval-warm-start", action="store_true", help="also score the shared warm start, once")

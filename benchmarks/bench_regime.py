@@ -38,6 +38,8 @@ use_offline_environment()
 
 RECIPE = "configs/demo_cpu.yaml"
 OWN = ["--retrieve_own_question", "true"]
+COMPARISON_BUDGET = ["--max_tool_calls", "3", "--max_completion_length", "448"]
+"""The comparison recipe's budgets (``configs/comparison_cpu.yaml``): a third call to rewrite a failed program."""
 REGIMES = {
     "one_d1": {"store": ["--task_tool_steps", "one"], "train": [], "warm_steps": 60},
     "one_d1_own": {"store": ["--task_tool_steps", "one"], "train": OWN, "warm_steps": 60},
@@ -52,6 +54,11 @@ REGIMES = {
                                "train": [*OWN, "--retrieve_at", "plan", "tool_step"], "warm_steps": 120},
     "per_op_d1_plan_only_warm120": {"store": ["--task_tool_steps", "per_operation"],
                                     "train": [*OWN, "--retrieve_at", "plan"], "warm_steps": 120},
+    "per_op_d1_warm120_calls3": {"store": ["--task_tool_steps", "per_operation"],
+                                 "train": [*OWN, *COMPARISON_BUDGET], "warm_steps": 120},
+    "per_op_d1_plan_warm120_calls3": {"store": ["--task_tool_steps", "per_operation"],
+                                      "train": [*OWN, "--retrieve_at", "plan", "tool_step", *COMPARISON_BUDGET],
+                                      "warm_steps": 120},
 }
 """Regime -> the flags of its store (build-store and train alike), the flags of train alone, the warm start's steps."""
 SUCCESS = 1.0
