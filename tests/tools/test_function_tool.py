@@ -310,10 +310,13 @@ def test_trainer_takes_plain_functions_as_tools(tiny_model_dir, tmp_path):
 
 
 def test_trainer_refuses_a_reserved_function_name_before_loading_the_model(tmp_path):
+    """A function called as a <tag> may not be named after the protocol's own tags (JSON tool calls have no tags)."""
+    from rapo_trl.config import RAPOConfig
     from rapo_trl.trainer import RAPOTrainer
 
+    args = RAPOConfig(output_dir=str(tmp_path / "out"), tool_protocol="tags", report_to="none")
     with pytest.raises(ValueError, match="reserved"):
-        RAPOTrainer(str(tmp_path / "no-such-model"), tools=[answer])
+        RAPOTrainer(str(tmp_path / "no-such-model"), args=args, tools=[answer])
 
 
 def test_outcome_reward_scores_a_function_call_by_its_answer():

@@ -35,5 +35,12 @@ def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
                   retrieve_own_question=True)
     engine = rollout_config(config(tmp_path, **values))
     shared = {f.name for f in dataclasses.fields(RolloutConfig)} & set(RAPOConfig.__dataclass_fields__)
-    assert shared == set(values) | {"num_generations"}
+    # the protocol's fields come resolved by the trainer ("auto" -> tags or json; the template's kwargs with json)
+    protocol = {"tool_protocol", "chat_template_kwargs"}
+    assert shared == set(values) | {"num_generations"} | protocol
     assert {name: getattr(engine, name) for name in values} == values and engine.num_generations == 4
+    assert engine.tool_protocol == "tags"
+    json_values = {**values, "retrieve_at": ("tool_step",)}  # JSON rollouts retrieve after tool steps only
+    chosen = rollout_config(config(tmp_path, **json_values), tool_protocol="json",
+                            chat_template_kwargs={"enable": True})
+    assert chosen.tool_protocol == "json" and chosen.chat_template_kwargs == {"enable": True}

@@ -199,7 +199,8 @@ class RecordingEngine:
     def __init__(self):
         self.asked = []
 
-    def roll_out(self, prompt_ids, prefixes, hybrid, retrieval_enabled=True, question_ids=None, retrieve_prob=None):
+    def roll_out(self, prompt_ids, prefixes, hybrid, retrieval_enabled=True, question_ids=None, retrieve_prob=None,
+                 row_tools=None):
         self.asked.append(question_ids)
         rows = [RolloutRow(list(ids), completion_ids=[1], is_hybrid=flag) for ids, flag in zip(prompt_ids, hybrid)]
         return Rollout(rows, RolloutStats())
