@@ -36,6 +36,7 @@ from common import (  # noqa: E402
     machine_info,
     markdown_table,
     run_rapo,
+    store_built_once,
     train_from_shared_warm_start,
     update_results,
     use_offline_environment,
@@ -70,7 +71,7 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if not args.report_only:
         workdir = Path(args.workdir)
-        store = build_store(workdir)
+        store = store_built_once(workdir, RECIPE)
         for arm in args.arms:
             record = run_arm(arm, workdir, store, args.steps)
             update_results(JSON_PATH, lambda records, r=record: records.append(r), empty=list)
@@ -90,14 +91,6 @@ def parse_args(argv=None):
     parser.add_argument("--eval-warm-start", action="store_true", help="also score the warm start, once")
     parser.add_argument("--report-only", action="store_true")
     return parser.parse_args(argv)
-
-
-def build_store(workdir: Path) -> Path:
-    """The recipe's store (RL's own questions, the warm start's collection beside it), built once."""
-    store = workdir / "store"
-    if not store.exists():
-        run_rapo("build-store", "--config", RECIPE, "--store_path", str(store))
-    return store
 
 
 def store_without_answer_steps(workdir: Path, store: Path) -> Path:

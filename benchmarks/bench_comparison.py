@@ -39,6 +39,7 @@ from common import (  # noqa: E402
     RESULTS,
     machine_info,
     run_rapo,
+    store_built_once,
     train_from_shared_warm_start,
     update_results,
     use_offline_environment,
@@ -75,20 +76,19 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if not args.report_only:
         workdir = Path(args.workdir)
-        store = build_store(workdir)
-        commit, code = current_commit(), code_version()
+        store = store_built_once(workdir, RECIPE)
+        version = {"commit": git("rev-parse", "HEAD"), "code": code_version()}
         for seed in args.seeds:
             for arm in args.arms:
-                if recorded(arm, seed, code, run_flags(arm, seed, args.steps)):
-                    print(f"comparison: {arm} seed {seed} on code {code} is recorded; skipped", flush=True)
+                if recorded(arm, seed, version["code"], run_flags(arm, seed, args.steps)):
+                    print(f"comparison: {arm} seed {seed} on code {version['code']} is recorded; skipped", flush=True)
                     continue
-                record = {**run_one(arm, seed, workdir, store, args.steps, commit), "code": code}
-                update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
+                record = run_one(arm, seed, workdir, store, args.steps, version)
+                append(record)
                 write_report()
                 print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
-        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, code, []):
-            record = {**eval_warm_start(workdir, store, commit), "code": code}
-            update_results(JSON_PATH, lambda data, r=record: data.setdefault(KEY, []).append(r))
+        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, version["code"], []):
+            append(eval_warm_start(workdir, store, version))
     write_report()
 
 
@@ -104,9 +104,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def current_commit() -> str:
+def git(*arguments: str) -> str:
     root = Path(__file__).resolve().parent.parent
-    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def code_version() -> str:
@@ -116,15 +116,16 @@ def code_version() -> str:
 
     import yaml
 
-    root = Path(__file__).resolve().parent.parent
-    package = subprocess.run(["git", "rev-parse", "HEAD:src"], cwd=root, capture_output=True, text=True,
-                             check=True).stdout.strip()
-    settings = json.dumps(yaml.safe_load((root / RECIPE).read_text()), sort_keys=True)
-    return f"{package[:12]}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
+    settings = json.dumps(yaml.safe_load((Path(__file__).resolve().parent.parent / RECIPE).read_text()), sort_keys=True)
+    return f"{git('rev-parse', 'HEAD:src')[:12]}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
 def records() -> list[dict]:
     return json.loads(JSON_PATH.read_text()).get(KEY, []) if JSON_PATH.exists() else []
+
+
+def append(record: dict) -> None:
+    update_results(JSON_PATH, lambda data: data.setdefault(KEY, []).append(record))
 
 
 def recorded(arm: str, seed: int, code: str, flags: list[str]) -> bool:
@@ -137,22 +138,14 @@ def run_flags(arm: str, seed: int, steps: int) -> list[str]:
             *ARMS[arm]]
 
 
-def build_store(workdir: Path) -> Path:
-    """The recipe's store (RL's own questions, the warm start's collection beside it), built once."""
-    store = workdir / "store"
-    if not store.exists():
-        run_rapo("build-store", "--config", RECIPE, "--store_path", str(store))
-    return store
-
-
-def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, commit: str) -> dict:
+def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version: dict) -> dict:
     output = workdir / f"{arm}-seed{seed}"
     flags = run_flags(arm, seed, steps)
     train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
                                                  str(store), *flags)
     scores, eval_seconds = evaluate(output, store)
     logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
-    return {"arm": arm, "seed": seed, "flags": flags, "recipe": RECIPE, "commit": commit, "steps": steps,
+    return {"arm": arm, "seed": seed, "flags": flags, "recipe": RECIPE, **version, "steps": steps,
             "machine": machine_info(), "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
             "per_step": {name: [e.get(name) for e in logs] for name in LOGGED}, "eval": scores,
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -168,9 +161,9 @@ def evaluate(model: Path, store: Path) -> tuple[dict, float]:
     return {name: sets[name]["rows"]["trained"] for name in (FRESH, HELDOUT)}, time.perf_counter() - started
 
 
-def eval_warm_start(workdir: Path, store: Path, commit: str) -> dict:
+def eval_warm_start(workdir: Path, store: Path, version: dict) -> dict:
     scores, seconds = evaluate(workdir / WARM_START_DIR, store)
-    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": RECIPE, "commit": commit, "steps": 0,
+    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": RECIPE, **version, "steps": 0,
             "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

@@ -110,6 +110,15 @@ def run_rapo(*arguments: str) -> None:
     subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
+def store_built_once(workdir: Path, recipe: str) -> Path:
+    """``workdir/store``: the recipe's store (RL's own questions, the warm start's collection beside it), built by
+    ``rapo build-store`` when it is not there yet."""
+    store = workdir / "store"
+    if not store.exists():
+        run_rapo("build-store", "--config", recipe, "--store_path", str(store))
+    return store
+
+
 def train_from_shared_warm_start(output: Path, shared_warm_start: Path, *arguments: str) -> float:
     """``rapo train --output_dir output *arguments`` into a fresh ``output``, starting from ``shared_warm_start`` when
     it exists (its cache key matches, so train reuses it instead of training it again) and keeping this run's warm
