@@ -40,6 +40,9 @@ RECIPE = "configs/demo_cpu.yaml"
 OWN = ["--retrieve_own_question", "true"]
 COMPARISON_BUDGET = ["--max_tool_calls", "3", "--max_completion_length", "448"]
 """The comparison recipe's budgets (``configs/comparison_cpu.yaml``): a third call to rewrite a failed program."""
+RETRIEVED_IN_WARM_START = ["--sft_retrieved_share", "0.5"]
+"""Half the demonstrated questions get a second warm-start example with a retrieved step, so the policy has seen
+one and goes on after it (``rapo_trl.cli.retrieved_examples``)."""
 REGIMES = {
     "one_d1": {"store": ["--task_tool_steps", "one"], "train": [], "warm_steps": 60},
     "one_d1_own": {"store": ["--task_tool_steps", "one"], "train": OWN, "warm_steps": 60},
@@ -59,8 +62,16 @@ REGIMES = {
     "per_op_d1_plan_warm120_calls3": {"store": ["--task_tool_steps", "per_operation"],
                                       "train": [*OWN, "--retrieve_at", "plan", "tool_step", *COMPARISON_BUDGET],
                                       "warm_steps": 120},
+    **{f"per_op_d1_{where}_warm{steps}_retrieved_calls3{suffix}": {
+        "store": ["--task_tool_steps", "per_operation"], "train": [*OWN, *boundaries, *COMPARISON_BUDGET, *sampling],
+        "warm_steps": steps, "warm": RETRIEVED_IN_WARM_START}
+       for where, boundaries in (("plan_only", ["--retrieve_at", "plan"]), ("tool_step", []),
+                                 ("plan", ["--retrieve_at", "plan", "tool_step"]))
+       for steps in (120, 240)
+       for suffix, sampling in (("", []), ("_t1", ["--temperature", "1.0"]))},
 }
-"""Regime -> the flags of its store (build-store and train alike), the flags of train alone, the warm start's steps."""
+"""Regime -> the flags of its store (build-store and train alike), the flags of train alone, the warm start's steps
+and the flags of the warm start alone (``warm``, none when absent)."""
 SUCCESS = 1.0
 WARM_START_DIR = "sft-warm-start"
 RAPO_COLUMNS = ("rapo_hybrid", "rapo_stored_steps_shown", "rapo_answer_step_shown")
@@ -99,12 +110,14 @@ def measure(name: str, workdir: Path, steps: int) -> dict:
         shutil.rmtree(output)
     # Regimes with the same store and warm-start length share one warm start: its cache key matches, so train
     # reuses the copy instead of training it again.
-    shared_warm_start = workdir / f"warm-start-{store.name}-{regime['warm_steps']}"
+    warm_flags = regime.get("warm", [])
+    shared_warm_start = workdir / "-".join(["warm-start", store.name, str(regime["warm_steps"]),
+                                            *(flag.strip("-") for flag in warm_flags)])
     if shared_warm_start.exists():
         shutil.copytree(shared_warm_start, output / WARM_START_DIR)
     started = time.perf_counter()
     run_rapo("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(store), *store_flags,
-             *regime["train"], "--sft_warmup_steps", str(regime["warm_steps"]), "--sft_same_time", "false",
+             *regime["train"], *warm_flags, "--sft_warmup_steps", str(regime["warm_steps"]), "--sft_same_time", "false",
              "--max_steps", str(steps), "--learning_rate", "0", "--log_completions", "true")
     if not shared_warm_start.exists():
         shutil.copytree(output / WARM_START_DIR, shared_warm_start)
@@ -137,6 +150,7 @@ def summary(rows: list[dict], logs: list[dict]) -> dict:
     shown = [reward_of(r) >= SUCCESS for r in rows if r["rapo_hybrid"] and r["rapo_stored_steps_shown"] > 0]
     answer_rows = [r["rapo_answer_step_shown"] for r in rows if r["rapo_hybrid"] and r["rapo_stored_steps_shown"] > 0]
     own = [e["rapo/retrieved_own_question_share"] for e in logs if "rapo/retrieved_own_question_share" in e]
+    entropy = [e["entropy"] for e in logs if "entropy" in e]
     answer = [e["rapo/retrieved_answer_share"] for e in logs if "rapo/retrieved_answer_share" in e]
     return {
         "on_policy": [sum(on_policy), len(on_policy)],
@@ -145,7 +159,20 @@ def summary(rows: list[dict], logs: list[dict]) -> dict:
         "rows_shown_an_answer_step": [sum(answer_rows), len(answer_rows)],
         "answer_share": sum(answer) / len(answer) if answer else None,
         "own_question_share": sum(own) / len(own) if own else None,
+        "groups_with_signal": groups_with_signal(rows, hybrid=False),
+        "groups_with_signal_hybrid": groups_with_signal(rows, hybrid=True),
+        "entropy": sum(entropy) / len(entropy) if entropy else None,
     }
+
+
+def groups_with_signal(rows: list[dict], hybrid: bool) -> list[int]:
+    """[groups whose rows' rewards differ, groups]: GRPO's advantage is zero in a group of equal rewards. The
+    on-policy rows of each group alone (what GRPO would sample), or with ``hybrid`` every row of the group."""
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        if hybrid or not r["rapo_hybrid"]:
+            groups.setdefault((r["step"], str(r["prompt"])), []).append(reward_of(r))
+    return [sum(len(set(rewards)) > 1 for rewards in groups.values()), len(groups)]
 
 
 def difference_interval(a: int, n: int, b: int, m: int, z: float = 1.96) -> list[float] | None:
@@ -168,19 +195,23 @@ def _rate(pair) -> str:
 
 def write_report() -> None:
     records = json.loads(JSON_PATH.read_text()) if JSON_PATH.exists() else []
-    header = ["regime", "store flags", "train flags", "warm steps", "on-policy success", "success shown a stored step",
-              "difference (95% CI)", "rows shown an answer step", "answer share", "own-question share"]
+    header = ["regime", "store flags", "train flags", "warm start", "on-policy success", "success shown a stored step",
+              "difference (95% CI)", "rows shown an answer step", "answer share", "own-question share",
+              "on-policy groups with signal", "groups with signal", "entropy"]
     rows = []
     for r in records:
         interval = r["difference_ci95"]
         difference = "-" if interval is None else (
             f"{r['shown_a_stored_step'][0] / r['shown_a_stored_step'][1] - r['on_policy'][0] / r['on_policy'][1]:+.3f} "
             f"({interval[0]:+.3f} to {interval[1]:+.3f})")
-        rows.append([r["regime"], " ".join(r["store"]) or "-", " ".join(r["train"]) or "-", r["warm_steps"],
+        warm = " ".join([f"{r['warm_steps']} steps", *r.get("warm", [])])
+        rows.append([r["regime"], " ".join(r["store"]) or "-", " ".join(r["train"]) or "-", warm,
                      _rate(r["on_policy"]), _rate(r["shown_a_stored_step"]), difference,
                      _rate(r["rows_shown_an_answer_step"]),
                      "-" if r["answer_share"] is None else f"{r['answer_share']:.2f}",
-                     "-" if r["own_question_share"] is None else f"{r['own_question_share']:.2f}"])
+                     "-" if r["own_question_share"] is None else f"{r['own_question_share']:.2f}",
+                     *(_rate(r[key]) if key in r else "-" for key in ("groups_with_signal", "groups_with_signal_hybrid")),
+                     "-" if r.get("entropy") is None else f"{r['entropy']:.3f}"])
     machine = records[-1]["machine"] if records else {}
     MD_PATH.write_text(with_notes(
         "# Where can retrieval teach? Regimes at the warm start, before training\n\n"

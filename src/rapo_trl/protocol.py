@@ -18,6 +18,9 @@ RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tag
 RETRIEVE_TEMPLATE = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
 """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
 
+PLAN_CLOSE = "</think>"
+"""Closes the policy's plan: the plan boundary, where ``retrieve_at: [plan]`` retrieves, comes right after it."""
+
 ANSWER_OPEN = "<answer>"
 """Opens the final answer: a stored step holding it is a final-answer step."""
 

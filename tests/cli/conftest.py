@@ -135,9 +135,10 @@ def cli_runs(request, cli_work):
         # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start), all evaluated
         "train-sft": Run(("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_same_time", "true",
                           "--sft_batch_size", "2", "--output_dir", work / "model-sft"), after="build-store"),
-        # ... with mean@2 on two questions, for the trained model only
+        # ... with mean@2 on two questions at a temperature of its own, for the trained model only
         "eval-sft": Run(("eval", "--config", recipe_yaml, "--output_dir", work / "model-sft", "--eval_base", "false",
                          "--eval_splits", "eval", "--eval_samples", "2", "--eval_sample_size", "2",
+                         "--eval_temperature", "0.4",
                          "--eval_sampled_models", "trained"), after="train-sft"),
         # full fine-tune, CLI overrides over the YAML, p = 0 so no store is needed (and none exists there),
         # numeric closeness added to the training reward

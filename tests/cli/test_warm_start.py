@@ -100,8 +100,9 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     rows = saved["sets"]["eval"]["rows"]
     assert rows["trained"]["k"] == 2 and rows["trained"]["questions"] == 2 and rows["trained"]["samples"] == 4
     assert 0.0 <= rows["trained"]["mean@k"] <= 1.0
+    assert rows["trained"]["temperature"] == 0.4  # eval_temperature, not the recipe's training temperature
     assert "mean@k" not in rows["warm_start"] and "pass@1" in rows["warm_start"]
-    assert "mean@2" in run.stdout
+    assert "mean@2 at T=0.4" in run.stdout
 
 
 def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):

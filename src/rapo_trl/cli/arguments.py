@@ -99,8 +99,13 @@ class RAPOScriptArguments:
     )
     eval_samples: int = field(
         default=0,
-        metadata={"help": "eval: k sampled rollouts per question at the training temperature for mean@k (0: greedy "
+        metadata={"help": "eval: k sampled rollouts per question at eval_temperature for mean@k (0: greedy "
                   "pass@1 only)."},
+    )
+    eval_temperature: float | None = field(
+        default=None,
+        metadata={"help": "eval: temperature of the mean@k rollouts (default: the training temperature). Fixed, it "
+                  "keeps one yardstick across recipes that sample RL's rollouts at different temperatures."},
     )
     eval_sample_size: int | None = field(
         default=None, metadata={"help": "eval: questions per set scored by mean@k (default: eval_size)."}
@@ -179,6 +184,13 @@ class RAPOScriptArguments:
         metadata={"help": "train: SFT steps on the trace store's best trajectories of RL's own questions (the steps "
                   "retrieval would show), after the warm start and before RL: SFT-then-RL, the off-policy baseline "
                   "(0: none). Saved in sft-on-store/."},
+    )
+    sft_retrieved_share: float = field(
+        default=0.0,
+        metadata={"help": "train: share of the warm start's questions given a second example in which a step of their "
+                  "stored trajectory arrives as a retrieved block (left out of the loss) after its plan or a tool "
+                  "step, and the trajectory goes on after it, so the policy learns to continue after a "
+                  "retrieval instead of answering at once (0: none)."},
     )
     sft_seed: int | None = field(
         default=None,

@@ -111,7 +111,8 @@ def run(script, rapo_args, model_args) -> dict:
     print(count_line("Evaluating on", script, sets))
     numeric = script.task in NUMERIC_TASKS
     k = script.eval_samples
-    sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=rapo_args.temperature,
+    temperature = rapo_args.temperature if script.eval_temperature is None else script.eval_temperature
+    sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=temperature,
                     seed=rapo_args.seed)
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
@@ -129,7 +130,7 @@ def run(script, rapo_args, model_args) -> dict:
     tables = []
     for set_name, rows in sets.items():
         sampled = k and any("mean@k" in m for m in results[set_name].values())
-        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={rapo_args.temperature}" if sampled else "")
+        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={temperature}" if sampled else "")
         tables.append(format_table(results[set_name], title))
     print("\n\n".join(tables))
     primary = next(iter(sets))

@@ -39,7 +39,8 @@ HELP_GROUPS = {
         ("task", (*TASK, *TRAINING_SPLITS, "reward", "reward_funcs", "closeness_weight")),
         ("store", ("store_path", "store_collection", "store_server")),
         (RAPO, ()),
-        ("SFT warm start", ("sft_warmup_steps", "sft_learning_rate", "sft_batch_size", "sft_same_time")),
+        ("SFT warm start", ("sft_warmup_steps", "sft_learning_rate", "sft_batch_size", "sft_same_time",
+                            "sft_retrieved_share")),
         ("training", ("output_dir", "max_steps", "num_train_epochs", "learning_rate", "per_device_train_batch_size",
                       "gradient_accumulation_steps", "steps_per_generation", "num_generations", "max_completion_length",
                       "temperature", "reward_weights", "use_vllm", "use_cpu", "device", "bf16", "fp16", "seed",
@@ -55,7 +56,7 @@ HELP_GROUPS = {
     "eval": (
         ("models", ("eval_model", "output_dir", "model_name_or_path", "eval_base", "device", *MODEL_LOADING)),
         ("task", (*TASK, "eval_size", "eval_difficulty", "eval_splits")),
-        ("evaluation", ("eval_batch_size", "eval_samples", "eval_sample_size", "eval_sampled_splits",
+        ("evaluation", ("eval_batch_size", "eval_samples", "eval_temperature", "eval_sample_size", "eval_sampled_splits",
                         "eval_sampled_models", "eval_report", "max_completion_length", "max_turn_tokens", "temperature",
                         "seed")),
     ),

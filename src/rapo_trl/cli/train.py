@@ -46,6 +46,9 @@ def check(script, rapo_args, model_args) -> None:
         raise UsageError("sft_same_time continues the SFT warm start; set sft_warmup_steps > 0")
     if script.sft_store_steps < 0 or script.sft_warmup_steps < 0:
         raise UsageError("sft_warmup_steps and sft_store_steps count steps: 0 or more")
+    if not 0.0 <= script.sft_retrieved_share <= 1.0:
+        raise UsageError(f"sft_retrieved_share is a share of the warm start's questions: 0 to 1, not "
+                         f"{script.sft_retrieved_share}")
     if _wants_store(script, rapo_args):
         check_store_location(script, must_exist=True)
 
@@ -93,13 +96,14 @@ def run(script, rapo_args, model_args) -> dict:
                min_reward=1.0, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
                fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
+    demo_examples = dict(retrieved_share=script.sft_retrieved_share)  # some with a retrieved step
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
         # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
         # weights); a run that trains every weight starts from the merge.
         warm = warm_start(model_path, merge=not lora_run, rows=demo_rows, store=demo_store,
-                          steps=script.sft_warmup_steps, **sft)
+                          steps=script.sft_warmup_steps, **demo_examples, **sft)
     if script.sft_store_steps > 0:
         from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, warm_start
 
@@ -135,7 +139,7 @@ def run(script, rapo_args, model_args) -> dict:
         # With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
         warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store, steps=script.sft_warmup_steps,
                    max_seconds=result.metrics["train_runtime"], folder=SFT_SAME_TIME_DIR,
-                   start_adapter=warm if lora_run else None, **sft)
+                   start_adapter=warm if lora_run else None, **demo_examples, **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id

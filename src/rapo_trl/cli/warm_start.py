@@ -19,13 +19,14 @@ import logging
 import time
 from pathlib import Path
 
+from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
 from rapo_trl.hardware import frozen_weights_dtype
 
 logger = logging.getLogger(__name__)
 
 
-def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
-    """``question_id -> trajectory`` for each question's best stored trajectory with reward >= min_reward."""
+def trajectory_steps_from_store(store, min_reward: float) -> dict[str, list[str]]:
+    """``question_id -> steps`` of each question's best stored trajectory with reward >= min_reward, in order."""
     records = store.to_dataset(include_embeddings=False)
     steps: dict[str, list[tuple[int, str]]] = {}
     best: dict[str, tuple[float, str]] = {}
@@ -34,23 +35,30 @@ def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
         reward = float(row["reward"])
         if reward >= min_reward and reward > best.get(row["question_id"], (float("-inf"), ""))[0]:
             best[row["question_id"]] = (reward, row["trajectory_id"])
-    return {qid: "\n".join(text for _, text in sorted(steps[tid])) for qid, (_, tid) in best.items()}
+    return {qid: [text for _, text in sorted(steps[tid])] for qid, (_, tid) in best.items()}
 
 
-def warm_start_examples(rows, store, min_reward: float) -> list[dict]:
-    """SFT examples (``prompt``, ``completion``): each row's best trajectory in ``store`` (the collection of the
-    demonstrated questions, `rapo_trl.cli.common.warm_start_collection`); rows without one are left out."""
-    by_question = trajectories_from_store(store, min_reward)
-    examples = [
-        {"prompt": row["prompt"], "completion": [{"role": "assistant", "content": by_question[row["question_id"]]}]}
-        for row in rows
-        if row["question_id"] in by_question
-    ]
-    if not examples:
+def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
+    """``question_id -> trajectory`` for each question's best stored trajectory with reward >= min_reward."""
+    return {qid: STEP_SEPARATOR.join(steps) for qid, steps in trajectory_steps_from_store(store, min_reward).items()}
+
+
+def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieved_share: float = 0.0,
+                        seed: int = 0) -> list[dict]:
+    """SFT examples: each row's best trajectory in ``store`` (the collection of the demonstrated questions,
+    `rapo_trl.cli.common.warm_start_collection`); rows without one are left out. As ``prompt`` and ``completion``;
+    with ``retrieved_share`` > 0, tokenized (``input_ids``, ``labels``) with that share of the questions given a
+    second example that carries a retrieved step (`rapo_trl.cli.retrieved_examples`)."""
+    by_question = trajectory_steps_from_store(store, min_reward)
+    chosen = [(row["prompt"], by_question[row["question_id"]]) for row in rows if row["question_id"] in by_question]
+    if not chosen:
         name = getattr(getattr(store, "collection", None), "name", None)
         raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory for the warm "
                          "start's questions; run `rapo build-store` with this recipe first")
-    return examples
+    if retrieved_share > 0:
+        return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed)
+    return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}]}
+            for prompt, steps in chosen]
 
 
 class _StopAfter:
@@ -156,14 +164,16 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = WARM_START_DIR, batch_size: int = 4,
                merge: bool = False, model_init_kwargs: dict | None = None, lora: dict | None = None,
-               start_adapter: str | None = None) -> str:
+               start_adapter: str | None = None, retrieved_share: float = 0.0) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
     baseline). The adapter is saved with ``model_path`` as its base; ``start_adapter`` (an adapter folder over the
     same base) is trained further instead of a fresh LoRA of shape ``lora`` (``LoraConfig`` fields; the RL recipe's,
     so RAPO can go on training it). With ``merge`` the LoRA is merged over the fp32 base and the full model saved
-    (a base for a run that trains every weight). The loss per step goes to ``sft_history.json`` beside the model.
+    (a base for a run that trains every weight). With ``retrieved_share`` > 0 that share of the questions also get an
+    example in which a step arrives retrieved (`rapo_trl.cli.retrieved_examples`).
+    The loss per step goes to ``sft_history.json`` beside the model.
     ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
     ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
     """
@@ -178,14 +188,15 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
 
     from rapo_trl.memory import with_freed_memory_release
 
-    examples = warm_start_examples(rows, store, min_reward)
+    examples = warm_start_examples(rows, store, min_reward, tokenizer, retrieved_share, seed)
     target = Path(output_dir) / folder
     key = None
     if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused
         key = warm_start_key(model_path, examples, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
                              seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
                              lora=lora.to_dict() if hasattr(lora, "to_dict") else lora or LORA,
-                             start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {})
+                             start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {},
+                             **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}))
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
             print(f"Warm start reused from {target} (same model, examples, settings and package versions).")

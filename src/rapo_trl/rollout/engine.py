@@ -24,11 +24,12 @@ from rapo_trl.core.retrieval_rule import (
     is_hybrid_row,
     rows_that_retrieve,
 )
-from rapo_trl.protocol import RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE, cap_text
+from rapo_trl.protocol import PLAN_CLOSE, RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE, cap_text
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable, tool_table
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
+from rapo_trl.rollout.retrieved_block import encode_retrieved_block
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
 from rapo_trl.tools.registry import tools_by_tag
@@ -102,7 +103,7 @@ class RolloutConfig:
     retrieve_at: tuple[str, ...] = ("tool_step",)
     """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``, the retrieval rule:
     ``rapo_trl.core.retrieval_rule``)."""
-    plan_stop: str = "</think>"
+    plan_stop: str = PLAN_CLOSE
     """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
     retrieve_own_question: bool = False
     """Ask the store for the row's own question's records (``run``'s ``question_ids``) where it has any, instead of
@@ -529,26 +530,7 @@ class HybridRolloutEngine:
         return "".join(parts)
 
     def _encode_retrieved(self, text: str) -> tuple[list[int], tuple[int, int] | None]:
-        """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an
-        agent wrote, without the preface, the ``<retrieve>`` tags or the step's tool result. Found from the
-        tokenizer's character offsets of the one encoding of the block (the ids inserted are that encoding's);
-        ``None`` when the tokenizer gives no offsets or no token lies wholly inside the step's text."""
-        cfg = self.config
-        text = text.encode("utf-8", "replace").decode("utf-8")
-        block = cfg.retrieve_template.format(text=text)
-        head = cfg.retrieve_template.partition("{text}")[0].replace("{{", "{").replace("}}", "}")
-        result_head = cfg.result_template.partition("{output}")[0].strip()
-        own = text.find(result_head) if result_head else -1
-        char_start, char_end = len(head), len(head) + (own if own >= 0 else len(text))
-        try:
-            # A special token's text in a stored step (an end-of-turn marker) is text here: a retrieved block must
-            # never end the policy's turn or open a message of the template.
-            encoded = self.tokenizer(block, add_special_tokens=False, return_offsets_mapping=True,
-                                     split_special_tokens=True)
-        except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
-            return self.encode(block), None
-        inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if a >= char_start and b <= char_end and b > a]
-        return list(encoded["input_ids"]), ((inside[0], inside[-1] + 1) if inside else None)
+        return encode_retrieved_block(self.tokenizer, text, self.config.retrieve_template, self.config.result_template)
 
     @staticmethod
     def _fill_post_entropy(row: RolloutRow) -> None:

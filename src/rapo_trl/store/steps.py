@@ -56,6 +56,11 @@ def split_steps(trajectory: str) -> list[str]:
     return steps
 
 
+def is_tool_step(step: str) -> bool:
+    """Whether a step (as :func:`split_steps` cuts them) holds a tool call."""
+    return _TOOL_CLOSE.search(step) is not None
+
+
 def preprocess_context(text: str, max_chars: int = 1300, system_prompt: str | None = None) -> str:
     """Normalise a context into a key or query: drop the system prompt, chat-template tokens and
     retrieved blocks, collapse whitespace, and keep the last ``max_chars`` characters."""
