@@ -97,6 +97,9 @@ def bad_input_runs(work, base: dict) -> dict[str, Run]:
     runs["store_stats_file"] = Run(("store", "stats", store_file))
     runs["build_store_file"] = Run(("build-store", "--config", write_yaml(
         bad / "build_store_file.yaml", {**base, "store_path": str(store_file)})))
+    runs["wrong_collection"] = Run(("train", "--config", write_yaml(
+        bad / "wrong_collection.yaml", {**base, "store_collection": "no-such-collection", "retrieve_prob": 0.5})),
+        after="build-store")  # the store is there, the collection is not
     runs["eval_size_zero"] = Run(("eval", "--config", write_yaml(bad / "eval_size_zero.yaml",
                                                                  {**base, "eval_size": 0})))
     runs["no_config"] = Run(("train",))

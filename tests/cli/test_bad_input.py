@@ -25,6 +25,8 @@ CASES = {
     "config_not_yaml": ("rapo build-store: error:", ["broken.yaml", "not valid YAML"]),
     "store_stats_missing": ("rapo store: error:", ["store path", "no-store", "does not exist"]),
     "store_is_file": ("rapo train: error:", ["store path", "store-file", "is a file, not a store folder"]),
+    "wrong_collection": ("rapo train: error:", ["no collection 'no-such-collection'", "its collections: traces",
+                                                "store_collection", "rapo build-store"]),
     "store_stats_file": ("rapo store: error:", ["store path", "store-file", "is a file, not a store folder"]),
     "build_store_file": ("rapo build-store: error:", ["store path", "store-file", "is a file, not a store folder"]),
     "train_size_zero": ("rapo train: error:", ["train_size must be >= 1", "got 0"]),

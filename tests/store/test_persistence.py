@@ -8,7 +8,9 @@ import subprocess
 import sys
 import textwrap
 
-from rapo_trl.store import StoreConfig, TraceStore
+import pytest
+
+from rapo_trl.store import MissingCollectionError, StoreConfig, TraceStore
 
 
 def _forget_open_clients():
@@ -31,6 +33,16 @@ def test_reopen_reads_records_and_checks_the_embedder(tmp_path, embedder, trajec
     assert reopened.collection.metadata["embedder"] == embedder.name
     # another collection in the same directory is independent
     assert len(TraceStore(tmp_path / "s", collection="other", embedder=embedder)) == 0
+
+
+def test_a_reader_of_a_built_store_is_refused_a_collection_that_is_not_there(tmp_path, embedder, trajectory):
+    store = TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder)
+    store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    with pytest.raises(MissingCollectionError, match=r"no collection 'math_steps' \(its collections: math-steps\)"):
+        TraceStore(tmp_path / "s", collection="math_steps", embedder=embedder, must_exist=True)
+    names = [c.name for c in store.client.list_collections()]
+    assert names == ["math-steps"]  # the refused name was never created
+    assert len(TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder, must_exist=True)) == 3
 
 
 _KILLED_BUILD = textwrap.dedent(

@@ -68,6 +68,14 @@ def chroma_server(tmp_path):
             process.wait()
 
 
+def test_a_server_reader_is_refused_a_collection_that_is_not_there(chroma_server, embedder):
+    from rapo_trl.store import MissingCollectionError
+
+    with pytest.raises(MissingCollectionError, match="no collection 'never-built'"):
+        TraceStore.connect("127.0.0.1", chroma_server, collection="never-built", embedder=embedder, must_exist=True)
+    assert len(TraceStore.connect("127.0.0.1", chroma_server, collection="never-built", embedder=embedder)) == 0
+
+
 def test_server_store_is_shared_between_clients(chroma_server, embedder, trajectory):
     config = StoreConfig(show_progress=False)
     writer = TraceStore.connect(

@@ -334,8 +334,8 @@ def open_store(script: RAPOScriptArguments, must_exist: bool, collection: str | 
     collection = collection or script.store_collection
     server = check_store_location(script, must_exist)
     if server is not None:
-        return TraceStore.connect(*server, collection=collection)
-    return TraceStore(script.store_path, collection=collection)
+        return TraceStore.connect(*server, collection=collection, must_exist=must_exist)
+    return TraceStore(script.store_path, collection=collection, must_exist=must_exist)
 
 
 def write_json(path: str | Path, payload) -> None:

@@ -6,6 +6,7 @@ from rapo_trl.store.environment_build import build_from_environment
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
+    MissingCollectionError,
     StaleStoreError,
     StoreLockedError,
     StorePathError,
@@ -21,6 +22,7 @@ __all__ = [
     "EmbedderMismatchError",
     "Retrieved",
     "Selection",
+    "MissingCollectionError",
     "StaleStoreError",
     "StepRecord",
     "StoreConfig",

@@ -13,6 +13,7 @@ from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
+    MissingCollectionError,
     StaleStoreError,
     StorePathError,
     TraceStoreError,
@@ -91,6 +92,27 @@ def collection_metadata(embedder, config: StoreConfig) -> dict:
         "key_max_chars": int(config.key_max_chars),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def require_collection(client, name: str, where: str) -> None:
+    """Refuse a missing collection ``name`` (:class:`MissingCollectionError`, naming those there) before anything
+    loads or creates it: a reader that expects a built store would otherwise get an empty one and retrieve nothing."""
+    from chromadb.errors import NotFoundError
+
+    try:
+        client.get_collection(name=name, embedding_function=None)
+    except NotFoundError:
+        try:
+            names = sorted(getattr(c, "name", c) for c in client.list_collections())
+        except Exception:  # noqa: BLE001 - the message names what it can
+            names = None
+        there = ("it holds no collection" if names == [] else f"its collections: {', '.join(names)}" if names
+                 else "its collections could not be listed")
+        raise MissingCollectionError(
+            f"The trace store at {where} has no collection {name!r} ({there}). Check store_collection, or build it "
+            f"with `rapo build-store --store_collection {name}`.") from None
+    except Exception:  # noqa: BLE001 - e.g. an invalid name: opening it says so clearly
+        pass
 
 
 def open_collection(client, name: str, embedder, config: StoreConfig, where: str, before_create=None):

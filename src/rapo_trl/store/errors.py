@@ -23,5 +23,9 @@ class StoreLockedError(TraceStoreError, RuntimeError):
     """Another process holds the embedded store's folder (embedded Chroma is single-process)."""
 
 
+class MissingCollectionError(TraceStoreError, LookupError):
+    """The store has no collection of the name asked for, and the caller needs one that was built."""
+
+
 class StaleStoreError(TraceStoreError, ValueError):
     """The collection was built in another store format (keys made differently): it must be rebuilt to be used."""

@@ -25,6 +25,7 @@ from rapo_trl.store.backend import (
     open_http_client,
     open_persistent_client,
     prepare_store_dir,
+    require_collection,
 )
 from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.ingest import is_finite, question_aligned_batches, validate_trajectories
@@ -45,6 +46,9 @@ class TraceStore:
         embedder: an :class:`~rapo_trl.embeddings.Embedder`, a sentence-transformers model or path;
             ``None`` is all-MiniLM-L6-v2. A collection only opens with the embedder that built it.
         config: selection, preprocessing, index and batching settings.
+        must_exist: refuse a collection that is not there yet
+            (:class:`~rapo_trl.store.errors.MissingCollectionError`, naming the collections there) instead of
+            creating it empty: for readers of a built store, where an empty one would retrieve nothing.
 
     An embedded store (``TraceStore(path)``) belongs to one process at a time for writing: opening
     takes a shared lock on the folder, the first write (or creating it) an exclusive one, kept until
@@ -54,7 +58,8 @@ class TraceStore:
     processes that write, serve it (``chroma run --path DIR``) and open it with :meth:`connect`.
     """
 
-    def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None):
+    def __init__(self, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None,
+                 must_exist: bool = False):
         # Absolute: the lock (and Chroma's per-folder client) must not depend on a later chdir.
         path = Path(path).expanduser().absolute()
         # Embedded Chroma is single-process: lock the folder (shared to read; exclusive to write or
@@ -66,7 +71,7 @@ class TraceStore:
             client = open_persistent_client(path)
             self._init(
                 client, collection, embedder, config, str(path),
-                before_create=lambda: store_lock.hold(path, token, exclusive=True),
+                before_create=lambda: store_lock.hold(path, token, exclusive=True), must_exist=must_exist,
             )  # fmt: skip
         except BaseException:
             close_embedded(path, token, client)
@@ -85,11 +90,13 @@ class TraceStore:
         config: StoreConfig | None = None,
         ssl: bool = False,
         headers: dict | None = None,
+        must_exist: bool = False,
     ) -> TraceStore:
         """A store on a ``chroma run`` server, shared by several processes."""
         store = cls.__new__(cls)
         store._init(
-            open_http_client(host, port, ssl, headers), collection, embedder, config, f"{host}:{port}"
+            open_http_client(host, port, ssl, headers), collection, embedder, config, f"{host}:{port}",
+            must_exist=must_exist,
         )
         store.path = None
         store._lock_token = None
@@ -98,8 +105,11 @@ class TraceStore:
         return store
 
     def _init(
-        self, client, collection: str, embedder, config: StoreConfig | None, location: str, before_create=None
+        self, client, collection: str, embedder, config: StoreConfig | None, location: str, before_create=None,
+        must_exist: bool = False,
     ) -> None:
+        if must_exist:  # before the embedder loads: a wrong name is refused at once
+            require_collection(client, collection, location)
         self.config = config or StoreConfig()
         self.embedder = resolve_embedder(embedder)
         self.client = client
