@@ -1,13 +1,16 @@
 """The tag protocol shared by the rollout engine, the rewards and the scripted experts (docs/design.md).
 
-One place for the texts the environment inserts, so what the engine writes is exactly what rewards
-strip and what the experts imitate.
+One place for the texts the environment inserts, and for how a retrieved block is tokenized, so what the engine
+writes is exactly what rewards strip and what the experts and the SFT warm start imitate.
 """
 
 import re
 
 TOOL_TAGS = ("python", "search")
 """Tags of the built-in tools."""
+
+TOOL_CLOSE = re.compile(rf"</(?:{'|'.join(TOOL_TAGS)})>")
+"""Closes a built-in tool's call: a step (``rapo_trl.store.steps.split_steps``) ends at one, with its result."""
 
 RESULT_TEMPLATE = "\n<result>\n{output}\n</result>\n"
 """How a tool's output is shown to the policy (forced tokens)."""
@@ -48,3 +51,30 @@ def cap_text(text: str, limit: int) -> str:
         return text
     head = limit // 2
     return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"
+
+
+def is_tool_step(step: str) -> bool:
+    """Whether a step (as ``rapo_trl.store.steps.split_steps`` cuts them) holds a built-in tool's call."""
+    return TOOL_CLOSE.search(step) is not None
+
+
+def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIEVE_TEMPLATE,
+                           result_template: str = RESULT_TEMPLATE) -> tuple[list[int], tuple[int, int] | None]:
+    """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an agent
+    wrote, without the preface, the ``<retrieve>`` tags or the step's tool result. Found from the tokenizer's
+    character offsets of the one encoding of the block (the ids inserted are that encoding's); ``None`` when the
+    tokenizer gives no offsets or no token lies wholly inside the step's text."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    block = retrieve_template.format(text=text)
+    head = retrieve_template.partition("{text}")[0].replace("{{", "{").replace("}}", "}")
+    result_head = result_template.partition("{output}")[0].strip()
+    own = text.find(result_head) if result_head else -1
+    char_start, char_end = len(head), len(head) + (own if own >= 0 else len(text))
+    try:
+        # A special token's text in a stored step (an end-of-turn marker) is text here: a retrieved block must
+        # never end the policy's turn or open a message of the template.
+        encoded = tokenizer(block, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True)
+    except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
+        return list(tokenizer(block, add_special_tokens=False)["input_ids"]), None
+    inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if a >= char_start and b <= char_end and b > a]
+    return list(encoded["input_ids"]), ((inside[0], inside[-1] + 1) if inside else None)

@@ -14,7 +14,7 @@ from rapo_trl.cli.retrieved_examples import (
     retrieval_splices,
     with_retrieved_examples,
 )
-from rapo_trl.rollout.retrieved_block import encode_retrieved_block
+from rapo_trl.protocol import encode_retrieved_block
 
 FIRST = "<think>Two operations. First: a - b.</think>\n<python>\nprint(9 - 2)\n</python>\n<result>\n7\n</result>"
 SECOND = "<think>step_1 = 7. Next: step_1 * 3.</think>\n<python>\nprint(7 * 3)\n</python>\n<result>\n21\n</result>"

@@ -7,7 +7,7 @@ get a second example in which one step of the question's own stored trajectory a
 boundary where RL may retrieve (after a tool step, or after the first plan: both, whatever a recipe's ``retrieve_at``,
 so one warm start serves every arm of a comparison), and the trajectory goes on with the steps after it: the policy imitates the steps it must still write, never the block. The example is built from token ids
 the way a hybrid rollout is: the prompt as the chat template renders it for generation, the block as the rollout
-engine encodes it (`rapo_trl.rollout.retrieved_block`), excluded from the loss like every forced token.
+engine encodes it (`rapo_trl.protocol.encode_retrieved_block`), excluded from the loss like every forced token.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rapo_trl.protocol import PLAN_CLOSE
-from rapo_trl.rollout.retrieved_block import encode_retrieved_block
-from rapo_trl.store.steps import is_tool_step
+from rapo_trl.protocol import PLAN_CLOSE, encode_retrieved_block, is_tool_step
 
 STEP_SEPARATOR = "\n"
 """Between a trajectory's stored steps when the warm start joins them into one completion."""

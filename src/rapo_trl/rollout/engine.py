@@ -24,12 +24,18 @@ from rapo_trl.core.retrieval_rule import (
     is_hybrid_row,
     rows_that_retrieve,
 )
-from rapo_trl.protocol import PLAN_CLOSE, RESULT_TEMPLATE, RETRIEVE_PREFACE, RETRIEVE_TEMPLATE, cap_text
+from rapo_trl.protocol import (
+    PLAN_CLOSE,
+    RESULT_TEMPLATE,
+    RETRIEVE_PREFACE,
+    RETRIEVE_TEMPLATE,
+    cap_text,
+    encode_retrieved_block,
+)
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable, tool_table
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
-from rapo_trl.rollout.retrieved_block import encode_retrieved_block
 from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
 from rapo_trl.tools.registry import tools_by_tag

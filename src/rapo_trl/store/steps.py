@@ -14,7 +14,8 @@ import re
 import time
 from dataclasses import dataclass
 
-_TOOL_CLOSE = re.compile(r"</(?:python|search)>")
+from rapo_trl.protocol import TOOL_CLOSE
+
 # A result may be cut off by a length limit: then it runs to the end of the text.
 _RESULT_BLOCK = re.compile(r"\s*<result>.*?(?:</result>|\Z)", re.S)
 _RAPO_TAG = re.compile(r"</?(?:think|python|search|result|answer)>")
@@ -41,7 +42,7 @@ def split_steps(trajectory: str) -> list[str]:
     """
     steps: list[str] = []
     position = 0
-    while (match := _TOOL_CLOSE.search(trajectory, position)) is not None:
+    while (match := TOOL_CLOSE.search(trajectory, position)) is not None:
         end = match.end()
         result = _RESULT_BLOCK.match(trajectory, end)
         if result is not None:
@@ -54,11 +55,6 @@ def split_steps(trajectory: str) -> list[str]:
     elif steps:
         steps[-1] += tail
     return steps
-
-
-def is_tool_step(step: str) -> bool:
-    """Whether a step (as :func:`split_steps` cuts them) holds a tool call."""
-    return _TOOL_CLOSE.search(step) is not None
 
 
 def preprocess_context(text: str, max_chars: int = 1300, system_prompt: str | None = None) -> str:
