@@ -13,7 +13,7 @@ Arms (flags over the recipe):
 
     grpo            no hybrid rows, p = 0: GRPO through RAPOTrainer
     rapo_paper      the recipe's RAPO: N_hybrid = G/2, p = 0.5, a = 0.2, m = 0.05, retrieval after tool steps
-    rapo_guided     RAPO retrieving only in groups whose on-policy rows all failed (``GUIDED``)
+    rapo_guided     RAPO retrieving only at the plan boundary (``GUIDED``): the stored first step, the rest the policy's
     sft_then_grpo   SFT on the store's trajectories of RL's own questions (``--sft_store_steps``), then GRPO
 
 Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
@@ -49,10 +49,11 @@ use_offline_environment()
 
 RECIPE = "configs/comparison_cpu.yaml"
 RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
-GUIDED = ["--retrieve_failed_groups_max_reward", "0"]
-"""The guided option of ``rapo_guided``: retrieval only in groups whose on-policy rows all failed, so groups where GRPO
-has a signal train as GRPO. ``learning_regime.md``: a stored step after a tool step lifts a row's success (+0.6 at the
-60-step warm start) but hands over the answer in a third of rows; at the plan boundary it sank success to 0 of 25."""
+GUIDED = ["--retrieve_at", "plan"]
+"""The guided option of ``rapo_guided``: one retrieval, after the policy's first plan, of its question's stored first
+step; the second operation and the answer stay the policy's own. ``learning_regime.md``: from the warm start that has
+seen retrieved blocks (``sft_retrieved_share``), rows shown the first step succeed on 8/25 (on-policy 10/64) and none
+is handed the answer; after a tool step, a stored step is the final answer in most rows."""
 SFT_STORE_STEPS = 30
 """SFT-then-GRPO's SFT steps on the store: one pass over the best trajectory of each of RL's 128 questions, 4 a step."""
 ARMS = {

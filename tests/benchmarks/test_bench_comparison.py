@@ -30,8 +30,8 @@ def test_every_arms_flags_are_the_clis():
     assert parsed["grpo"][1].retrieve_prob == 0 and parsed["grpo"][1].num_hybrid_generations == 0
     assert parsed["rapo_paper"][1].retrieve_prob > 0 and parsed["rapo_guided"][1].retrieve_prob > 0
     assert parsed["sft_then_grpo"][0].sft_store_steps > 0 and parsed["sft_then_grpo"][1].retrieve_prob == 0
-    assert parsed["rapo_guided"][1].retrieve_failed_groups_max_reward == 0
-    assert parsed["rapo_paper"][1].retrieve_failed_groups_max_reward is None
+    assert parsed["rapo_guided"][1].retrieve_at == ["plan"] and parsed["rapo_paper"][1].retrieve_at == ["tool_step"]
+    assert all(script.sft_retrieved_share > 0 for script, _ in parsed.values())  # one warm start for every arm
 
 
 def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos_final_reward(tmp_path):
