@@ -58,8 +58,13 @@ def one_line(error: BaseException) -> str:
 
 def report(command: str, error: Exception, file=None) -> int:
     """Print ``error`` for ``rapo COMMAND`` and return the exit code: 1 with the user's frames when the user's
-    code raised it (a bug to fix there), else 2 with one line (a usage error, or one in rapo_trl itself)."""
+    code raised it (a bug to fix there), else 2 with one line (a usage error, or one in rapo_trl itself); a run
+    stopped on request (an error with an ``exit_code``: SIGTERM's 143) says so in one line and exits with it."""
     file = file or sys.stderr
+    stopped = getattr(error, "exit_code", None)  # a run stopped on request (TrainingStoppedError), not failed
+    if isinstance(stopped, int):
+        print(f"rapo {command}: stopped: {one_line(error)}", file=file)
+        return stopped
     found = None if isinstance(error, UsageError) else _in_user_code(error)
     if found is None:
         print(f"rapo {command}: error: {one_line(error)} ({MORE})", file=file)

@@ -17,6 +17,9 @@ logger = logging.getLogger("rapo_trl.trainer")
 class TrainingStoppedError(RuntimeError):
     """The run stopped on SIGTERM after saving a whole checkpoint."""
 
+    exit_code = 128 + signal.SIGTERM
+    """What ``rapo train`` exits with: a process ended by SIGTERM, as a scheduler expects of a preempted job."""
+
 
 class SigtermStop(TrainerCallback):
     """While ``installed``: a SIGTERM asks for a save and a stop at the end of the current step (or of the save under
