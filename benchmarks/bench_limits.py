@@ -48,6 +48,7 @@ from common import (  # noqa: E402
     machine_info,
     machine_line,
     markdown_table,
+    shown_path,
     use_offline_environment,
     with_notes,
 )
@@ -259,7 +260,7 @@ def recipe_inputs(recipe: str, prompt_tokens: float | None, completion_tokens: f
     else:
         sources["completion_tokens"] = "--completion-tokens"
     sharing = min(args.per_device_train_batch_size, args.num_generations)  # RAPOTrainer runs a prompt once per micro-batch
-    inputs = {"recipe": recipe, "model": model_path, "decode_rows": args.generation_batch_size,
+    inputs = {"recipe": recipe, "model": shown_path(model_path), "decode_rows": args.generation_batch_size,
               "num_generations": args.num_generations, "per_device_train_batch_size": args.per_device_train_batch_size,
               "rows_per_prompt": sharing, "frozen_weights": bool(model_args.use_peft),
               "prompt_tokens": round(prompt_tokens, 1), "completion_tokens": round(completion_tokens, 1),

@@ -44,10 +44,16 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
-from common import RESULTS, machine_info, markdown_table, use_offline_environment, with_notes  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS,
+    machine_info,
+    markdown_table,
+    shown_path,
+    use_offline_environment,
+    with_notes,
+)
 
 use_offline_environment()  # nothing loads from a hub here; inherited by the arms' processes
-REPO = RESULTS.parent.parent
 ENGINE_ARMS = {"rapo_merged": {"merged_weights": True}, "rapo_matmul_head": {"head_kernel": "weight_matmul"},
                "rapo_merged_matmul_head": {"merged_weights": True, "head_kernel": "weight_matmul"}}
 """The rapo arm with other settings of the generation backend (``TransformersBackend``)."""
@@ -57,16 +63,6 @@ BASELINE, CANDIDATE = "old_recipe", "rapo"
 OLD_RECIPE = {"bf16": "false", "per_device_train_batch_size": "1", "gradient_accumulation_steps": "8",
               "steps_per_generation": "8", "lora_dropout": "0.05"}
 PHASES = ("generate", "tools", "retrieval", "scoring", "loss_forward", "backward", "optimizer")
-
-
-def shown_path(path: str | Path) -> str:
-    """``path`` relative to the repository when inside it, with ``~`` for the home folder otherwise: results read
-    the same on every clone."""
-    path = Path(path).resolve()
-    if path.is_relative_to(REPO):
-        return str(path.relative_to(REPO))
-    home = Path.home().resolve()
-    return str(Path("~") / path.relative_to(home)) if path.is_relative_to(home) else str(path)
 
 
 def _peak_rss_mb() -> float:

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = RESULTS.parent.parent
 
 OFFLINE_ENVIRONMENT = {
     "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -200,3 +201,13 @@ def splice_block(text: str, block: str, name: str) -> str:
         head, rest = text.split(begin, 1)
         return head + block + rest.split(end, 1)[1]
     return block + "\n\n" + text if text else block + "\n"
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` relative to the repository when inside it, with ``~`` for the home folder otherwise: results read
+    the same on every clone."""
+    path = Path(path).resolve()
+    if path.is_relative_to(REPO):
+        return str(path.relative_to(REPO))
+    home = Path.home().resolve()
+    return str(Path("~") / path.relative_to(home)) if path.is_relative_to(home) else str(path)
