@@ -5,9 +5,10 @@ once: shown a stored first step at the plan boundary, it boxes that step's print
 making its next call (``benchmarks/results/learning_regime_notes.md``). Here a share of the demonstrated questions
 get a second example in which one step of the question's own stored trajectory arrives as a retrieved block, at a
 boundary where RL may retrieve (after a tool step, or after the first plan: both, whatever a recipe's ``retrieve_at``,
-so one warm start serves every arm of a comparison), and the trajectory goes on with the steps after it: the policy imitates the steps it must still write, never the block. The example is built from token ids
-the way a hybrid rollout is: the prompt as the chat template renders it for generation, the block as the rollout
-engine encodes it (`rapo_trl.protocol.encode_retrieved_block`), excluded from the loss like every forced token.
+so one warm start serves every arm of a comparison), and the trajectory goes on with the steps after it: the policy
+imitates the steps it must still write, never the block. The example is built from token ids the way a hybrid
+rollout is: the prompt as the chat template renders it for generation, the block as the rollout engine encodes it
+(`rapo_trl.protocol.encode_retrieved_block`), excluded from the loss like every forced token.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class ExampleTokenizer:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self._turn_ends: dict[int, list[int]] = {}
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
@@ -69,12 +69,10 @@ class ExampleTokenizer:
 
     def _turn_end(self, prompt) -> list[int]:
         """What the chat template writes after an assistant message's content (an end-of-turn marker)."""
-        if len(prompt) not in self._turn_ends:
-            marker = "\x00assistant content\x00"
-            rendered = self.tokenizer.apply_chat_template(
-                [*prompt, {"role": "assistant", "content": marker}], tokenize=False)
-            self._turn_ends[len(prompt)] = self._encode(rendered.split(marker, 1)[1])
-        return self._turn_ends[len(prompt)]
+        marker = "\x00assistant content\x00"
+        rendered = self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": marker}],
+                                                      tokenize=False)
+        return self._encode(rendered.split(marker, 1)[1])
 
     def example(self, prompt, completion: str | RetrievedSplice) -> dict:
         """``input_ids`` and ``labels`` (the prompt and any retrieved block at ``IGNORED``)."""

@@ -96,14 +96,13 @@ def run(script, rapo_args, model_args) -> dict:
                min_reward=1.0, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
                fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
-    demo_examples = dict(retrieved_share=script.sft_retrieved_share)  # some with a retrieved step
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
         # With LoRA, RAPO trains the warm start's adapter further over the base (never merged into half-precision
         # weights); a run that trains every weight starts from the merge.
         warm = warm_start(model_path, merge=not lora_run, rows=demo_rows, store=demo_store,
-                          steps=script.sft_warmup_steps, **demo_examples, **sft)
+                          steps=script.sft_warmup_steps, retrieved_share=script.sft_retrieved_share, **sft)
     if script.sft_store_steps > 0:
         from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, warm_start
 
@@ -139,7 +138,7 @@ def run(script, rapo_args, model_args) -> dict:
         # With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
         warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store, steps=script.sft_warmup_steps,
                    max_seconds=result.metrics["train_runtime"], folder=SFT_SAME_TIME_DIR,
-                   start_adapter=warm if lora_run else None, **demo_examples, **sft)
+                   start_adapter=warm if lora_run else None, retrieved_share=script.sft_retrieved_share, **sft)
     _save_history_and_plots(trainer, rapo_args.output_dir)
     # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
     from rapo_trl.model_card import base_model_hub_id

@@ -488,7 +488,8 @@ class HybridRolloutEngine:
             return
         for i, found in zip(chosen, selected):
             row = rows[i]
-            ids, step_span = self._encode_retrieved(found.text)
+            ids, step_span = encode_retrieved_block(self.tokenizer, found.text, cfg.retrieve_template,
+                                                    cfg.result_template)
             # Never cut a retrieved step or end a row because of one (docs/design.md): a block that does not
             # leave the policy room to continue, or exceeds the cap, is skipped and counted.
             room = cfg.max_completion_length - len(row.completion_ids)
@@ -534,9 +535,6 @@ class HybridRolloutEngine:
             at = event.end
         parts.append(self.tokenizer.decode(row.completion_ids[at:], skip_special_tokens=True))
         return "".join(parts)
-
-    def _encode_retrieved(self, text: str) -> tuple[list[int], tuple[int, int] | None]:
-        return encode_retrieved_block(self.tokenizer, text, self.config.retrieve_template, self.config.result_template)
 
     @staticmethod
     def _fill_post_entropy(row: RolloutRow) -> None:
