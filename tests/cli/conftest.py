@@ -136,8 +136,10 @@ def cli_runs(request, cli_work):
         "store-query": Run(("store", "query", base["store_path"], first_train_question, "--top_k", "3"),
                            after="build-store"),
         # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start), all evaluated
+        # ... and the GRPO baseline (retrieval off) from the same warm start
         "train-sft": Run(("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_same_time", "true",
-                          "--sft_batch_size", "2", "--output_dir", work / "model-sft"), after="build-store"),
+                          "--grpo_same_rollouts", "true", "--sft_batch_size", "2", "--output_dir", work / "model-sft"),
+                         after="build-store"),
         # ... with mean@2 on two questions at a temperature of its own, for the trained model only
         "eval-sft": Run(("eval", "--config", recipe_yaml, "--output_dir", work / "model-sft", "--eval_base", "false",
                          "--eval_splits", "eval", "--eval_samples", "2", "--eval_sample_size", "2",

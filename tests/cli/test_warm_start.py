@@ -91,9 +91,9 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     run = cli_runs["eval-sft"]
     assert run.returncode == 0, describe(run)
     printed = {line.strip().strip("|").split("|")[0].strip() for line in run.stdout.splitlines()}
-    assert {"warm_start", "sft_same_time", "trained"} <= printed, describe(run)
+    assert {"warm_start", "sft_same_time", "grpo_same_rollouts", "trained"} <= printed, describe(run)
     saved = json.loads((out / "eval_results.json").read_text())
-    assert list(saved["rows"]) == ["warm_start", "sft_same_time", "trained"]
+    assert list(saved["rows"]) == ["warm_start", "sft_same_time", "grpo_same_rollouts", "trained"]
     assert saved["sft_same_time_sft"]["steps"] >= 1
     # mean@k for the model named in eval_sampled_models only, greedy pass@1 for all
     assert saved["k"] == 2 and list(saved["sets"]) == ["eval"]
@@ -103,6 +103,41 @@ def test_sft_same_time_is_an_adapter_over_the_warm_start_and_is_evaluated(cli_ru
     assert rows["trained"]["temperature"] == 0.4  # eval_temperature, not the recipe's training temperature
     assert "mean@k" not in rows["warm_start"] and "pass@1" in rows["warm_start"]
     assert "mean@2 at T=0.4" in run.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.rapo_runs("train-sft", "eval-sft")
+def test_grpo_same_rollouts_trains_grpo_from_the_warm_start_and_the_report_sets_the_runs_side_by_side(
+        cli_runs, cli_work):
+    import json
+
+    from tests.cli.runs import describe
+
+    work, base = cli_work
+    run = cli_runs["train-sft"]
+    assert run.returncode == 0, describe(run)
+    out = work / "model-sft"
+    grpo = out / "grpo-same-rollouts"
+    adapter = json.loads((grpo / "adapter_config.json").read_text())
+    warm_adapter = json.loads((out / "sft-warm-start" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == warm_adapter["base_model_name_or_path"]
+    # its own run: as many steps, with no hybrid rows and p = 0, where the RAPO run had hybrid rows at p = 1
+    rapo_log = [e for e in json.loads((out / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    grpo_log = [e for e in json.loads((grpo / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    assert [e["step"] for e in grpo_log] == [e["step"] for e in rapo_log] == list(range(1, base["max_steps"] + 1))
+    assert all(e["rapo/hybrid_share"] > 0 and e["rapo/retrieve_prob"] == 1.0 for e in rapo_log)
+    assert all(e["rapo/hybrid_share"] == 0 and e["rapo/retrieve_prob"] == 0 for e in grpo_log)
+    assert "GRPO baseline (retrieval off): trained 1 steps" in run.stdout
+
+    run = cli_runs["eval-sft"]
+    assert run.returncode == 0, describe(run)
+    saved = json.loads((out / "eval_results.json").read_text())
+    # the RL runs' rewards per step, read from their logs, beside the scores; the SFT ones have none
+    assert set(saved["training"]) == {"grpo_same_rollouts", "trained"}
+    assert saved["training"]["trained"][0]["reward"] == rapo_log[0]["reward"]
+    assert saved["training"]["grpo_same_rollouts"][0]["reward"] == grpo_log[0]["reward"]
+    assert saved["training"]["trained"][0]["rapo/reward_on_policy"] == rapo_log[0]["rapo/reward_on_policy"]
+    assert "| step | grpo_same_rollouts: reward |" in (out / "eval_results.md").read_text()
 
 
 def test_a_bf16_warm_start_reaches_rapo_whole(tiny_model_dir, tmp_path):

@@ -115,8 +115,8 @@ class RAPOScriptArguments:
     )
     eval_sampled_models: list[str] | None = field(
         default=None,
-        metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_same_time, trained "
-                  "(default: all)."},
+        metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_same_time, "
+                  "grpo_same_rollouts, trained (default: all)."},
     )
     tools: list[str] | None = field(
         default=None,
@@ -169,6 +169,12 @@ class RAPOScriptArguments:
     sft_same_time: bool = field(
         default=False,
         metadata={"help": "train: also SFT the warm start further for as long as RAPO trained (the fair baseline)."},
+    )
+    grpo_same_rollouts: bool = field(
+        default=False,
+        metadata={"help": "train: after RAPO, also train GRPO (this recipe with retrieval off: no hybrid rows) from "
+                  "the same warm start, seed and questions, with as many rollouts and steps, saved in "
+                  "grpo-same-rollouts/: the baseline that says whether retrieval helped."},
     )
     device: str | None = field(
         default=None,

@@ -27,10 +27,15 @@ from rapo_trl.cli.common import (
     write_json,
 )
 from rapo_trl.cli.model_folder import model_folder_problem
+from rapo_trl.cli.train import GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
-MODEL_NAMES = ("base", "warm_start", "sft_same_time", "trained")
+MODEL_NAMES = ("base", "warm_start", "sft_same_time", "grpo_same_rollouts", "trained")
+BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
+                    "grpo_same_rollouts": GRPO_SAME_ROLLOUTS_DIR}
+"""The models ``rapo train`` leaves inside its output_dir beside the trained one, by name."""
 
 
 def _base_of(path: str) -> str | None:
@@ -58,7 +63,8 @@ def _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numer
 
 
 def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
-    """``name -> folder``: base, warm start, equal-time SFT (those that exist), then the trained model."""
+    """``name -> folder``: base, warm start, equal-time SFT, the GRPO baseline (those that exist), then the trained
+    model."""
     models: dict[str, str] = {}
     if script.eval_base:
         base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path,
@@ -66,7 +72,7 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
         base = base or _base_of(target)
         if base:
             models["base"] = base
-    for name, folder in (("warm_start", WARM_START_DIR), ("sft_same_time", SFT_SAME_TIME_DIR)):
+    for name, folder in BASELINE_FOLDERS.items():
         # a merged model (config.json) or a LoRA adapter over the warm start (adapter_config.json)
         if any((Path(target) / folder / f).exists() for f in ("config.json", "adapter_config.json")):
             models[name] = str(Path(target) / folder)
@@ -118,7 +124,8 @@ def run(script, rapo_args, model_args) -> dict:
     samples: dict[str, dict] = {name: {} for name in sets}
     sampled_sets = name_list(script.eval_sampled_splits, sets)
     sampled_models = name_list(script.eval_sampled_models, MODEL_NAMES)
-    for model_name, path in models_to_evaluate(script, model_args, target).items():
+    models = models_to_evaluate(script, model_args, target)
+    for model_name, path in models.items():
         model = None  # the previous model goes before the next one loads: never two in memory
         model, tokenizer = load_policy(path, device=script.device, **load)  # once per model, for every set
         for set_name, rows in sets.items():
@@ -132,6 +139,10 @@ def run(script, rapo_args, model_args) -> dict:
         sampled = k and any("mean@k" in m for m in results[set_name].values())
         title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={temperature}" if sampled else "")
         tables.append(format_table(results[set_name], title))
+    training = training_steps(models)
+    per_step = training_table(training)
+    if per_step:
+        tables.append(per_step)
     print("\n\n".join(tables))
     primary = next(iter(sets))
     # the questions asked, by id: which rows a score is over, checkable against the training data
@@ -141,7 +152,7 @@ def run(script, rapo_args, model_args) -> dict:
                "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name],
                                "question_ids": list(rows["question_id"])}
                         for name, rows in sets.items()},
-               "eval_seconds": round(time.perf_counter() - start, 1)}
+               "training": training, "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
         history = Path(target) / folder / "sft_history.json"
         if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
@@ -153,8 +164,8 @@ def run(script, rapo_args, model_args) -> dict:
     if script.eval_report:
         write_json(script.eval_report, payload)
         Path(script.eval_report).with_suffix(".md").write_text(markdown)
-    models = len(results[primary])
-    print(f"Evaluated {models} models on {len(sets)} sets ({', '.join(f'{n}: {len(r)}' for n, r in sets.items())} "
+    evaluated = len(results[primary])
+    print(f"Evaluated {evaluated} models on {len(sets)} sets ({', '.join(f'{n}: {len(r)}' for n, r in sets.items())} "
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results

@@ -28,6 +28,11 @@ from rapo_trl.cli.environment import (
 )
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
+GRPO_SAME_ROLLOUTS_DIR = "grpo-same-rollouts"
+"""Where ``grpo_same_rollouts`` saves the GRPO baseline, inside the RAPO run's output_dir."""
+RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
+"""RAPOConfig values that make the trainer GRPO: no row may retrieve."""
+
 
 def _wants_store(script, rapo_args) -> bool:
     retrieves = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
@@ -90,7 +95,7 @@ def run(script, rapo_args, model_args) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     base_path = model_path  # the model the warm start begins from: the pushed adapter's base
-    policy, peft_config, warm = model_path, get_peft_config(model_args), None
+    peft_config, warm = get_peft_config(model_args), None
     lora_run = peft_config is not None
     sft = dict(tokenizer=tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
                min_reward=1.0, use_cpu=rapo_args.use_cpu,
@@ -111,24 +116,29 @@ def run(script, rapo_args, model_args) -> dict:
         warm = warm_start(model_path if lora_run or warm is None else warm, merge=not lora_run, rows=rows,
                           store=store, steps=script.sft_store_steps, folder=SFT_ON_STORE_DIR,
                           start_adapter=warm if lora_run else None, **sft)
-    if warm is not None:
-        policy, peft_config = warm_policy(model_path, warm, peft_config, rapo_args, model_args, init_kwargs)
-    # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
-    # as it is, at every save, the warm start included. A loaded policy takes no init kwargs (TRL warns).
-    trainer_args = with_values(rapo_args, reward_weights=reward_weights, push_to_hub=False,
-                               model_init_kwargs=init_kwargs if isinstance(policy, str) else None)
-    trainer = RAPOTrainer(
-        policy,
-        reward_funcs,
-        args=trainer_args,
-        train_dataset=rows,
-        processing_class=tokenizer,
-        quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
-        peft_config=peft_config,
-        trace_store=store,
-        tools=tools,
-        environment_factory=environment,
-    )
+
+    def build_trainer(args, trace_store) -> RAPOTrainer:
+        """A trainer of a freshly loaded policy: the warm start, else the model (each arm starts from the same one)."""
+        policy, peft = model_path, peft_config
+        if warm is not None:
+            policy, peft = warm_policy(model_path, warm, peft_config, rapo_args, model_args, init_kwargs)
+        # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
+        # as it is, at every save, the warm start included. A loaded policy takes no init kwargs (TRL warns).
+        return RAPOTrainer(
+            policy,
+            reward_funcs,
+            args=with_values(args, reward_weights=reward_weights, push_to_hub=False,
+                             model_init_kwargs=init_kwargs if isinstance(policy, str) else None),
+            train_dataset=rows,
+            processing_class=tokenizer,
+            quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
+            peft_config=peft,
+            trace_store=trace_store,
+            tools=tools,
+            environment_factory=environment,
+        )
+
+    trainer = build_trainer(rapo_args, store)
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
@@ -149,7 +159,30 @@ def run(script, rapo_args, model_args) -> dict:
         _push(script, rapo_args, model_args, base_path)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
+    if script.grpo_same_rollouts:
+        steps = trainer.state.global_step
+        del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
+        _train_grpo_same_rollouts(build_trainer, rapo_args, steps)
     return result.metrics
+
+
+def _train_grpo_same_rollouts(build_trainer, rapo_args, steps: int) -> None:
+    """The GRPO baseline: the same recipe with retrieval off (no hybrid rows), from the same start, seed, questions,
+    rollouts per step and ``steps`` as the RAPO run, saved with its history and plots in ``GRPO_SAME_ROLLOUTS_DIR``."""
+    import gc
+
+    from rapo_trl.memory import release_freed_memory
+
+    gc.collect()
+    release_freed_memory()
+    folder = str(Path(rapo_args.output_dir) / GRPO_SAME_ROLLOUTS_DIR)
+    args = with_values(rapo_args, output_dir=folder, max_steps=steps, resume_from_checkpoint=None, **RETRIEVAL_OFF)
+    trainer = build_trainer(args, None)
+    result = trainer.train()
+    trainer.save_model(folder)
+    _save_history_and_plots(trainer, folder)
+    print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
+          f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")
 
 
 def with_values(rapo_args, **values):
