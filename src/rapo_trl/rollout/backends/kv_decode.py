@@ -12,10 +12,11 @@ This loop instead
   rollouts of one prompt) once;
 - drops a row from the batch as soon as it has stopped (EOS, a stop string, or its own token budget).
 
-Sampling is ``generate``'s own: the logits processors come from transformers' ``_get_logits_processor``
+The distribution sampled is ``generate``'s own: the logits processors come from transformers' ``_get_logits_processor``
 for the same ``GenerationConfig`` (custom processors after the built-in ones, before temperature/top-k/
-top-p), then softmax and ``torch.multinomial`` (or argmax). Each row's random draws differ from a
-``generate`` call on the same batch (the batch shrinks as rows stop), not its distribution.
+top-p), then softmax and a draw from it (``sampling.sample_tokens``: inverse-CDF, where ``generate`` runs
+``torch.multinomial``), or argmax. Each row's random draws differ from a ``generate`` call on the same batch, not its
+distribution.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from transformers import (
 from transformers.cache_utils import DynamicLayer
 
 from rapo_trl.internals import CACHE_ARGUMENTS, FORWARD_ARGUMENTS
+from rapo_trl.rollout.backends.sampling import sample_tokens
 
 
 def _is_transformers_generate(fn) -> bool:
@@ -399,7 +401,7 @@ class KVCacheDecoder:
             step_rows.append(active_t)
             scores = processors(full_ids, logits)
             if config.do_sample:
-                tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+                tokens = sample_tokens(torch.softmax(scores, dim=-1))
             else:
                 tokens = torch.argmax(scores, dim=-1)
             sampled[active_t, step] = tokens
