@@ -12,6 +12,9 @@ from rapo_trl.cli.rewards import ROW_COLUMNS, check_reward_names
 from rapo_trl.cli.user_data import USER_TASKS, check_user_data, user_splits
 
 MODEL_ALIASES = ("smollm2", "tiny")
+GRPO_SAME_ROLLOUTS_DIR = "grpo-same-rollouts"
+"""Where ``rapo train --grpo_same_rollouts`` saves the GRPO baseline, inside its output_dir: scored by ``rapo eval``,
+never pushed."""
 TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", *USER_TASKS)
 DEMO_TASKS = ("arithmetic", "word_problems", "two_hop")  # shipped, with a scripted expert
 # Questions the shipped tasks draw when train_size/eval_size are unset (the demo tasks generate as many as

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from rapo_trl.cli.common import (
+    GRPO_SAME_ROLLOUTS_DIR,
     MODEL_ALIASES,
     UsageError,
     build_tools,
@@ -27,7 +28,6 @@ from rapo_trl.cli.common import (
     write_json,
 )
 from rapo_trl.cli.model_folder import model_folder_problem
-from rapo_trl.cli.train import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported

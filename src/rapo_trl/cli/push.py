@@ -13,8 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.errors import UsageError
-from rapo_trl.cli.train import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"

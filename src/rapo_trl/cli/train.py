@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 from rapo_trl.cli.common import (
+    GRPO_SAME_ROLLOUTS_DIR,
     UsageError,
     build_tools,
     check_model,
@@ -28,8 +29,6 @@ from rapo_trl.cli.environment import (
 )
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
-GRPO_SAME_ROLLOUTS_DIR = "grpo-same-rollouts"
-"""Where ``grpo_same_rollouts`` saves the GRPO baseline, inside the RAPO run's output_dir."""
 RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
 """RAPOConfig values that make the trainer GRPO: no row may retrieve."""
 
