@@ -6,12 +6,16 @@ The model is a warm start (a LoRA adapter over SmolLM2, as ``rapo train`` leaves
 weights at the precision rule's dtype, the adapter trainable. One turn of the engine's transformers backend decodes
 ``--rows`` rows (two prompts of different lengths, as a step's two questions are) at T = 0.7 with the entropy recorder
 and a stop string, EOS suppressed so every row decodes the whole budget. A step's time is the difference of a
-72-token and an 8-token turn over 64 steps, so the prefill cancels.
+72-token and an 8-token turn over 64 steps, so the prefill cancels. Several ``--rows`` give each batch width its own
+rows of the table (ms a step, ms a row-step), the cost per row as a wider batch amortises a step's fixed part.
 
 Variants, interleaved over ``--repeats`` rounds so a change in the machine's load falls on all of them:
 - ``sampler``: ``torch.multinomial`` (one exponential draw per vocabulary entry and row) against the loop's
   inverse-CDF ``sample_tokens``, both on merged weights;
-- ``weights``: decoding through the adapter against merged weights.
+- ``weights``: decoding through the adapter against merged weights;
+- with ``--compile``, ``compile``: the model's decoder layer compiled by ``torch.compile`` (inductor, dynamic shapes:
+  the batch shrinks and the cache grows every step), on merged weights, against ``weights: merged`` (eager); the
+  seconds of the first compiled turn (compilation of every layer) are recorded apart.
 ``--profile`` adds torch.profiler's table of one turn (ops by self time).
 
 Writes ``benchmarks/results/decode_step.{json,md}``, with the machine and its load average.
@@ -82,6 +86,28 @@ def turn_runner(policy, tokenizer, rows: int):
     return run
 
 
+def decoder_layers(policy):
+    """The decoder's layers under the PEFT wrapper (``model.layers`` of a causal LM)."""
+    return policy.get_base_model().model.layers
+
+
+def compile_layers(layer_type, layers: int, run, backend: str):
+    """``torch.compile`` of ``layer_type.forward`` (dynamic shapes) and the seconds of the first turn through it. Each
+    layer's index is a constant of its graph, so the recompile limit is raised to the layer count."""
+    import torch
+    import torch._dynamo
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * layers)
+    compiled = torch.compile(layer_type.forward, dynamic=True, backend=backend)
+    eager, layer_type.forward = layer_type.forward, compiled
+    start = time.perf_counter()
+    try:
+        run(True, 8)
+    finally:
+        layer_type.forward = eager
+    return compiled, time.perf_counter() - start
+
+
 def step_ms(run, merged: bool) -> float:
     run(merged, 4)
     short = run(merged, 8)
@@ -91,9 +117,12 @@ def step_ms(run, merged: bool) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a warm-start adapter folder (rapo train's sft-warm-start)")
-    parser.add_argument("--rows", type=int, default=16)
+    parser.add_argument("--rows", type=int, nargs="+", default=[16], help="batch widths, each timed on its own")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also torch.profiler's table of one merged turn")
+    parser.add_argument("--compile", action="store_true", help="also the decoder layer compiled by torch.compile")
+    parser.add_argument("--compile_backend", default="inductor",
+                        help="torch.compile's backend for --compile (inductor generates C++ kernels on a CPU)")
     args = parser.parse_args(argv)
 
     import torch
@@ -101,44 +130,65 @@ def main(argv=None) -> None:
     import rapo_trl.rollout.backends.kv_decode as kv_decode
 
     policy, tokenizer, dtype = load(args.model)
-    run = turn_runner(policy, tokenizer, args.rows)
     inverse_cdf = kv_decode.sample_tokens
+    layer_type = type(decoder_layers(policy)[0])
+    eager_layer = layer_type.forward
+    compiled_layer, compile_seconds = None, None
 
     def multinomial(probs):
         return torch.multinomial(probs, num_samples=1).squeeze(1)
 
     variants = {
-        "sampler: torch.multinomial": (True, multinomial),
-        "sampler: inverse CDF (the loop's)": (True, inverse_cdf),
-        "weights: adapter": (False, inverse_cdf),
-        "weights: merged": (True, inverse_cdf),
+        "sampler: torch.multinomial": (True, multinomial, False),
+        "sampler: inverse CDF (the loop's)": (True, inverse_cdf, False),
+        "weights: adapter": (False, inverse_cdf, False),
+        "weights: merged": (True, inverse_cdf, False),
     }
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.repeats):
-        for name, (merged, sampler) in variants.items():
-            kv_decode.sample_tokens = sampler
-            times[name].append(step_ms(run, merged))
-    kv_decode.sample_tokens = inverse_cdf
+    if args.compile:
+        variants["compile: torch.compile of the decoder layer (merged)"] = (True, inverse_cdf, True)
+    times: dict[int, dict[str, list[float]]] = {rows: {name: [] for name in variants} for rows in args.rows}
+    try:
+        for rows in args.rows:
+            run = turn_runner(policy, tokenizer, rows)
+            for _ in range(args.repeats):
+                for name, (merged, sampler, compiled) in variants.items():
+                    kv_decode.sample_tokens = sampler
+                    if compiled and compiled_layer is None:
+                        compiled_layer, compile_seconds = compile_layers(layer_type, len(decoder_layers(policy)), run,
+                                                                        args.compile_backend)
+                    layer_type.forward = compiled_layer if compiled else eager_layer
+                    times[rows][name].append(step_ms(run, merged))
+    finally:
+        kv_decode.sample_tokens = inverse_cdf
+        layer_type.forward = eager_layer
     profile = None
     if args.profile:
         from torch.profiler import ProfilerActivity
         from torch.profiler import profile as profiler
 
+        run = turn_runner(policy, tokenizer, args.rows[0])
         run(True, 8)
         with profiler(activities=[ProfilerActivity.CPU]) as recorded:
             run(True, 40)
         profile = recorded.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
     record = {"machine": machine_info("peft"), "command": command_line(), "model": shown_path(args.model),
               "dtype": dtype, "rows": args.rows,
-              "step_ms": {name: [round(t, 1) for t in values] for name, values in times.items()},
+              "step_ms": {str(rows): {name: [round(t, 1) for t in values] for name, values in by_name.items()}
+                          for rows, by_name in times.items()},
+              "compile_backend": args.compile_backend if args.compile else None, "compile_seconds": compile_seconds,
               "profile": profile}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "decode_step.json").write_text(json.dumps(record, indent=1) + "\n")
-    lines = [f"# Decode step of the KV-cache loop: {args.rows} rows, {dtype}", ""]
-    lines += markdown_table(("variant", "ms a step (median)", "each round", "tok/s"),
-                            [(name, f"{statistics.median(values):.0f}", " ".join(f"{t:.0f}" for t in values),
-                              f"{args.rows / statistics.median(values) * 1000:.0f}")
-                             for name, values in times.items()], align="lrrr")
+    lines = [f"# Decode step of the KV-cache loop: {', '.join(map(str, args.rows))} rows, {dtype}", ""]
+    lines += markdown_table(("rows", "variant", "ms a step (median)", "each round", "ms a row-step", "tok/s"),
+                            [(rows, name, f"{statistics.median(values):.0f}", " ".join(f"{t:.0f}" for t in values),
+                              f"{statistics.median(values) / rows:.2f}",
+                              f"{rows / statistics.median(values) * 1000:.0f}")
+                             for rows, by_name in times.items() for name, values in by_name.items()],
+                            align="rlrrrr")
+    if compile_seconds is not None:
+        lines += ["", f"First compiled turn (compiling every decoder layer, backend {args.compile_backend}): "
+                  f"{compile_seconds:.0f} s."]
     lines += ["", f"Machine: {machine_line(record['machine'])}; load average at the end "
               f"{record['machine']['load_avg']}.", "", f"Command: `{record['command']}`"]
     if profile:
