@@ -93,11 +93,11 @@ def decoder_layers(policy):
 
 def compile_layers(layer_type, layers: int, run, backend: str):
     """``torch.compile`` of ``layer_type.forward`` (dynamic shapes) and the seconds of the first turn through it. Each
-    layer's index is a constant of its graph, so the recompile limit is raised to the layer count."""
+    layer's index is a constant of its graph, so the recompile limit is raised to a few graphs per layer."""
     import torch
     import torch._dynamo
 
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * layers)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * layers)
     compiled = torch.compile(layer_type.forward, dynamic=True, backend=backend)
     eager, layer_type.forward = layer_type.forward, compiled
     start = time.perf_counter()
