@@ -15,6 +15,8 @@ Arms (flags over the recipe):
     rapo_paper      the recipe's RAPO: N_hybrid = G/2, p = 0.5, a = 0.2, m = 0.05, retrieval after tool steps
     rapo_guided     RAPO retrieving only at the plan boundary (``GUIDED``): the stored first step, the rest the policy's
     sft_then_grpo   SFT on the store's trajectories of RL's own questions (``--sft_store_steps``), then GRPO
+    sft_then_rapo_guided  the same SFT on the store, then ``rapo_guided``: does retrieval add to what SFT on the same
+                    trajectories taught (not one of the comparison's four arms; run on its own)
 
 Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
@@ -61,8 +63,11 @@ ARMS = {
     "rapo_paper": [],
     "rapo_guided": GUIDED,
     "sft_then_grpo": [*RETRIEVAL_OFF, "--sft_store_steps", str(SFT_STORE_STEPS)],
+    "sft_then_rapo_guided": [*GUIDED, "--sft_store_steps", str(SFT_STORE_STEPS)],
 }
 """Arm -> the flags it adds to the recipe."""
+COMPARED_ARMS = ("grpo", "rapo_paper", "rapo_guided", "sft_then_grpo")
+"""The comparison's arms, run by default; the others answer a follow-up question when asked for."""
 SFT_SEED = 0
 WARM_START_DIR = "sft-warm-start"
 FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
@@ -96,7 +101,7 @@ def main(argv=None) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/comparison")
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS),
+    parser.add_argument("--arms", nargs="*", default=list(COMPARED_ARMS), choices=list(ARMS),
                         help="none, with --eval-warm-start: score the warm start alone")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30)

@@ -31,6 +31,10 @@ def test_every_arms_flags_are_the_clis():
     assert parsed["rapo_paper"][1].retrieve_prob > 0 and parsed["rapo_guided"][1].retrieve_prob > 0
     assert parsed["sft_then_grpo"][0].sft_store_steps > 0 and parsed["sft_then_grpo"][1].retrieve_prob == 0
     assert parsed["rapo_guided"][1].retrieve_at == ["plan"] and parsed["rapo_paper"][1].retrieve_at == ["tool_step"]
+    follow_up_script, follow_up = parsed["sft_then_rapo_guided"]
+    assert follow_up_script.sft_store_steps == parsed["sft_then_grpo"][0].sft_store_steps
+    assert follow_up.retrieve_at == ["plan"] and follow_up.retrieve_prob == parsed["rapo_guided"][1].retrieve_prob
+    assert bench.parse_args([]).arms == ["grpo", "rapo_paper", "rapo_guided", "sft_then_grpo"]  # the follow-up on request
     assert all(script.sft_retrieved_share > 0 for script, _ in parsed.values())  # one warm start for every arm
 
 
