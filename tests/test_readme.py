@@ -5,6 +5,7 @@ says what the sandbox does not isolate."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from pathlib import Path
@@ -75,17 +76,9 @@ def test_readme_python_example_runs(tiny_model_dir, tmp_path, monkeypatch, caplo
 
 
 def tables(markdown: str) -> list[list[str]]:
-    """The markdown tables of ``markdown``, each as its lines."""
-    found: list[list[str]] = []
-    previous_is_row = False
-    for line in markdown.splitlines():
-        is_row = line.startswith("|")
-        if is_row and not previous_is_row:
-            found.append([])
-        if is_row:
-            found[-1].append(line)
-        previous_is_row = is_row
-    return found
+    """The markdown tables of ``markdown``, each as its lines: the runs of consecutive lines that start with ``|``."""
+    runs = itertools.groupby(markdown.splitlines(), key=lambda line: line.startswith("|"))
+    return [list(lines) for is_row, lines in runs if is_row]
 
 
 def test_readme_result_tables_are_the_committed_demo_results():
