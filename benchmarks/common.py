@@ -104,9 +104,16 @@ def command_line() -> str:
 # ------------------------------------------------------------------ the result store
 
 
+def rapo_command(*arguments: str) -> list[str]:
+    """The ``rapo`` command of this Python's environment: its entry point, or ``python -m rapo_trl.cli`` where the
+    package is on ``PYTHONPATH`` without being installed (the GPU machine's wheels under ``--target``)."""
+    script = Path(sys.executable).parent / "rapo"
+    return [str(script), *arguments] if script.exists() else [sys.executable, "-m", "rapo_trl.cli", *arguments]
+
+
 def run_rapo(*arguments: str) -> None:
     """The ``rapo`` command of this Python's environment, from the repository's root: what a user runs."""
-    command = [str(Path(sys.executable).parent / "rapo"), *arguments]
+    command = rapo_command(*arguments)
     print("+", " ".join(command), flush=True)
     subprocess.run(command, check=True, cwd=Path(__file__).resolve().parent.parent)
 

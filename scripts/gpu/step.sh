@@ -10,13 +10,16 @@
 #                    step split on CUDA at G = 8 and G = 16 (RAPO and GRPO on the same rows)                 (~7 min)
 #   d  no carry      the quickstart notebook on the GPU (SmolLM2); the learning benchmark on CUDA, two seeds side by
 #                    side, each run capped in training time                                                  (~8 min)
+#   learn no carry   (after a, b and `c land`, which may share its call) the learning comparison's GPU recipe:
+#                    benchmarks/bench_comparison_gpu.py, GRPO and RAPO side by side to a deadline, then scored (~9 min)
 # Each step writes under $OUT: step_STEP.log, results_STEP.tar (all it made) and its main tables, flat (<= 8 files).
 # Without CUDA it says so and goes on (gpu tests skip). A dry run here, every phase cut to 20 s, no wheels installed:
 #   GPU_DRY=1 PY=.venv/bin/python OUT=/tmp/dry/out GPU_SITE=/tmp/dry/site GPU_STASH=/tmp/dry/stash bash scripts/gpu/step.sh a
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEP=${1:?usage: step.sh a|b|c|d [lite]}
-LITE=${2:-}  # lite: the payload lands and only step c's step split and step d's notebook and decode profile run
+LITE=${2:-}  # lite: the payload lands and only step c's step split and step d's notebook and decode profile run;
+             # land (step c): the payload lands and nothing else
 OUT=${OUT:-/tmp/gpu-out}
 SITE=${GPU_SITE:-/tmp/site} STASH=${GPU_STASH:-/tmp/gpu-stash} WORK=/tmp/gpu-work/$STEP
 mkdir -p "$OUT" "$SITE" "$STASH" "$WORK"
@@ -110,6 +113,7 @@ c)
   timed 120 "SmolLM2: join, sha256, convert" $PY scripts/gpu/land_payload.py smollm2 "$SITE" .gpu/c "$STASH" \
     || { say "SmolLM2 did not land: nothing of step c can run"; finish; exit 4; }
   touch "$SITE/.step-c"
+  if [ "$LITE" = land ]; then finish; exit 0; fi  # only the landing: `step.sh learn` follows in the same call
   [ -n "$LITE" ] || timed 150 "engine vs generate ($DEV, $DTYPE)" $PY benchmarks/bench_engine_vs_generate.py \
     --device "$DEV" --dtype "$DTYPE" --rows 8 16 64 --generations 8 \
     --repeats 2 --warmup --threads 8 --out "$WORK/rollout_gpu.md"
@@ -145,7 +149,23 @@ d)
   tail -n 30 "$WORK"/learn_*.log
   [ -f "$WORK/learning/learning.json" ] || say "no learning.json: no run finished inside the cap"
   finish notebook_gpu.txt learning/learning.md ;;
+learn)  # after a, b and c (c land may share this call): the learning comparison's GPU recipe, its arms side by side
+  need "$SITE/.step-c" "step c's SmolLM2"
+  # a store built on the CPU for the same recipe (stage.sh STORE=...) saves its build here
+  if [ -f .gpu/c/store.tar.xz ] && [ ! -d /tmp/gpu-learn/store ]; then
+    mkdir -p /tmp/gpu-learn && xz -dc .gpu/c/store.tar.xz | tar -xf - -C /tmp/gpu-learn && say "store landed: $(ls /tmp/gpu-learn)"
+  fi
+  # three processes share 16 cores (two trainings, one eval); the host only launches kernels and runs tools
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+  timed ${LEARN_LIMIT:-540} "learning comparison on $DEV (deadline ${DEADLINE:-420}s)" $PY benchmarks/bench_comparison_gpu.py \
+    --workdir /tmp/gpu-learn --deadline "${DEADLINE:-420}" --records "$WORK/gpu_records.json" ${LEARN_ARGS:-}
+  # the runs' logs and states travel in the results tar; models, checkpoints and the store stay behind
+  (cd /tmp/gpu-learn && find . -maxdepth 3 \( -name '*.log' -o -name trainer_state.json -o -name eval_results.json \
+    -o -name sft_history.json \) -print0 | tar --null -T - -cf "$WORK/runs.tar")
+  cp benchmarks/results/learning_comparison.md "$WORK/" 2>/dev/null
+  tail -n 5 /tmp/gpu-learn/*.log
+  finish gpu_records.json learning_comparison.md ;;
 probe)  # no carry, no payload: SDPA backends while decoding (scripts/gpu/attention_probe.py)
   timed 200 "attention probe" $PY scripts/gpu/attention_probe.py ;;
-*) echo "unknown step $STEP (a, b, c or d)" >&2; exit 2 ;;
+*) echo "unknown step $STEP (a, b, c, d, learn or probe)" >&2; exit 2 ;;
 esac
