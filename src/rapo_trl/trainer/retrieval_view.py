@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from rapo_trl.core.advantage_baselines import shown_a_stored_step
 from rapo_trl.protocol import ANSWER_OPEN
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.trainer.metrics import Mean, gathered_mean, gathered_sum
@@ -35,11 +36,6 @@ def stored_steps_shown(rows: Sequence[RolloutRow], question_ids: Sequence[str | 
             if question is not None and event.question_id is not None:
                 own.append(float(str(event.question_id) == question))
     return own, answer
-
-
-def shown_a_stored_step(row: RolloutRow) -> bool:
-    """A hybrid row that a stored step was inserted into (a fallback text alone does not count)."""
-    return row.is_hybrid and any(not event.is_fallback for event in row.retrievals)
 
 
 def rewards_by_retrieval(rows: Sequence[RolloutRow], rewards: Sequence[float]) -> tuple[list[float], list[float]]:

@@ -16,8 +16,9 @@ A step:
 2. ``rollout_func`` (``_hybrid_rollout``): the rollout stage (``step_rollout.py``: plain, guided for failed groups,
    dynamic sampling) gives ids, env_mask and RAPO's per-row state;
 3. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
-4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, F_ret per row and the
-   extra loss terms' tensors stored beside them in the batch;
+4. back in ``_generate_and_score_completions``: advantages against the configured baseline (TRL's group statistics
+   by default), reweighted by the retrieval reward, F_ret per row and the extra loss terms' tensors stored beside
+   them in the batch;
 5. ``_compute_loss``: TRL's loss on the shaped ratio (1 + m F_ret) r, plus the extra loss terms.
 """
 
@@ -45,7 +46,7 @@ from rapo_trl.rollout import HybridRolloutEngine
 from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
-from rapo_trl.trainer.advantages import retrieval_terms
+from rapo_trl.trainer.advantages import baseline_advantages, retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
@@ -214,8 +215,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         self.last_rollout = step
         if step.mode != "train":
             return out
+        advantages = baseline_advantages(step.rows, step.rewards, out["advantages"], self.accelerator,
+                                         self.num_generations, self.args.advantage_baseline)
         out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
-            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args
+            step.rows, advantages, self.accelerator, self.num_generations, self.args
         )
         for term in self.loss_terms:
             out[term.key], term_metrics = term.batch_field(
