@@ -98,7 +98,10 @@ WARM_START_DIR = "sft-warm-start"
 FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
 LOGGED = ("reward", "rapo/reward_on_policy", "rapo/reward_hybrid_retrieved", "rapo/retrieved_answer_share",
           "rapo/retrieved_own_question_share", "rapo/positive_advantage_share_retrieved", "rapo/retrieval_rate",
-          "rapo/step_has_signal", "tools/failure_frequency")
+          "rapo/step_has_signal", "tools/failure_frequency", "loss", "entropy", "completions/mean_length",
+          "rapo/on_policy_negative_share", "rapo/on_policy_advantage_sum", "rapo/positive_advantage_mass_on_policy",
+          "rapo/positive_advantage_mass_retrieved", "rapo/retrieved_token_loss", "rapo/retrieved_token_logp")
+"""The training log's names each record keeps per step (``None`` at a step that did not log one)."""
 JSON_PATH = RESULTS / "learning.json"
 KEY = "comparison"
 
@@ -185,13 +188,17 @@ def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version
 
 
 def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, float]:
-    """``rapo eval`` of ``model`` alone: mean@4 and greedy on the fresh questions, greedy on the held-out stories."""
+    """``rapo eval`` of ``model`` alone: mean@4 and greedy on the fresh questions, greedy on the held-out stories.
+    Each set's scores carry its questions' ids and, in their order, each question's greedy 0/1 and sampled passes
+    out of k (``correct_by_question``, ``sampled_correct_by_question``), so arms pair question by question."""
     started = time.perf_counter()
     run_rapo("eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store),
              "--eval_splits", FRESH, HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false",
              "--eval_sampled_models", "trained", "--eval_report", "")
     sets = json.loads((model / "eval_results.json").read_text())["sets"]
-    return {name: sets[name]["rows"]["trained"] for name in (FRESH, HELDOUT)}, time.perf_counter() - started
+    scores = {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]}
+              for name in (FRESH, HELDOUT)}
+    return scores, time.perf_counter() - started
 
 
 def eval_warm_start(workdir: Path, store: Path, version: dict, recipe: str = RECIPE) -> dict:

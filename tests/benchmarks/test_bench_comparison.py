@@ -94,3 +94,17 @@ def test_the_code_version_is_the_package_and_the_recipe():
     other = bench.parse_args(["--recipe", "configs/demo_cpu.yaml"]).recipe
     other_package, other_recipe = bench.code_version(other).split("-")
     assert other_package == package and other_recipe != recipe  # the chosen recipe's settings, not the default's
+
+
+def test_an_eval_record_keeps_each_sets_questions_and_their_correct_counts(tmp_path, monkeypatch):
+    bench = load_bench("bench_comparison")
+    trained = {"mean@k": 0.5, "correct": 1, "n": 2, "correct_by_question": [1, 0], "sampled_correct_by_question": [3, 1]}
+    sets = {name: {"n": 2, "rows": {"trained": trained}, "question_ids": [f"{name}-a", f"{name}-b"]}
+            for name in (bench.FRESH, bench.HELDOUT)}
+    (tmp_path / "eval_results.json").write_text(json.dumps({"sets": sets}))
+    monkeypatch.setattr(bench, "run_rapo", lambda *arguments: None)
+    scores, _ = bench.evaluate(tmp_path, tmp_path / "store")
+    fresh = scores[bench.FRESH]
+    assert fresh["question_ids"] == [f"{bench.FRESH}-a", f"{bench.FRESH}-b"]
+    assert fresh["correct_by_question"] == [1, 0] and fresh["sampled_correct_by_question"] == [3, 1]
+    assert {"entropy", "completions/mean_length", "rapo/retrieved_token_logp"} <= set(bench.LOGGED)

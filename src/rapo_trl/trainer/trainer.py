@@ -63,6 +63,8 @@ from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
+from rapo_trl.trainer.retrieved_logp import METRIC as RETRIEVED_LOGP_METRIC
+from rapo_trl.trainer.retrieved_logp import RETRIEVED_TOKENS_KEY, retrieved_token_logp, retrieved_tokens
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
@@ -220,6 +222,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
             step.rows, advantages, self.accelerator, self.num_generations, self.args
         )
+        if self.trace_store is not None:
+            out[RETRIEVED_TOKENS_KEY] = retrieved_tokens(step.rows, out["completion_mask"])
         for term in self.loss_terms:
             out[term.key], term_metrics = term.batch_field(
                 step.rows, out["advantages"], out["completion_mask"]
@@ -474,6 +478,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         finally:
             self._loss_forward = None
         forward.check_used()
+        if RETRIEVED_TOKENS_KEY in inputs:
+            logp = retrieved_token_logp(forward.logps, inputs[RETRIEVED_TOKENS_KEY], self.accelerator)
+            if logp is not None:
+                self._metrics["train"][RETRIEVED_LOGP_METRIC].append(logp)
         for term in self.loss_terms:
             if term.key not in inputs:  # evaluation batches carry no term
                 continue
