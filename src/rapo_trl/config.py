@@ -196,8 +196,7 @@ class RAPOConfig(GRPOConfig):
     )
     advantage_baseline: str = field(
         default="group",
-        metadata={"help": "Rows whose mean and std make the outcome advantage: group (every row, GRPO) or on_policy "
-                  "(rows not shown a stored step)."},
+        metadata={"help": "Baseline: group (GRPO) or on_policy."},
     )
     tool_protocol: str = field(
         default="auto", metadata={"help": "How tools are called: tags (the paper), json (the chat template's JSON "
