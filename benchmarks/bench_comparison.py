@@ -18,7 +18,17 @@ Arms (flags over the recipe):
     sft_then_rapo_guided  the same SFT on the store, then ``rapo_guided``: does retrieval add to what SFT on the same
                     trajectories taught (not one of the comparison's four arms; run on its own)
 
-Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
+The levers that make guidance transfer to the unguided policy, each over ``rapo_guided`` (run on request):
+
+    rapo_guided_token          learn the stored step's tokens (``TOKEN_LEARNING``: w = 2, log-likelihood)
+    rapo_guided_token_failed   ... and retrieve only in groups whose on-policy rows all failed, p = 1 there
+    rapo_guided_failed         failed groups only, p = 1, no token learning
+    rapo_guided_token_anneal   token learning, p annealed to 0 over the run
+    rapo_guided_token_onpolicy token learning, the outcome advantage's baseline from the on-policy rows only
+    sft_then_rapo_guided_token_failed  SFT on the store, then ``rapo_guided_token_failed``
+
+Another recipe file can stand in for the comparison's (``--recipe``); the code version then hashes that file's
+settings, so its runs are never taken for the comparison recipe's. Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
 from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed, flags
 and code (the git tree of ``src`` and the recipe's settings) is skipped, so the same command picks up where the records stop.
@@ -50,6 +60,7 @@ from common import (  # noqa: E402
 use_offline_environment()
 
 RECIPE = "configs/comparison_cpu.yaml"
+"""The comparison's recipe; ``--recipe`` runs the arms on another."""
 RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
 GUIDED = ["--retrieve_at", "plan"]
 """The guided option of ``rapo_guided``: one retrieval, after the policy's first plan, of its question's stored first
@@ -58,12 +69,26 @@ seen retrieved blocks (``sft_retrieved_share``), rows shown the first step succe
 is handed the answer; after a tool step, a stored step is the final answer in most rows."""
 SFT_STORE_STEPS = 30
 """SFT-then-GRPO's SFT steps on the store: one pass over the best trajectory of each of RL's 128 questions, 4 a step."""
+SFT_ON_STORE = ["--sft_store_steps", str(SFT_STORE_STEPS)]
+TOKEN_LEARNING = ["--retrieved_token_loss_weight", "2", "--retrieved_token_shaping", "null"]
+"""Learn the stored step's own tokens: at w = 1 a stored token gets ~1/20 of one SFT step's push on this recipe
+(lr 2e-4 against SFT's 1e-3, normalised over ~16 rows' tokens), and LUFFY's shaping divides it by ~4 more; so w = 2
+with log-likelihood."""
+FAILED_GROUPS = ["--retrieve_failed_groups_max_reward", "0", "--retrieve_prob", "1"]
+"""Retrieve only in groups whose on-policy rows all scored at most 0, and always there: groups with on-policy
+signal stay GRPO's."""
 ARMS = {
     "grpo": RETRIEVAL_OFF,
     "rapo_paper": [],
     "rapo_guided": GUIDED,
-    "sft_then_grpo": [*RETRIEVAL_OFF, "--sft_store_steps", str(SFT_STORE_STEPS)],
-    "sft_then_rapo_guided": [*GUIDED, "--sft_store_steps", str(SFT_STORE_STEPS)],
+    "sft_then_grpo": [*RETRIEVAL_OFF, *SFT_ON_STORE],
+    "sft_then_rapo_guided": [*GUIDED, *SFT_ON_STORE],
+    "rapo_guided_token": [*GUIDED, *TOKEN_LEARNING],
+    "rapo_guided_token_failed": [*GUIDED, *TOKEN_LEARNING, *FAILED_GROUPS],
+    "rapo_guided_failed": [*GUIDED, *FAILED_GROUPS],
+    "rapo_guided_token_anneal": [*GUIDED, *TOKEN_LEARNING, "--retrieve_prob_final", "0"],
+    "sft_then_rapo_guided_token_failed": [*GUIDED, *TOKEN_LEARNING, *FAILED_GROUPS, *SFT_ON_STORE],
+    "rapo_guided_token_onpolicy": [*GUIDED, *TOKEN_LEARNING, "--advantage_baseline", "on_policy"],
 }
 """Arm -> the flags it adds to the recipe."""
 COMPARED_ARMS = ("grpo", "rapo_paper", "rapo_guided", "sft_then_grpo")
@@ -73,7 +98,10 @@ WARM_START_DIR = "sft-warm-start"
 FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
 LOGGED = ("reward", "rapo/reward_on_policy", "rapo/reward_hybrid_retrieved", "rapo/retrieved_answer_share",
           "rapo/retrieved_own_question_share", "rapo/positive_advantage_share_retrieved", "rapo/retrieval_rate",
-          "rapo/step_has_signal", "tools/failure_frequency")
+          "rapo/step_has_signal", "tools/failure_frequency", "loss", "entropy", "completions/mean_length",
+          "rapo/on_policy_negative_share", "rapo/on_policy_advantage_sum", "rapo/positive_advantage_mass_on_policy",
+          "rapo/positive_advantage_mass_retrieved", "rapo/retrieved_token_loss", "rapo/retrieved_token_logp")
+"""The training log's names each record keeps per step (``None`` at a step that did not log one)."""
 JSON_PATH = RESULTS / "learning.json"
 KEY = "comparison"
 
@@ -82,25 +110,27 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if not args.report_only:
         workdir = Path(args.workdir)
-        store = store_built_once(workdir, RECIPE)
-        version = {"commit": git("rev-parse", "HEAD"), "code": code_version()}
+        store = store_built_once(workdir, args.recipe)
+        version = {"commit": git("rev-parse", "HEAD"), "code": code_version(args.recipe)}
         for seed in args.seeds:
             for arm in args.arms:
                 if recorded(arm, seed, version["code"], run_flags(arm, seed, args.steps)):
                     print(f"comparison: {arm} seed {seed} on code {version['code']} is recorded; skipped", flush=True)
                     continue
-                record = run_one(arm, seed, workdir, store, args.steps, version)
+                record = run_one(arm, seed, workdir, store, args.steps, version, args.recipe)
                 append(record)
                 write_report()
                 print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
         if args.eval_warm_start and not recorded("warm_start", SFT_SEED, version["code"], []):
-            append(eval_warm_start(workdir, store, version))
+            append(eval_warm_start(workdir, store, version, args.recipe))
     write_report()
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/comparison")
+    parser.add_argument("--recipe", default=RECIPE, help="the recipe every arm's flags go over (its settings are part "
+                        "of the code version)")
     parser.add_argument("--arms", nargs="*", default=list(COMPARED_ARMS), choices=list(ARMS),
                         help="none, with --eval-warm-start: score the warm start alone")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -115,14 +145,14 @@ def git(*arguments: str) -> str:
     return subprocess.run(["git", *arguments], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def code_version() -> str:
+def code_version(recipe: str = RECIPE) -> str:
     """The version the runs compare on: the git tree of the package and the recipe's settings (its parsed YAML, so a
     comment does not count). A commit that changes neither (a report, another arm's flags) keeps the runs recorded."""
     import hashlib
 
     import yaml
 
-    settings = json.dumps(yaml.safe_load((Path(__file__).resolve().parent.parent / RECIPE).read_text()), sort_keys=True)
+    settings = json.dumps(yaml.safe_load((Path(__file__).resolve().parent.parent / recipe).read_text()), sort_keys=True)
     return f"{git('rev-parse', 'HEAD:src')[:12]}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
@@ -144,32 +174,36 @@ def run_flags(arm: str, seed: int, steps: int) -> list[str]:
             *ARMS[arm]]
 
 
-def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version: dict) -> dict:
+def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version: dict, recipe: str = RECIPE) -> dict:
     output = workdir / f"{arm}-seed{seed}"
     flags = run_flags(arm, seed, steps)
-    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
+    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", recipe, "--store_path",
                                                  str(store), *flags)
-    scores, eval_seconds = evaluate(output, store)
+    scores, eval_seconds = evaluate(output, store, recipe)
     logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
-    return {"arm": arm, "seed": seed, "flags": flags, "recipe": RECIPE, **version, "steps": steps,
+    return {"arm": arm, "seed": seed, "flags": flags, "recipe": recipe, **version, "steps": steps,
             "machine": machine_info(), "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
             "per_step": {name: [e.get(name) for e in logs] for name in LOGGED}, "eval": scores,
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def evaluate(model: Path, store: Path) -> tuple[dict, float]:
-    """``rapo eval`` of ``model`` alone: mean@4 and greedy on the fresh questions, greedy on the held-out stories."""
+def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, float]:
+    """``rapo eval`` of ``model`` alone: mean@4 and greedy on the fresh questions, greedy on the held-out stories.
+    Each set's scores carry its questions' ids and, in their order, each question's greedy 0/1 and sampled passes
+    out of k (``correct_by_question``, ``sampled_correct_by_question``), so arms pair question by question."""
     started = time.perf_counter()
-    run_rapo("eval", "--config", RECIPE, "--eval_model", str(model), "--store_path", str(store),
+    run_rapo("eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store),
              "--eval_splits", FRESH, HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false",
              "--eval_sampled_models", "trained", "--eval_report", "")
     sets = json.loads((model / "eval_results.json").read_text())["sets"]
-    return {name: sets[name]["rows"]["trained"] for name in (FRESH, HELDOUT)}, time.perf_counter() - started
+    scores = {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]}
+              for name in (FRESH, HELDOUT)}
+    return scores, time.perf_counter() - started
 
 
-def eval_warm_start(workdir: Path, store: Path, version: dict) -> dict:
-    scores, seconds = evaluate(workdir / WARM_START_DIR, store)
-    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": RECIPE, **version, "steps": 0,
+def eval_warm_start(workdir: Path, store: Path, version: dict, recipe: str = RECIPE) -> dict:
+    scores, seconds = evaluate(workdir / WARM_START_DIR, store, recipe)
+    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": recipe, **version, "steps": 0,
             "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 

@@ -15,6 +15,7 @@ def test_rapo_defaults():
     assert cfg.num_hybrid_generations == 8 and cfg.retrieve_prob == 0.5
     assert cfg.retrieval_advantage_weight == 0.2 and cfg.importance_shaping_weight == 0.05
     assert cfg.max_tool_calls == 3 and cfg.step_entropy == "topk"
+    assert cfg.advantage_baseline == "group"
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,10 @@ def test_rapo_defaults():
         (dict(importance_shaping_weight=-1.0), "importance_shaping_weight"),
         (dict(max_turn_tokens=0), "max_turn_tokens"),
         (dict(dynamic_sampling_max_rounds=-1), "dynamic_sampling_max_rounds"),
+        (dict(advantage_baseline="luffy"), r"advantage_baseline must be one of \('group', 'on_policy'\), got 'luffy'"),
+        (dict(advantage_baseline="on_policy", scale_rewards="batch"), "needs scale_rewards='group'"),
+        (dict(advantage_baseline="on_policy", multi_objective_aggregation="normalize_then_sum"),
+         "multi_objective_aggregation='sum_then_normalize'"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, message):

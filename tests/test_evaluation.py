@@ -35,6 +35,7 @@ def test_score_texts_counts_numeric_equivalence_and_format():
     scores = score_texts([answer("12"), answer("12.0"), answer("13"), "no tags"], ["12"] * 4, numeric=True)
     assert scores["correct"] == 2 and scores["n"] == 4 and scores["pass@1"] == 0.5
     assert scores["format_ok"] == 0.75
+    assert scores["correct_by_question"] == [1, 1, 0, 0]  # in the texts' order, to pair models per question
     lo, hi = scores["pass@1_ci95"]
     assert lo < 0.5 < hi
     # exact match only when the task is not numeric
@@ -63,6 +64,7 @@ def test_evaluate_policy_runs_greedy_tool_rollouts_in_batches(tiny_model):
     result = evaluate_policy(model, tok, rows, [EchoTool()], max_completion_length=128, max_turn_tokens=32,
                              batch_size=2, progress=False)
     assert result["correct"] == 3 and result["n"] == 5 and result["pass@1"] == 0.6
+    assert result["correct_by_question"] == [1, 1, 1, 0, 0]
     assert result["tool_calls"] == 1.0 and result["truncated"] == 0.0
     assert len(result["texts"]) == 5 and result["texts"][4].endswith(answer(99))
     assert model.generate.calls == 6  # 3 batches (2 + 2 + 1 rows) x 2 turns
@@ -74,6 +76,7 @@ def test_mean_at_k_averages_samples_per_question_with_a_question_clustered_inter
     passed = [1, 1, 1, 1] + [1, 0, 1, 0] + [0, 0, 1, 0] + [0, 0, 0, 0]
     result = mean_at_k([bool(p) for p in passed], k=4)
     assert result["mean@k"] == pytest.approx(0.4375) and result["questions"] == 4 and result["samples"] == 16
+    assert result["sampled_correct_by_question"] == [4, 2, 1, 0]
     # Var of (1, .5, .25, 0) with n-1 = 0.1823; deff = 4 * 0.1823 / (0.4375 * 0.5625) = 2.963
     assert result["design_effect"] == pytest.approx(2.963, abs=1e-3)
     lo, hi = result["mean@k_ci95"]
@@ -104,6 +107,7 @@ def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_mode
                              batch_size=4, progress=False, samples=4, sample_questions=2, greedy=False)
     assert "pass@1" not in result
     assert result["mean@k"] == 0.75 and result["k"] == 4 and result["questions"] == 2 and result["samples"] == 8
+    assert result["sampled_correct_by_question"] == [2, 4]  # of 4 samples each; the unsampled question is not listed
     assert model.generate.calls == 2  # 8 sampled rollouts in batches of 4
     table = format_table({"trained": result}, "t")
     assert "mean@4" in table.splitlines()[0] and "| trained | - | - | 0.750 |" in table

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from rapo_trl.core.advantage_baselines import DEFAULT_BASELINE, checked_baseline
 from rapo_trl.core.retrieval_rule import checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
@@ -71,6 +72,14 @@ class RAPOConfig(GRPOConfig):
     retrieved_token_shaping (`float` or `None`, *optional*, defaults to `0.1`):
         gamma of LUFFY's policy shaping f(p) = p / (p + gamma), which keeps the gradient of low-probability
         guided tokens from vanishing. `None`: f(p) = log p, UFT's likelihood term.
+
+    advantage_baseline (`str`, *optional*, defaults to `"group"`):
+        Which rows of a group set the mean and std of the outcome advantage (R - mean) / (std + eps)
+        (`rapo_trl.core.advantage_baselines`). `"group"`: every row, as GRPO and the paper (TRL computes it, with
+        its `scale_rewards`). `"on_policy"`: only the rows not shown a stored step, applied to every row of the
+        group (LUFFY's on-policy statistics), so a hybrid row's success does not push the on-policy rows below
+        zero; a std of 0 counts as 1, and a group with no on-policy row uses the whole group's statistics. Needs
+        TRL's defaults `scale_rewards="group"` and `multi_objective_aggregation="sum_then_normalize"`.
 
     > Tools and budgets
 
@@ -185,6 +194,10 @@ class RAPOConfig(GRPOConfig):
     retrieved_token_shaping: float | None = field(
         default=0.1, metadata={"help": "gamma of f(p) = p / (p + gamma) on retrieved tokens (None: log p)."}
     )
+    advantage_baseline: str = field(
+        default="group",
+        metadata={"help": "Baseline: group (GRPO) or on_policy."},
+    )
     tool_protocol: str = field(
         default="auto", metadata={"help": "How tools are called: tags (the paper), json (the chat template's JSON "
                                   "tool calls, as TRL), or auto."}
@@ -249,6 +262,15 @@ class RAPOConfig(GRPOConfig):
         if self.tool_protocol not in ("auto", "tags", "json"):
             raise ValueError(f"tool_protocol must be one of ('auto', 'tags', 'json'), got {self.tool_protocol!r}.")
         self._check_guided_retrieval()
+        checked_baseline(self.advantage_baseline)
+        if self.advantage_baseline != DEFAULT_BASELINE and (
+            self.scale_rewards != "group" or self.multi_objective_aggregation != "sum_then_normalize"
+        ):
+            # The other baselines normalise the weighted reward by their own rows' std: TRL's other scales and
+            # per-function normalisation would be dropped without a word.
+            raise ValueError(f"advantage_baseline={self.advantage_baseline!r} normalises the weighted reward itself; "
+                             f"it needs scale_rewards='group' and multi_objective_aggregation='sum_then_normalize', "
+                             f"got {self.scale_rewards!r} and {self.multi_objective_aggregation!r}.")
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
         if self.dynamic_sampling_max_rounds:

@@ -30,13 +30,15 @@ def passes(texts: Sequence[str], answers: Sequence, numeric: bool) -> list[bool]
 
 
 def score_texts(texts: Sequence[str], answers: Sequence, numeric: bool) -> dict:
-    """pass@1 (math equivalence for numeric tasks, else exact match), its interval, F1, EM and format rate."""
+    """pass@1 (math equivalence for numeric tasks, else exact match), its interval, F1, EM and format rate, and
+    ``correct_by_question``: 1 or 0 per text, in order, so that two models' scores pair question by question."""
     from rapo_trl.rewards import exact_match_reward, f1_reward, format_check
 
     completions = [[{"role": "assistant", "content": t}] for t in texts]
     answers = list(answers)
     em = exact_match_reward(completions=completions, answer=answers)
-    correct = sum(passes(texts, answers, numeric))
+    by_question = [int(p) for p in passes(texts, answers, numeric)]
+    correct = sum(by_question)
     n = len(texts)
     lo, hi = wilson_interval(correct, n)
     return {
@@ -47,6 +49,7 @@ def score_texts(texts: Sequence[str], answers: Sequence, numeric: bool) -> dict:
         "f1": sum(f1_reward(completions=completions, answer=answers)) / max(n, 1),
         "em": sum(em) / max(n, 1),
         "format_ok": sum(float(format_check(t)[0]) for t in texts) / max(n, 1),
+        "correct_by_question": by_question,
     }
 
 
@@ -58,12 +61,13 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
     Wilson's over an effective sample size ``n k / deff``, with the design effect ``deff = k Var(p_q) / (p (1 - p))``
     estimated from the per-question pass rates ``p_q`` and kept in [1, k] (k where p is 0 or 1: no spread to
     estimate from, so as wide as n independent questions). Hand-written: no installed library offers a
-    clustered binomial interval.
+    clustered binomial interval. ``sampled_correct_by_question`` holds each question's passes out of its k, in order.
     """
     if k < 1 or len(passed) % k:
         raise ValueError(f"mean_at_k needs k >= 1 samples per question, got {len(passed)} results for k={k}")
     n = len(passed) // k
-    per_question = [sum(passed[i * k : (i + 1) * k]) / k for i in range(n)]
+    counts = [int(sum(passed[i * k : (i + 1) * k])) for i in range(n)]
+    per_question = [count / k for count in counts]
     mean = sum(per_question) / max(n, 1)
     if n < 2 or mean in (0.0, 1.0):
         deff = float(k)
@@ -73,7 +77,7 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
     n_eff = n * k / deff
     lo, hi = wilson_interval(round(mean * n_eff), round(n_eff)) if n else (0.0, 0.0)
     return {"mean@k": mean, "mean@k_ci95": [round(lo, 4), round(hi, 4)], "k": k, "questions": n,
-            "samples": n * k, "design_effect": round(deff, 3)}
+            "samples": n * k, "design_effect": round(deff, 3), "sampled_correct_by_question": counts}
 
 
 def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,

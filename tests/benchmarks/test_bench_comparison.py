@@ -35,6 +35,18 @@ def test_every_arms_flags_are_the_clis():
     assert follow_up_script.sft_store_steps == parsed["sft_then_grpo"][0].sft_store_steps
     assert follow_up.retrieve_at == ["plan"] and follow_up.retrieve_prob == parsed["rapo_guided"][1].retrieve_prob
     assert bench.parse_args([]).arms == ["grpo", "rapo_paper", "rapo_guided", "sft_then_grpo"]  # the follow-up on request
+    levers = {arm: args for arm, (_, args) in parsed.items() if arm.startswith(("rapo_guided_", "sft_then_rapo_guided_"))}
+    assert len(levers) == 6 and all(args.retrieve_at == ["plan"] for args in levers.values())
+    token = parsed["rapo_guided_token"][1]
+    assert token.retrieved_token_loss_weight == 2 and token.retrieved_token_shaping is None  # log-likelihood
+    for arm in ("rapo_guided_token_failed", "rapo_guided_failed", "sft_then_rapo_guided_token_failed"):
+        assert levers[arm].retrieve_failed_groups_max_reward == 0 and levers[arm].retrieve_prob == 1
+    assert levers["rapo_guided_failed"].retrieved_token_loss_weight == 0
+    assert levers["rapo_guided_token_anneal"].retrieve_prob_final == 0
+    assert levers["rapo_guided_token_onpolicy"].advantage_baseline == "on_policy"
+    assert token.advantage_baseline == "group" and token.retrieve_failed_groups_max_reward is None
+    assert parsed["sft_then_rapo_guided_token_failed"][0].sft_store_steps == bench.SFT_STORE_STEPS
+    assert parsed["rapo_guided_token_failed"][0].sft_store_steps == 0
     assert all(script.sft_retrieved_share > 0 for script, _ in parsed.values())  # one warm start for every arm
 
 
@@ -78,3 +90,21 @@ def test_the_code_version_is_the_package_and_the_recipe():
     bench = load_bench("bench_comparison")
     package, recipe = bench.code_version().split("-")
     assert len(package) == len(recipe) == 12 and package != recipe
+    assert bench.parse_args([]).recipe == bench.RECIPE
+    other = bench.parse_args(["--recipe", "configs/demo_cpu.yaml"]).recipe
+    other_package, other_recipe = bench.code_version(other).split("-")
+    assert other_package == package and other_recipe != recipe  # the chosen recipe's settings, not the default's
+
+
+def test_an_eval_record_keeps_each_sets_questions_and_their_correct_counts(tmp_path, monkeypatch):
+    bench = load_bench("bench_comparison")
+    trained = {"mean@k": 0.5, "correct": 1, "n": 2, "correct_by_question": [1, 0], "sampled_correct_by_question": [3, 1]}
+    sets = {name: {"n": 2, "rows": {"trained": trained}, "question_ids": [f"{name}-a", f"{name}-b"]}
+            for name in (bench.FRESH, bench.HELDOUT)}
+    (tmp_path / "eval_results.json").write_text(json.dumps({"sets": sets}))
+    monkeypatch.setattr(bench, "run_rapo", lambda *arguments: None)
+    scores, _ = bench.evaluate(tmp_path, tmp_path / "store")
+    fresh = scores[bench.FRESH]
+    assert fresh["question_ids"] == [f"{bench.FRESH}-a", f"{bench.FRESH}-b"]
+    assert fresh["correct_by_question"] == [1, 0] and fresh["sampled_correct_by_question"] == [3, 1]
+    assert {"entropy", "completions/mean_length", "rapo/retrieved_token_logp"} <= set(bench.LOGGED)

@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import pytest
+import yaml
 
 from rapo_trl.cli.errors import UsageError
 from tests.cli.conftest import recipe, write_yaml
@@ -137,6 +138,22 @@ def test_bare_bool_flag_is_true(recipe_file):
     assert args.bf16 is True and args.disable_tqdm is True
     _, args, _ = parse_recipe("train", ["--config", str(recipe_file), "--bf16", "false"])
     assert args.bf16 is False
+
+
+@pytest.mark.parametrize("value", ["null", "none", "None"])
+def test_null_unsets_an_optional_number_on_the_command_line_and_in_yaml(recipe_file, tmp_path, value):
+    """`--retrieved_token_shaping null` (and YAML `null`) is log-likelihood, no shaping; both parsers agree."""
+    from rapo_trl.cli import parse_recipe, read_recipe
+
+    flags = ["--retrieved_token_shaping", value, "--advantage_baseline", "on_policy"]
+    _, training, _ = read_recipe("train", ["--config", str(recipe_file), *flags])
+    _, args, _ = parse_recipe("train", ["--config", str(recipe_file), *flags])
+    assert training.retrieved_token_shaping is None and args.retrieved_token_shaping is None
+    assert args.advantage_baseline == "on_policy"
+    in_yaml = write_yaml(tmp_path / "null.yaml", {**yaml.safe_load(recipe_file.read_text()),
+                                                  "retrieved_token_shaping": None})
+    assert parse_recipe("train", ["--config", str(in_yaml)])[1].retrieved_token_shaping is None
+    assert parse_recipe("train", ["--config", str(recipe_file)])[1].retrieved_token_shaping == 0.1
 
 
 @pytest.mark.parametrize("argv, meant", [

@@ -25,13 +25,15 @@ def coefficients(args) -> Coefficients:
         retrieval_advantage_epsilon=args.retrieval_advantage_epsilon,
         retrieved_token_loss_weight=args.retrieved_token_loss_weight,
         retrieved_token_shaping=args.retrieved_token_shaping,
+        advantage_baseline=args.advantage_baseline,
     )
 
 
 @pytest.mark.parametrize("stored, settings", [
     (LONG_STEP, dict(importance_shaping_weight=1.0, max_completion_length=192)),
     (STORED, dict(retrieved_token_loss_weight=0.5)),
-], ids=["shaped-and-clipped", "retrieved-token-loss"])
+    (STORED, dict(advantage_baseline="on_policy", retrieved_token_loss_weight=0.5, retrieved_token_shaping=None)),
+], ids=["shaped-and-clipped", "retrieved-token-loss", "on-policy-baseline"])
 def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp_path, stored, settings):
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(stored), retrieve_prob=1.0,
                            num_hybrid_generations=2, **settings)
@@ -59,5 +61,9 @@ def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp
         if param.grad is not None:
             assert torch.allclose(param.grad, grads[name], atol=1e-6), name
     assert grads.keys() == {name for name, param in model.named_parameters() if param.grad is not None}
+    if trainer.args.advantage_baseline != "group":  # the baseline really moved the advantages away from GRPO's
+        grpo = reference_step(model, rows, sevens, Coefficients(**{**vars(coefficients(trainer.args)),
+                                                                  "advantage_baseline": "group"}))
+        assert not torch.allclose(grpo.advantages, reference.advantages, atol=1e-3)
     if trainer.args.retrieved_token_loss_weight:
         assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] != 0  # the extra term really acted

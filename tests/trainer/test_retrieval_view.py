@@ -76,14 +76,24 @@ def test_retrieval_view_metrics_of_one_process():
 
 
 
-def test_the_positive_advantage_share_of_rows_shown_a_stored_step():
+def test_where_the_advantage_went_rows_shown_a_stored_step_and_on_policy_rows():
     # a hybrid row shown a stored step, a hybrid row shown only the fallback, two on-policy rows
     rows = [row(event("q0")), row(event(fallback=True)), row(hybrid=False), row(hybrid=False)]
     advantages = torch.tensor([1.5, 0.5, 1.0, -3.0])
     metrics = retrieval_view_metrics(rows, None, torch.zeros(4), Accelerator(cpu=True), advantages)
     assert metrics["rapo/positive_advantage_share_retrieved"] == pytest.approx(1.5 / 3.0)
+    assert metrics["rapo/positive_advantage_mass_retrieved"] == 1.5  # the fallback-only row is neither
+    assert metrics["rapo/positive_advantage_mass_on_policy"] == 1.0
+    assert metrics["rapo/on_policy_advantage_sum"] == -2.0 and metrics["rapo/on_policy_negative_share"] == 0.5
     flat = retrieval_view_metrics(rows, None, torch.zeros(4), Accelerator(cpu=True), torch.zeros(4))
     assert "rapo/positive_advantage_share_retrieved" not in flat  # no credit given: nothing to share
+    assert flat["rapo/on_policy_negative_share"] == 0.0 and flat["rapo/positive_advantage_mass_on_policy"] == 0.0
+    per_token = torch.tensor([[1.0, 2.0], [0.0, 0.0], [-1.0, -3.0], [4.0, 0.0]])  # a row's credit is its mean
+    tokens = retrieval_view_metrics(rows, None, torch.zeros(4), Accelerator(cpu=True), per_token)
+    assert tokens["rapo/positive_advantage_mass_retrieved"] == 1.5
+    assert tokens["rapo/on_policy_advantage_sum"] == 0.0 and tokens["rapo/on_policy_negative_share"] == 0.5
+    hybrid_only = retrieval_view_metrics(rows[:2], None, torch.zeros(2), Accelerator(cpu=True), advantages[:2])
+    assert "rapo/on_policy_negative_share" not in hybrid_only and "rapo/on_policy_advantage_sum" not in hybrid_only
 
 
 def test_each_process_reads_its_own_slice_of_the_gathered_rewards():

@@ -1,6 +1,7 @@
-"""RAPO's algorithm without TRL: the objective's maths (``objective``) and one step for one group that strings it
-together (``reference``). Imports torch only; ``RAPOTrainer`` is the TRL adapter that calls it."""
+"""RAPO's algorithm without TRL: the objective's maths (``objective``), the outcome advantage's baselines
+(``advantage_baselines``) and one step for one group that strings them together (``reference``). Imports torch only; ``RAPOTrainer`` is the TRL adapter that calls it."""
 
+from rapo_trl.core.advantage_baselines import ADVANTAGE_BASELINES, outcome_advantages
 from rapo_trl.core.objective import (
     dual_clipped_token_loss,
     group_normalize,
@@ -17,10 +18,12 @@ from rapo_trl.core.objective import (
 from rapo_trl.core.reference import Coefficients, StepResult, reference_step
 
 __all__ = [
+    "ADVANTAGE_BASELINES",
     "Coefficients",
     "StepResult",
     "dual_clipped_token_loss",
     "group_normalize",
+    "outcome_advantages",
     "reference_step",
     "retrieval_reward",
     "retrieved_fraction",

@@ -10,8 +10,8 @@ Paper sections 5-7 (Zhang et al., arXiv 2603.03078), in the order a step uses th
 5. ``shaped_old_logps`` / ``shaped_ratio``: the importance ratio (1 + m * F_ret) * r, r = pi_theta / pi_old.
 6. ``dual_clipped_token_loss`` and ``token_mean``: the PPO clip on the shaped ratio with verl's dual clip, averaged
    over the policy's own tokens (DAPO's token mean).
-7. ``retrieved_token_weights`` / ``retrieved_token_loss``: an optional extra term on the retrieved steps' own tokens
-   (beyond the paper: UFT's hint likelihood, LUFFY's shaped off-policy tokens).
+7. ``retrieved_token_mask`` / ``retrieved_token_weights`` / ``retrieved_token_loss``: an optional extra term on the
+   retrieved steps' own tokens (beyond the paper: UFT's hint likelihood, LUFFY's shaped off-policy tokens).
 
 ``rapo_trl.core.reference.reference_step`` strings them together for one group; ``RAPOTrainer`` calls these same
 functions, and hands the shaped old log-probs to TRL's loss, whose clip for ``loss_type="dapo"`` with ``delta`` is
@@ -107,18 +107,25 @@ def token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, normalizer: tor
     return (per_token_loss * mask).sum() / normalizer
 
 
-def retrieved_token_weights(rows: Sequence, advantages: torch.Tensor, weight: float, width: int) -> torch.Tensor:
-    """``weight * A_i`` on the retrieved steps' own tokens (each retrieval's ``step_tokens`` span) of every row whose
-    advantage is positive (reward above the group mean); 0 elsewhere. Shape [len(rows), width]."""
-    weights = torch.zeros(len(rows), width, dtype=torch.float32, device=advantages.device)
+def retrieved_token_mask(rows: Sequence, width: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """1 on the retrieved steps' own tokens (each retrieval's ``step_tokens`` span) of every row, 0 elsewhere.
+    Shape [len(rows), width]."""
+    mask = torch.zeros(len(rows), width, dtype=torch.float32, device=device)
     for i, row in enumerate(rows):
-        advantage = float(advantages[i].max() if advantages.dim() == 2 else advantages[i])
-        if advantage <= 0:
-            continue
         for event in row.retrievals:
             if event.step_tokens is not None:
                 start, end = event.step_tokens
-                weights[i, start:min(end, width)] = weight * advantage
+                mask[i, start:min(end, width)] = 1.0
+    return mask
+
+
+def retrieved_token_weights(rows: Sequence, advantages: torch.Tensor, weight: float, width: int) -> torch.Tensor:
+    """``weight * A_i`` on the retrieved steps' own tokens of every row whose advantage is positive (reward above the
+    group mean); 0 elsewhere. Shape [len(rows), width]."""
+    weights = retrieved_token_mask(rows, width, advantages.device)
+    for i in range(len(rows)):
+        advantage = float(advantages[i].max() if advantages.dim() == 2 else advantages[i])
+        weights[i] *= weight * advantage if advantage > 0 else 0.0
     return weights
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rapo_trl.core.advantage_baselines import DEFAULT_BASELINE, outcome_advantages, shown_mask
 from rapo_trl.core.objective import (
     dual_clipped_token_loss,
     group_normalize,
@@ -46,6 +47,8 @@ class Coefficients:
     """Weight of the extra loss on retrieved steps' own tokens; 0 leaves it out."""
     retrieved_token_shaping: float | None = 0.1
     """gamma in pi / (pi + gamma) for that extra loss; ``None``: log pi."""
+    advantage_baseline: str = DEFAULT_BASELINE
+    """Which rows set A_acc's mean and std (``core.advantage_baselines``): the whole group, or its on-policy rows."""
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,15 @@ def reference_step(model: torch.nn.Module, rows: Sequence, reward: Callable[[obj
     c = coefficients
     group_size = len(rows)
 
-    # Outcome rewards, and GRPO's advantage within the group.
+    # Outcome rewards, and their advantage against the group's baseline (GRPO's: every row of the group).
     rewards = torch.tensor([float(reward(row)) for row in rows])
-    outcome_advantages = group_normalize(rewards, group_size, eps=c.outcome_advantage_epsilon)
+    a_acc = outcome_advantages(rewards, shown_mask(rows), group_size, c.advantage_baseline, c.outcome_advantage_epsilon)
 
     # Retrieval reward Z per trajectory (0 without a retrieval), normalised within the group, reweights it.
     z = torch.tensor([trajectory_retrieval_reward((e.entropy_pre, e.entropy_post) for e in row.retrievals)
                       for row in rows])
     retrieval_advantages = group_normalize(z, group_size, eps=c.retrieval_advantage_epsilon)
-    advantages = reweight_advantages(outcome_advantages, retrieval_advantages, c.retrieval_advantage_weight)
+    advantages = reweight_advantages(a_acc, retrieval_advantages, c.retrieval_advantage_weight)
 
     # The importance ratio, shaped by the share of retrieved tokens: (1 + m * F_ret) * pi_theta / pi_old.
     logps, policy_tokens = completion_logps(model, rows, temperature)

@@ -1,11 +1,32 @@
-"""RAPO's advantage for TRL's batch: the retrieval-reward reweighting, with Z normalised over whole groups."""
+"""RAPO's advantage for TRL's batch: the outcome advantage against the configured baseline, then the retrieval-reward
+reweighting, each with its statistics over whole groups."""
 
 from __future__ import annotations
 
 import torch
 
+from rapo_trl.core.advantage_baselines import DEFAULT_BASELINE, outcome_advantages, shown_mask
 from rapo_trl.core.objective import group_normalize, reweight_advantages, trajectory_retrieval_reward
 from rapo_trl.trainer.metrics import retrieval_reward_metrics
+
+OUTCOME_ADVANTAGE_EPSILON = 1e-4
+"""TRL's eps in (R - mean) / (std + eps)."""
+
+
+def baseline_advantages(rows, all_rewards: torch.Tensor, advantages: torch.Tensor, accelerator, group_size: int,
+                        baseline: str) -> torch.Tensor:
+    """This process's A_acc against ``baseline`` (``core.advantage_baselines``), from every process's rewards.
+
+    The default baseline is the one TRL computes itself: its advantages are kept as they are, so every TRL option
+    on them (``scale_rewards``, rows without a reward) still applies. Another baseline needs each row's mask of
+    shown stored steps, gathered like the rewards: groups may straddle processes.
+    """
+    if baseline == DEFAULT_BASELINE:
+        return advantages
+    all_shown = accelerator.gather(shown_mask(rows).float().to(accelerator.device)).bool()
+    all_advantages = outcome_advantages(all_rewards, all_shown, group_size, baseline, OUTCOME_ADVANTAGE_EPSILON)
+    start = accelerator.process_index * len(rows)
+    return all_advantages[start : start + len(rows)].to(advantages.dtype)
 
 
 def retrieval_terms(rows, advantages: torch.Tensor, accelerator, group_size: int, args):

@@ -16,8 +16,9 @@ A step:
 2. ``rollout_func`` (``_hybrid_rollout``): the rollout stage (``step_rollout.py``: plain, guided for failed groups,
    dynamic sampling) gives ids, env_mask and RAPO's per-row state;
 3. ``_calculate_rewards``: reward functions see completions with retrieved spans removed;
-4. back in ``_generate_and_score_completions``: advantages reweighted by the retrieval reward, F_ret per row and the
-   extra loss terms' tensors stored beside them in the batch;
+4. back in ``_generate_and_score_completions``: advantages against the configured baseline (TRL's group statistics
+   by default), reweighted by the retrieval reward, F_ret per row and the extra loss terms' tensors stored beside
+   them in the batch;
 5. ``_compute_loss``: TRL's loss on the shaped ratio (1 + m F_ret) r, plus the extra loss terms.
 """
 
@@ -45,7 +46,7 @@ from rapo_trl.rollout import HybridRolloutEngine
 from rapo_trl.signal_monitor import SignalMonitor
 from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
-from rapo_trl.trainer.advantages import retrieval_terms
+from rapo_trl.trainer.advantages import baseline_advantages, retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
@@ -62,6 +63,8 @@ from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
+from rapo_trl.trainer.retrieved_logp import METRIC as RETRIEVED_LOGP_METRIC
+from rapo_trl.trainer.retrieved_logp import RETRIEVED_TOKENS_KEY, retrieved_token_logp, retrieved_tokens
 from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
@@ -214,9 +217,13 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         self.last_rollout = step
         if step.mode != "train":
             return out
+        advantages = baseline_advantages(step.rows, step.rewards, out["advantages"], self.accelerator,
+                                         self.num_generations, self.args.advantage_baseline)
         out["advantages"], out[RETRIEVED_FRACTION_KEY], metrics = retrieval_terms(
-            step.rows, out["advantages"], self.accelerator, self.num_generations, self.args
+            step.rows, advantages, self.accelerator, self.num_generations, self.args
         )
+        if self.trace_store is not None:
+            out[RETRIEVED_TOKENS_KEY] = retrieved_tokens(step.rows, out["completion_mask"])
         for term in self.loss_terms:
             out[term.key], term_metrics = term.batch_field(
                 step.rows, out["advantages"], out["completion_mask"]
@@ -471,6 +478,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         finally:
             self._loss_forward = None
         forward.check_used()
+        if RETRIEVED_TOKENS_KEY in inputs:
+            logp = retrieved_token_logp(forward.logps, inputs[RETRIEVED_TOKENS_KEY], self.accelerator)
+            if logp is not None:
+                self._metrics["train"][RETRIEVED_LOGP_METRIC].append(logp)
         for term in self.loss_terms:
             if term.key not in inputs:  # evaluation batches carry no term
                 continue
