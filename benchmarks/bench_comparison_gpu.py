@@ -41,18 +41,10 @@ use_offline_environment()
 
 RECIPE = "configs/comparison_gpu.yaml"
 ROOT = Path(__file__).resolve().parent.parent
-ARMS = {
-    **comparison.ARMS,
-    "rapo_guided_token": [*comparison.GUIDED, "--retrieved_token_loss_weight", "2", "--retrieved_token_shaping",
-                          "null"],
-}
-"""Arm -> its flags: the CPU comparison's arms, and RAPO at the plan boundary that also learns the stored step's
-tokens (weight 2, plain log-likelihood), the learning plan's first lever."""
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    comparison.RECIPE = RECIPE  # the record's code version and ``rapo eval`` read the module's recipe
     if args.import_records:
         for record in json.loads(Path(args.import_records).read_text()):
             comparison.append(record)
@@ -74,27 +66,30 @@ def main(argv=None) -> None:
         wait_for_warm_start(runs[args.arms[0]], shared)
         warm_eval = eval_in_background(shared, store, eval_flags)
     stop_at_deadline(runs, started + args.deadline)
-    new_records = []
     scoring = {arm: (run, eval_in_background(scored_model(run), store, eval_flags)) for arm, run in runs.items()}
-    for arm, (run, process) in scoring.items():
-        record = finish_record(arm, args.seed, run, process, store, version)
+    new_records = []
+
+    def keep(record: dict) -> None:
+        """Recorded at once, and the --records copy rewritten: a lease that ends mid-way keeps what finished."""
         new_records.append(record)
         comparison.append(record)
+        if args.records:
+            Path(args.records).write_text(json.dumps(new_records, indent=1))
+
+    if warm_eval is not None:  # started first, so it ends first
+        keep(warm_start_record(warm_eval, version))
+    for arm, (run, evaluation) in scoring.items():
+        record = finish_record(arm, args.seed, run, evaluation, version)
+        keep(record)
         print(f"comparison (GPU): {arm} seed {args.seed}: {record['steps']} steps, fresh mean@4 "
               f"{comparison.fresh_mean(record):.3f}", flush=True)
-    if warm_eval is not None:
-        record = warm_start_record(shared, warm_eval, version, args.seed)
-        new_records.append(record)
-        comparison.append(record)
     comparison.write_report()
-    if args.records:
-        Path(args.records).write_text(json.dumps(new_records, indent=1))
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/comparison-gpu")
-    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo_guided_token"], choices=list(ARMS))
+    parser.add_argument("--arms", nargs="+", default=["grpo", "rapo_guided_token"], choices=list(comparison.ARMS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--deadline", type=float, default=470.0,
@@ -113,7 +108,7 @@ def code_version() -> dict:
     GPU machine), from ``RAPO_COMMIT`` and ``RAPO_CODE_VERSION``, computed where the git folder is."""
     if os.environ.get("RAPO_CODE_VERSION"):
         return {"commit": os.environ.get("RAPO_COMMIT", "unknown"), "code": os.environ["RAPO_CODE_VERSION"]}
-    return {"commit": comparison.git("rev-parse", "HEAD"), "code": comparison.code_version()}
+    return {"commit": comparison.git("rev-parse", "HEAD"), "code": comparison.code_version(RECIPE)}
 
 
 class Run:
@@ -142,7 +137,7 @@ def start_training(arm: str, seed: int, workdir: Path, store: Path, shared: Path
     if shared.exists():
         shutil.copytree(shared, output / shared.name)
     flags = ["--seed", str(seed), "--sft_seed", str(comparison.SFT_SEED), "--max_steps", str(steps),
-             "--sft_same_time", "false", *ARMS[arm]]
+             "--sft_same_time", "false", *comparison.ARMS[arm]]
     log = open(workdir / f"{arm}-seed{seed}.log", "w")
     command = rapo_command("train", "--config", RECIPE, "--output_dir", str(output), "--store_path", str(store), *flags,
                            *extra)
@@ -208,7 +203,7 @@ def scores_of(evaluation: tuple[Path, subprocess.Popen, float]) -> tuple[dict, f
     return scores, time.monotonic() - started
 
 
-def finish_record(arm: str, seed: int, run: Run, evaluation, store: Path, version: dict) -> dict:
+def finish_record(arm: str, seed: int, run: Run, evaluation, version: dict) -> dict:
     scores, eval_seconds = scores_of(evaluation)
     state = run.output / "trainer_state.json"
     if not state.exists():
@@ -222,7 +217,7 @@ def finish_record(arm: str, seed: int, run: Run, evaluation, store: Path, versio
             "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def warm_start_record(shared: Path, evaluation, version: dict, seed: int) -> dict:
+def warm_start_record(evaluation, version: dict) -> dict:
     scores, seconds = scores_of(evaluation)
     return {"arm": "warm_start", "seed": comparison.SFT_SEED, "flags": [], "recipe": RECIPE, **version, "steps": 0,
             "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
