@@ -101,6 +101,8 @@ def _check_holds_only(store, rows, source: str, split: str, collection: str) -> 
 
 def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, what: str) -> dict:
     """``collection`` filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and holds."""
+    from rapo_trl.store.agent import stored_question_ids
+
     store = open_store(script, must_exist=False, collection=collection)
     source = f"agent:{script.agent}"
     _check_holds_only(store, rows, source, split, collection)
@@ -111,7 +113,17 @@ def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, w
     stats = store.stats()
     print(f"Added {added} step records; {what} now holds {stats['records']} records "
           f"from {stats['questions']} questions at {store.location}.")
+    if not stored_question_ids(store, source) & set(rows["question_id"]):  # neither this build nor an earlier one
+        raise UsageError(_nothing_stored(script, what, len(rows)))
     return {"added": added, **stats}
+
+
+def _nothing_stored(script, what: str, questions: int) -> str:
+    """The one line for a build that left ``what`` without a record of its questions: training would retrieve only
+    the fallback text."""
+    return (f"{what} got no step records from agent {script.agent!r} on {questions} questions: its trajectories were "
+            "all empty, untagged or without a finite reward, so nothing can be retrieved. Check the agent's output "
+            "(its tool tags and <answer>) and the reward")
 
 
 def run(script, rapo_args, model_args) -> dict:
@@ -172,4 +184,6 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
           f"questions at {store.location}.")
+    if not stats["records"]:
+        raise UsageError(_nothing_stored(script, "the store", len(rows)))
     return {"added": added, **stats}

@@ -37,7 +37,7 @@ HELP_GROUPS = {
         ("model", ("model_name_or_path", *MODEL_LOADING, "use_peft", "lora_r", "lora_alpha", "lora_dropout",
                    "lora_target_modules")),
         ("task", (*TASK, *TRAINING_SPLITS, "reward", "reward_funcs", "closeness_weight")),
-        ("store", ("store_path", "store_collection", "store_server")),
+        ("store", ("store_path", "store_collection", "store_server", "allow_empty_store")),
         (RAPO, ()),
         ("SFT warm start", ("sft_warmup_steps", "sft_learning_rate", "sft_batch_size", "sft_retrieved_share")),
         ("baselines", ("sft_same_time", "grpo_same_rollouts", "sft_store_steps")),

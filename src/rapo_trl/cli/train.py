@@ -34,8 +34,20 @@ RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
 
 
 def _wants_store(script, rapo_args) -> bool:
-    retrieves = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
-    return bool(retrieves or script.sft_warmup_steps or script.sft_store_steps)
+    return bool(_retrieves(rapo_args) or script.sft_warmup_steps or script.sft_store_steps)
+
+
+def _retrieves(rapo_args) -> bool:
+    return rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+
+
+def check_store_not_empty(store, script, rapo_args) -> None:
+    """Refuse to retrieve from an empty store (every retrieval would insert the fallback text) unless asked to."""
+    if store is None or not _retrieves(rapo_args) or script.allow_empty_store or len(store) > 0:
+        return
+    raise UsageError(f"the trace store at {store.location} (collection '{store.collection_name}') is empty, so every "
+                     "retrieval would insert the fallback text: fill it with `rapo build-store`, turn retrieval off "
+                     "(--num_hybrid_generations 0 or --retrieve_prob 0), or pass --allow_empty_store")
 
 
 def check(script, rapo_args, model_args) -> None:
@@ -82,6 +94,7 @@ def run(script, rapo_args, model_args) -> dict:
     if demo_rows is not None and not same:
         print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
+    check_store_not_empty(store, script, rapo_args)
     # The warm start's trajectories: the store's own, or the demonstrated questions' collection beside a store of
     # RL's questions (store_split; build-store fills both).
     demo_store = store
