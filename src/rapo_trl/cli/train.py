@@ -18,6 +18,7 @@ from rapo_trl.cli.common import (
     open_store,
     resolve_model_path,
     task_split,
+    tool_names,
     training_rows,
     warm_start_collection,
 )
@@ -28,6 +29,7 @@ from rapo_trl.cli.environment import (
     environment_rows,
 )
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
+from rapo_trl.cli.run_record import write_run_record
 
 RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
 """RAPOConfig values that make the trainer GRPO: no row may retrieve."""
@@ -151,6 +153,9 @@ def run(script, rapo_args, model_args) -> dict:
         )
 
     trainer = build_trainer(rapo_args, store)
+    if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained too
+        write_run_record(rapo_args.output_dir, tool_names(script) if tools else [], trainer.tool_protocol,
+                         script.environment_factory, script.task)
     result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
