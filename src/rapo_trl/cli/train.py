@@ -14,6 +14,7 @@ from rapo_trl.cli.common import (
     check_script_arguments,
     check_store_location,
     count_line,
+    eval_splits,
     model_init_kwargs,
     open_store,
     resolve_model_path,
@@ -90,6 +91,14 @@ def run(script, rapo_args, model_args) -> dict:
     rows = training_rows(script, "train", tools) if environment is None else environment_rows(script, "train")
     rows = with_reward_columns(rows, dict(zip(reward_names(script), reward_funcs)))
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
+    eval_rows = None
+    if str(getattr(rapo_args.eval_strategy, "value", rapo_args.eval_strategy)) != "no":
+        # TRL evaluates during training on eval_dataset: the held-out questions rapo eval asks, never trained on.
+        held_out = eval_splits(script)[0]
+        eval_rows = (training_rows(script, held_out, tools) if environment is None
+                     else environment_rows(script, held_out))
+        eval_rows = with_reward_columns(eval_rows, dict(zip(reward_names(script), reward_funcs)))
+        print(count_line("Evaluating during training on", script, {held_out: eval_rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
     demo_rows = (rows if same else training_rows(script, "demo", tools)) if script.sft_warmup_steps > 0 else None
@@ -144,6 +153,7 @@ def run(script, rapo_args, model_args) -> dict:
             args=with_values(args, reward_weights=reward_weights, push_to_hub=False,
                              model_init_kwargs=init_kwargs if isinstance(policy, str) else None),
             train_dataset=rows,
+            eval_dataset=eval_rows,
             processing_class=tokenizer,
             quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
             peft_config=peft,
