@@ -154,8 +154,7 @@ class RAPOScriptArguments:
     store_server: str | None = field(default=None, metadata={"help": "host:port of a `chroma run` server."})
     allow_empty_store: bool = field(
         default=False,
-        metadata={"help": "train: train on an empty store (every retrieval inserts the fallback text) instead of "
-                  "refusing it; a store is not needed with retrieval off (num_hybrid_generations 0 or retrieve_prob 0)."},
+        metadata={"help": "train: take an empty store (retrieval inserts only the fallback text) instead of refusing it."},
     )
     agent: str = field(default="expert", metadata={"help": "build-store agent: 'expert' or a model path."})
     expert_error_rate: float = field(default=0.2, metadata={"help": "Share of wrong expert trajectories."})

@@ -82,6 +82,7 @@ def run(script, rapo_args, model_args) -> dict:
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
+    resume = resume_from(rapo_args.resume_from_checkpoint, rapo_args.output_dir)  # before anything loads
     environment = environment_factory(script) if script.environment_factory else None
     if environment is None:
         reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
@@ -166,7 +167,7 @@ def run(script, rapo_args, model_args) -> dict:
     if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained too
         write_run_record(rapo_args.output_dir, tool_names(script) if tools else [], trainer.tool_protocol,
                          script.environment_factory, script.task)
-    result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
+    result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
         from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
@@ -210,6 +211,28 @@ def _train_grpo_same_rollouts(build_trainer, rapo_args, steps: int) -> None:
     _save_history_and_plots(trainer, folder)
     print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
           f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")
+
+
+def resume_from(value, output_dir: str) -> str | None:
+    """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
+    Trainer's ``True``; ``false`` none; a folder must exist and be whole. Refused in one line before anything loads."""
+    from rapo_trl.trainer.checkpoint import checked_resume
+
+    if value is None or isinstance(value, bool):
+        value = value or None
+    elif value.strip().lower() in ("true", "yes", "1"):
+        value = True
+    elif value.strip().lower() in ("false", "no", "0", "none", ""):
+        value = None
+    elif not Path(value).is_dir():
+        raise UsageError(f"resume_from_checkpoint {value!r} is not a folder; give a checkpoint folder "
+                         f"({output_dir}/checkpoint-N) or `--resume_from_checkpoint` alone for the newest whole one")
+    if value is None:
+        return None
+    try:
+        return checked_resume(value, output_dir)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def with_values(rapo_args, **values):
