@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
     GRPO_SAME_ROLLOUTS_DIR,
     UsageError,
@@ -56,6 +57,8 @@ def check_store_not_empty(store, script, rapo_args) -> None:
 def check(script, rapo_args, model_args) -> None:
     """Every input train can check without loading anything (also before TRL is imported)."""
     check_script_arguments("train", script)
+    check_batch_shape(rapo_args)
+    check_report_to(rapo_args)
     check_environment(script, "train")
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
