@@ -135,6 +135,17 @@ def test_calls_past_the_budget_get_the_limit_notice(tiny_model):
     assert row.messages[3]["content"] == engine.config.tool_limit_message
 
 
+def test_a_turn_whose_calls_are_all_past_the_budget_retrieves_nothing(tiny_model):
+    env = Counter()
+    tools = environment_tools(env)
+    store = FixedStore()
+    turns = [call("add", n=1), call("add", n=1), call("add", n=1), "ok<|im_end|>"]
+    engine, messages, prompts, tok = _engine(tiny_model, [turns], tools.values(), store=store, max_tool_calls=1)
+    (row,) = engine.run(prompts, row_tools=[tools], hybrid=[True])
+    assert env.total == 1 and row.tool_calls == 1
+    assert len(store.queries) == 1 and len(row.retrievals) == 1  # after the call that ran only
+
+
 def test_a_result_that_does_not_fit_ends_the_row_with_its_call(tiny_model):
     env = Counter()
     tools = environment_tools(env)
