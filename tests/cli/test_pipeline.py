@@ -75,7 +75,8 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     assert not (out / "model.safetensors").exists()
     # what `rapo eval` evaluates by default: the tools and protocol the run trained with
     assert json.loads((out / "rapo_run.json").read_text()) == {
-        "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None}
+        "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,
+        "base_model": str(Path(base["model_name_or_path"]).resolve())}
     # the hybrid rollouts could retrieve: RAPO's metrics were logged
     assert re.search(r"'rapo/retrieve_prob': '?1(\.0)?'?[,}]", run.stdout), describe(run)
 

@@ -16,12 +16,13 @@ logger = logging.getLogger("rapo_trl.cli")
 
 
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
-                     task: str) -> None:
+                     task: str, base_model: str | None = None) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
-    paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path."""
+    paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; and ``base_model``, what
+    a pushed adapter names as its base (``rapo push`` reads it)."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
-              "environment_factory": environment_factory}
+              "environment_factory": environment_factory, "base_model": base_model}
     (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
 

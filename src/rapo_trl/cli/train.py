@@ -62,6 +62,10 @@ def check(script, rapo_args, model_args) -> None:
     check_environment(script, "train")
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
+    if getattr(rapo_args, "push_to_hub", False):
+        from rapo_trl.cli.push import check_can_push
+
+        check_can_push(getattr(rapo_args, "hub_token", None))  # before training: the push comes at its end
     if script.environment_factory is None or script.reward_funcs is not None:
         training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
     if script.sft_same_time and script.sft_warmup_steps <= 0:
@@ -122,6 +126,9 @@ def run(script, rapo_args, model_args) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     base_path = model_path  # the model the warm start begins from: the pushed adapter's base
+    from rapo_trl.cli.push import base_model_name
+
+    pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
     peft_config, warm = get_peft_config(model_args), None
     lora_run = peft_config is not None
     sft = dict(tokenizer=tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
@@ -169,7 +176,7 @@ def run(script, rapo_args, model_args) -> dict:
     trainer = build_trainer(rapo_args, store)
     if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained too
         write_run_record(rapo_args.output_dir, tool_names(script) if tools else [], trainer.tool_protocol,
-                         script.environment_factory, script.task)
+                         script.environment_factory, script.task, base_model=pushed_base)
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
@@ -187,7 +194,7 @@ def run(script, rapo_args, model_args) -> dict:
     trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
     trainer.create_model_card()
     if rapo_args.push_to_hub and trainer.is_world_process_zero():
-        _push(script, rapo_args, model_args, base_path)
+        _push(script, rapo_args, pushed_base)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     if script.grpo_same_rollouts:
@@ -269,17 +276,18 @@ def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args, 
     return policy, None
 
 
-def _push(script, rapo_args, model_args, base_path: str) -> None:
-    import tempfile
+def _push(script, rapo_args, base: str) -> None:
+    from rapo_trl.cli.push import push_run
 
-    from rapo_trl.cli.push import base_model_name, hub_folder, push_folder
-
-    base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
-    with tempfile.TemporaryDirectory(prefix="rapo-push-") as staging:
-        folder = hub_folder(rapo_args.output_dir, staging, base, include_warm_start=script.push_warm_start)
-        repo = push_folder(folder, rapo_args.hub_model_id or Path(rapo_args.output_dir).absolute().name,
-                           token=rapo_args.hub_token, private=rapo_args.hub_private_repo,
-                           revision=rapo_args.hub_revision)
+    repo_id = rapo_args.hub_model_id or Path(rapo_args.output_dir).absolute().name
+    try:
+        repo, base = push_run(rapo_args.output_dir, repo_id, base, include_warm_start=script.push_warm_start,
+                              token=rapo_args.hub_token, private=rapo_args.hub_private_repo,
+                              revision=rapo_args.hub_revision)
+    except (OSError, RuntimeError, ValueError) as error:  # the Hub or the network: the trained run is saved
+        raise RuntimeError(f"the push to {repo_id} failed ({type(error).__name__}: {error}); the run is saved in "
+                           f"{rapo_args.output_dir}: retry with `rapo push {rapo_args.output_dir} --hub_model_id "
+                           f"{repo_id}`") from error
     print(f"Pushed to https://huggingface.co/{repo} (adapter base: {base}).")
 
 
