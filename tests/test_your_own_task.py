@@ -64,5 +64,13 @@ def test_the_guide_runs(tiny_model_dir, tmp_path, monkeypatch, capsys):
     assert [shlex.split(c)[1] for c in commands] == ["build-store", "train", "eval"]
     for command in commands:
         argv = [re.sub(r"^Qwen/Qwen2\.5-[0-9.]+B-Instruct$", "tiny", arg) for arg in shlex.split(command)[1:]]
+        if argv[0] == "build-store":
+            # The untrained tiny agent writes no tagged step: the build says so and fails rather than leave an empty
+            # store; the guide's own worked record fills the store instead.
+            assert main([*argv, *CLI_BUDGET]) == 2, command
+            assert "the store got no step records from agent 'tiny'" in capsys.readouterr().err
+            with rapo_trl.TraceStore("runs/cli_store") as store:
+                assert store.add_from_dataset(namespace["mine"], tool_tags=["python", "unit_price"]) > 0
+            continue
         assert main([*argv, *CLI_BUDGET]) == 0, command
     assert (tmp_path / "runs" / "cli_model" / "eval_results.json").is_file()

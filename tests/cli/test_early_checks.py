@@ -4,6 +4,7 @@ TRL load, in under a second: JSONL contents at their real line, columns, null an
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -22,6 +23,11 @@ MY_CODE = textwrap.dedent('''
     def exact(completions, answer, **kwargs):
         return [0.0 for _ in completions]
 ''')
+
+
+MISSING_TRACKER = next(name for name in ("dvclive", "swanlab", "clearml", "neptune", "dagshub")
+                       if importlib.util.find_spec(name) is None)
+"""A tracker transformers knows whose package this environment lacks."""
 
 
 def test_data_tool_and_reward_mistakes_answer_without_heavy_imports(tmp_path):
@@ -43,6 +49,14 @@ def test_data_tool_and_reward_mistakes_answer_without_heavy_imports(tmp_path):
                                 "environment_factory 'my_code.Calc': my_code has no Calc"),
         "reward_argument": ([*data, "--reward_funcs", "my_code.needs_units"],
                             "reward 'my_code.needs_units' requires the argument(s) 'units', which no data column"),
+        "groups_split": ([*data, "--num_generations", "3", "--per_device_train_batch_size", "4"],
+                         "generation_batch_size (4 = per_device_train_batch_size 4 x 1 process(es) x "
+                         "steps_per_generation 1) must be divisible by num_generations (3)"),
+        "eval_groups_split": ([*data, "--num_generations", "4", "--per_device_train_batch_size", "4",
+                               "--eval_strategy", "steps", "--per_device_eval_batch_size", "6"],
+                              "must be divisible by the generations per eval prompt (4)"),
+        "tracker_missing": ([*data, "--report_to", MISSING_TRACKER],
+                            f"report_to {MISSING_TRACKER} needs the {MISSING_TRACKER} package, which is not installed"),
     }
     code = textwrap.dedent(f"""
         import contextlib, io, json, sys, time

@@ -73,6 +73,10 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     assert adapter["r"] == base["lora_r"]
     assert (out / "adapter_model.safetensors").is_file()
     assert not (out / "model.safetensors").exists()
+    # what `rapo eval` evaluates by default: the tools and protocol the run trained with
+    assert json.loads((out / "rapo_run.json").read_text()) == {
+        "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,
+        "base_model": str(Path(base["model_name_or_path"]).resolve())}
     # the hybrid rollouts could retrieve: RAPO's metrics were logged
     assert re.search(r"'rapo/retrieve_prob': '?1(\.0)?'?[,}]", run.stdout), describe(run)
 
@@ -109,6 +113,7 @@ def test_eval_prints_base_and_trained_side_by_side(cli_runs, cli_work):
     out = Path(base["output_dir"])
     saved = json.loads((out / "eval_results.json").read_text())
     assert saved["task"] == "arithmetic" and saved["n"] == base["eval_size"]
+    assert (saved["tools"], saved["tool_protocol"]) == (["python"], "tags")  # the trained ones, recorded
     assert len(saved["question_ids"]) == base["eval_size"] == len(set(saved["question_ids"]))
     assert list(saved["rows"]) == ["base", "trained"]
     assert "| trained |" in (out / "eval_results.md").read_text()

@@ -45,15 +45,17 @@ def test_sigterm_stops_rapo_train_after_a_whole_checkpoint_and_the_command_resum
     assert process.returncode == 128 + signal.SIGTERM, stderr
     last = [line for line in stderr.splitlines() if line.strip()][-1]
     stopped = re.fullmatch(r"rapo train: stopped: RAPO stopped on SIGTERM after step (\d+)\. The checkpoint (\S+) "
-                           r"is whole: run again with --resume_from_checkpoint.*", last)
+                           r"is whole: to continue exactly from there, run the same command again with "
+                           r"`--resume_from_checkpoint (\S+)` \(or the bare flag: the newest whole checkpoint\).*", last)
     assert stopped, last
     step, checkpoint = int(stopped.group(1)), Path(stopped.group(2))
-    assert checkpoint == output / f"checkpoint-{step}" and step < 200
+    assert checkpoint == output / f"checkpoint-{step}" == Path(stopped.group(3)) and step < 200
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
     assert max(int(p.name.split("-")[1]) for p in output.glob("checkpoint-*")) == step  # nothing after it
 
-    resumed = subprocess.run(_rapo("train", "--config", str(config), "--resume_from_checkpoint", str(checkpoint),
-                                   "--max_steps", str(step + 1)),
+    # the advice as written, in its bare-flag form: the newest whole checkpoint, the one named
+    resumed = subprocess.run(_rapo("train", "--config", str(config), "--max_steps", str(step + 1),
+                                   "--resume_from_checkpoint"),
                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((output / f"checkpoint-{step + 1}" / "trainer_state.json").read_text())["global_step"] == step + 1

@@ -86,7 +86,7 @@ def test_user_data_mistakes_answer_before_anything_loads(changes, words):
 def test_a_column_that_is_not_there_is_named(tmp_path):
     _splits(4, 2).save_to_disk(tmp_path / "saved")
     script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
-    with pytest.raises(UsageError, match="no column 'question', 'answer'; it has problem, solution"):
+    with pytest.raises(UsageError, match="no column 'question'; it has problem, solution"):
         load_questions(script, "train")
 
 

@@ -71,6 +71,37 @@ def test_a_tool_that_raises_shows_the_error_and_the_rollout_goes_on(tiny_model):
     _round_trip(tok, messages[0], tools.values(), row)
 
 
+def test_a_tool_that_hangs_fails_its_call_at_the_timeout_and_the_rollout_goes_on(tiny_model):
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def wait_forever(seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: how long
+        """
+        release.wait()
+        return "woke"
+
+    turns = [call("wait_forever", seconds=1e9), call("multiply", a=6, b=7), "42<|im_end|>"]
+    engine, messages, prompts, tok = _engine(tiny_model, [turns], [wait_forever, multiply])
+    engine.chat_tools.timeout = 0.3  # the tag protocol's 30 s, shortened for the test
+    started = time.perf_counter()
+    try:
+        (row,) = engine.run(prompts, row_tools=[{"wait_forever": wait_forever, "multiply": multiply}],
+                            retrieval_enabled=False)
+    finally:
+        release.set()  # the hung call's thread ends with the test
+    assert time.perf_counter() - started < 30
+    assert row.finished and row.tool_calls == 2 and row.tool_failures == 1
+    assert row.messages[1]["content"] == str({"error": "wait_forever timed out after 0.3 s"})
+    assert row.tool_errors == [("wait_forever", "ToolError: wait_forever timed out after 0.3 s")]
+    assert row.messages[3]["content"] == "42"
+
+
 def test_unknown_tool_and_bad_arguments_are_failed_calls(tiny_model):
     turns = [call("divide", a=1), call("multiply", a=2, c=3), call("multiply", a=6, b=7), "42<|im_end|>"]
     engine, _, prompts, _ = _engine(tiny_model, [turns], [multiply], max_tool_calls=5)
@@ -102,6 +133,17 @@ def test_calls_past_the_budget_get_the_limit_notice(tiny_model):
     (row,) = engine.run(prompts, row_tools=[tools], retrieval_enabled=False)
     assert env.total == 1 and row.tool_calls == 1
     assert row.messages[3]["content"] == engine.config.tool_limit_message
+
+
+def test_a_turn_whose_calls_are_all_past_the_budget_retrieves_nothing(tiny_model):
+    env = Counter()
+    tools = environment_tools(env)
+    store = FixedStore()
+    turns = [call("add", n=1), call("add", n=1), call("add", n=1), "ok<|im_end|>"]
+    engine, messages, prompts, tok = _engine(tiny_model, [turns], tools.values(), store=store, max_tool_calls=1)
+    (row,) = engine.run(prompts, row_tools=[tools], hybrid=[True])
+    assert env.total == 1 and row.tool_calls == 1
+    assert len(store.queries) == 1 and len(row.retrievals) == 1  # after the call that ran only
 
 
 def test_a_result_that_does_not_fit_ends_the_row_with_its_call(tiny_model):

@@ -101,6 +101,17 @@ def test_tool_call_cap(tiny_model):
     assert text.count(engine.config.tool_limit_message) == 3
 
 
+def test_the_tool_call_limit_notice_is_no_step_to_retrieve_after(tiny_model):
+    store = FixedStore()
+    turns = [Turn(f"<python>{i}</python>") for i in range(5)] + [Turn("end")]
+    engine, prompts, tok = make_engine(tiny_model, [turns], store=store, max_tool_calls=2, retrieve_prob=1.0,
+                                       max_completion_length=400)
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert row.tool_calls == 2 and len(store.queries) == 2  # after the two calls that ran, not the three notices
+    assert len(row.retrievals) == 2
+    assert tok.decode(row.completion_ids).count(engine.config.tool_limit_message) == 3
+
+
 def test_total_budget_truncates_forced_tokens(tiny_model):
     engine, prompts, _ = make_engine(tiny_model, [[Turn("<python>1</python>"), Turn("never")]],
                                      max_completion_length=12)

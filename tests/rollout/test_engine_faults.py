@@ -61,6 +61,14 @@ def test_bad_input_is_not_retried(tiny_model, waits):
     assert engine.store_errors == 1 and len(row.retrievals) == 1 and waits == []
 
 
+def test_a_programming_error_in_the_store_stops_the_run_not_retrieval(tiny_model, waits):
+    store = FlakyStore(AttributeError("'str' object has no attribute 'select'"), failures=1)
+    engine, prompts, _ = make_engine(tiny_model, [_turns()], store=store)
+    with pytest.raises(AttributeError, match="no attribute 'select'"):
+        engine.run(prompts, hybrid=[True])
+    assert not engine.store_outage.down and engine.store_errors == 0 and waits == []
+
+
 def test_keyboard_interrupt_in_the_store_stops_the_run(tiny_model, waits):
     engine, prompts, _ = make_engine(tiny_model, [_turns()], store=FlakyStore(KeyboardInterrupt(), failures=1))
     with pytest.raises(KeyboardInterrupt):

@@ -43,3 +43,23 @@ def test_best_rollouts_are_stored_keyed_as_the_policy_queries(tiny_model, tmp_pa
     selected = store.select([query])[0]
     assert selected.text.startswith('<tool_call>\n{"name": "add", "arguments": {"n": 3}}')
     assert selected.text.endswith("<result>\n5\n</result>")
+
+
+def test_a_store_for_json_tools_alone_is_filled_by_an_agent_without_an_environment(tiny_model, tmp_path):
+    from tests.helpers.environments import multiply
+
+    model, tokenizer = tiny_model
+    turns = [call("multiply", "Multiplying.", a=6, b=7), "It is 42.<|im_end|>"]
+    model.generate = ScriptedGenerate(tokenizer, [([], [Turn(t) for t in turns])], model.config.vocab_size)
+    agent = EnvironmentAgent(model, tokenizer, None, tools=[multiply],
+                             config=RolloutConfig(max_completion_length=300, max_turn_tokens=100))
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+
+    def says_42(completions, **kwargs):
+        return [float("42" in str(c[-1]["content"])) for c in completions]
+
+    rows = [{"prompt": [{"role": "user", "content": "What is 6 times 7?"}], "question_id": "six-sevens"}]
+    assert build_from_environment(store, agent, rows, says_42, num_samples=1, keep_top_k=1) == 2
+    step = store.select(["What is 6 times 7?"])[0]
+    assert step.text.startswith('Multiplying.\n<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}')
+    assert step.text.endswith("<result>\n42\n</result>") and step.question_id == "six-sevens"

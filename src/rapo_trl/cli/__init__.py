@@ -26,10 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in RECIPE_COMMANDS.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
-    from rapo_trl.cli import plot_command, store_commands
+    from rapo_trl.cli import plot_command, push_command, store_commands
 
     store_commands.add_parser(subparsers)
     plot_command.add_parser(subparsers)
+    push_command.add_parser(subparsers)
     return parser
 
 
@@ -78,15 +79,15 @@ def main(argv: list[str] | None = None) -> int:
             if _wants_traceback():
                 raise
             return report("store", error)
-    if args.command == "plot":
-        from rapo_trl.cli import plot_command
+    if args.command in ("plot", "push"):
+        from rapo_trl.cli import plot_command, push_command
 
         try:
-            plot_command.run(args)
+            {"plot": plot_command, "push": push_command}[args.command].run(args)
         except Exception as error:  # noqa: BLE001
             if _wants_traceback():
                 raise
-            return report("plot", error)
+            return report(args.command, error)
     return 0
 
 

@@ -152,6 +152,10 @@ class RAPOScriptArguments:
     store_path: str = field(default="runs/store", metadata={"help": "Folder of the embedded Chroma trace store."})
     store_collection: str = field(default="traces", metadata={"help": "Collection inside the store."})
     store_server: str | None = field(default=None, metadata={"help": "host:port of a `chroma run` server."})
+    allow_empty_store: bool = field(
+        default=False,
+        metadata={"help": "train: take an empty store (retrieval inserts only the fallback text) instead of refusing it."},
+    )
     agent: str = field(default="expert", metadata={"help": "build-store agent: 'expert' or a model path."})
     expert_error_rate: float = field(default=0.2, metadata={"help": "Share of wrong expert trajectories."})
     num_samples: int = field(default=4, metadata={"help": "build-store: trajectories per question (paper 16)."})

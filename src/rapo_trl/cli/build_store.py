@@ -99,19 +99,31 @@ def _check_holds_only(store, rows, source: str, split: str, collection: str) -> 
                          "split or size?); delete the store folder or set another store_path")
 
 
-def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, what: str) -> dict:
+def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, what: str, tool_tags) -> dict:
     """``collection`` filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and holds."""
+    from rapo_trl.store.agent import stored_question_ids
+
     store = open_store(script, must_exist=False, collection=collection)
     source = f"agent:{script.agent}"
     _check_holds_only(store, rows, source, split, collection)
     added = store.build_from_agent(
         agent(rows), rows, reward, num_samples=script.num_samples, keep_top_k=script.keep_top_k,
-        source=source, seed=rapo_args.seed,
+        source=source, seed=rapo_args.seed, tool_tags=tool_tags,  # a step per call of any tool training runs
     )
     stats = store.stats()
     print(f"Added {added} step records; {what} now holds {stats['records']} records "
           f"from {stats['questions']} questions at {store.location}.")
+    if not stored_question_ids(store, source) & set(rows["question_id"]):  # neither this build nor an earlier one
+        raise UsageError(_nothing_stored(script, what, len(rows)))
     return {"added": added, **stats}
+
+
+def _nothing_stored(script, what: str, questions: int) -> str:
+    """The one line for a build that left ``what`` without a record of its questions: training would retrieve only
+    the fallback text."""
+    return (f"{what} got no step records from agent {script.agent!r} on {questions} questions: its trajectories were "
+            "all empty, untagged or without a finite reward, so nothing can be retrieved. Check the agent's output "
+            "(its tool tags and <answer>) and the reward")
 
 
 def run(script, rapo_args, model_args) -> dict:
@@ -139,12 +151,13 @@ def run(script, rapo_args, model_args) -> dict:
 
         def agent(rows):
             return model
+    tags = [tool.tag for tool in tools]
     result = _fill(script, rapo_args, agent, sets["store"], reward, script.store_collection,
-                   task_split(script, "store"), "the store")
+                   task_split(script, "store"), "the store", tags)
     if "demo" in sets:
         name = warm_start_collection(script)
         result["warm_start"] = _fill(script, rapo_args, agent, sets["demo"], reward, name, task_split(script, "demo"),
-                                     f"the warm start's collection '{name}'")
+                                     f"the warm start's collection '{name}'", tags)
     return result
 
 
@@ -172,4 +185,6 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
           f"questions at {store.location}.")
+    if not stats["records"]:
+        raise UsageError(_nothing_stored(script, "the store", len(rows)))
     return {"added": added, **stats}

@@ -24,10 +24,12 @@ from rapo_trl.cli.common import (
     model_init_kwargs,
     name_list,
     resolve_model_path,
+    tool_names,
     training_rows,
     write_json,
 )
 from rapo_trl.cli.model_folder import model_folder_problem
+from rapo_trl.cli.run_record import refuse_what_eval_cannot_run, use_trained_tools
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
@@ -96,6 +98,7 @@ def check(script, rapo_args, model_args) -> None:
         raise UsageError(f"eval model: {problem}")
     elif script.eval_base and not model_args.model_name_or_path and _base_of(_target(script, rapo_args)):
         check_model(_base_of(_target(script, rapo_args)))  # the adapter's base, evaluated first
+    refuse_what_eval_cannot_run(script, _target(script, rapo_args))
     if script.eval_samples < 0:
         raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
     if script.eval_base and model_args.model_name_or_path:
@@ -112,6 +115,7 @@ def run(script, rapo_args, model_args) -> dict:
         target = resolve_model_path(target)
     load = dict(quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args))
     start = time.perf_counter()
+    use_trained_tools(script, target)  # the agent that was trained, not the task's default tools
     tools = build_tools(script)
     sets = {name: training_rows(script, name, tools) for name in eval_splits(script)}
     print(count_line("Evaluating on", script, sets))
@@ -146,7 +150,8 @@ def run(script, rapo_args, model_args) -> dict:
     print("\n\n".join(tables))
     primary = next(iter(sets))
     # the questions asked, by id: which rows a score is over, checkable against the training data
-    payload = {"task": script.task, "split": primary, "n": len(sets[primary]), "k": k,
+    payload = {"task": script.task, "tools": tool_names(script), "tool_protocol": "tags", "split": primary,
+               "n": len(sets[primary]), "k": k,
                "rows": results[primary], "samples": samples[primary],
                "question_ids": list(sets[primary]["question_id"]),
                "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name],

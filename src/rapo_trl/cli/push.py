@@ -10,7 +10,9 @@ folder is left as it is (``rapo eval`` loads it)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
@@ -110,3 +112,33 @@ def push_folder(folder: Path, repo_id: str, token: str | None = None, private: b
     api.upload_folder(repo_id=repo, folder_path=str(folder), commit_message="End of training", token=token,
                       revision=revision)
     return repo
+
+
+def check_can_push(token: str | None = None) -> None:
+    """Refuse, before anything trains, a push that cannot happen: the Hub offline, or no token to push with."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise UsageError("push_to_hub needs the Hub, but HF_HUB_OFFLINE is set: unset it, or leave out push_to_hub "
+                         "and push later with `rapo push OUTPUT_DIR`")
+    from huggingface_hub import get_token
+
+    if not (token or get_token()):
+        raise UsageError("push_to_hub needs a Hugging Face token: run `hf auth login` (or set HF_TOKEN, or hub_token) "
+                         "first, or leave out push_to_hub and push later with `rapo push OUTPUT_DIR`")
+
+
+def push_run(output_dir: str | Path, repo_id: str | None = None, base_name: str | None = None,
+             include_warm_start: bool = False, token: str | None = None, private: bool | None = None,
+             revision: str | None = None, api=None) -> tuple[str, str]:
+    """Push the run in ``output_dir`` as ``rapo train --push_to_hub`` does (``hub_folder``): to ``repo_id`` (default:
+    the folder's name), its adapter naming ``base_name``, else the base the run recorded. Returns ``(repo, base)``."""
+    from rapo_trl.cli.run_record import read_run_record
+
+    output_dir = Path(output_dir)
+    base = base_name or (read_run_record(str(output_dir)) or {}).get("base_model")
+    if base is None and (output_dir / ADAPTER_CONFIG).is_file():  # a run recorded before its base was
+        base = json.loads((output_dir / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    with tempfile.TemporaryDirectory(prefix="rapo-push-") as staging:
+        folder = hub_folder(output_dir, staging, base or "", include_warm_start=include_warm_start)
+        repo = push_folder(folder, repo_id or output_dir.absolute().name, token=token, private=private,
+                           revision=revision, api=api)
+    return repo, base or ""

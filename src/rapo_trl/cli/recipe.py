@@ -62,11 +62,15 @@ HELP_GROUPS = {
     ),
 }
 HELP_TEXT = {  # where the command's meaning differs from the dataclass's own help
+    "resume_from_checkpoint": "A checkpoint folder to resume from; the flag alone (or true): the newest whole one.",
     "dtype": "Load the models in this dtype: auto, bfloat16, float16 or float32. Unset: train loads float32 (TRL's "
              "default; bf16/fp16 mixed precision on top; with LoRA the frozen weights load in that half type), eval "
              f"and build-store follow the device: {PRECISION_RULE}.",
 }
 DEFAULTS = {"dtype": None}  # unset dtype: see HELP_TEXT (ModelConfig's own default is float32)
+BARE_FLAGS = {"resume_from_checkpoint": "true"}
+"""Fields whose flag may come without a value, and what it then means: ``--resume_from_checkpoint`` alone resumes
+from the newest whole checkpoint, as ``Trainer.train(resume_from_checkpoint=True)``."""
 
 
 def help_groups(command: str) -> list[tuple[str, list[str]]]:
@@ -121,6 +125,8 @@ def recipe_parser(command: str, everything: bool = False) -> ArgumentParser:
 def _add_field(parser, spec: FieldSpec, shown: bool) -> None:
     """``--name`` (and ``--name-with-dashes``) as HfArgumentParser declares a dataclass field."""
     kwargs = {**spec.metadata, **_conversion(spec.hint), "default": spec.default}
+    if spec.name in BARE_FLAGS:
+        kwargs.update(nargs="?", const=BARE_FLAGS[spec.name])
     kwargs["help"] = HELP_TEXT.get(spec.name, kwargs.get("help")) if shown else argparse.SUPPRESS
     parser.add_argument(*option_names(spec.name), **kwargs)
     if spec.default is True and kwargs.get("const") is True:  # HfArgumentParser's `--no_x` for a flag that is on
@@ -243,10 +249,11 @@ def parse_recipe(command: str, argv: list[str]):
         def _parse_dataclass_field(parser, field):
             TrlParser._parse_dataclass_field(parser, field)
             # TRL's parser wants a value after a `bool | None` flag (`--bf16 true`); transformers' takes `--bf16`.
-            if bool in typing.get_args(field.type):
+            const = True if bool in typing.get_args(field.type) else BARE_FLAGS.get(field.name)
+            if const is not None:
                 for action in parser._actions:
                     if f"--{field.name}" in action.option_strings and action.nargs is None:
-                        action.nargs, action.const = "?", True
+                        action.nargs, action.const = "?", const
 
     parser = RecipeParser((RAPOScriptArguments, RAPOConfig, ModelConfig), prog=f"rapo {command}")
     parser.set_defaults(**DEFAULTS)

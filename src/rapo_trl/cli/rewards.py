@@ -18,9 +18,23 @@ ROW_COLUMNS = ("prompt", "question", "answer", "question_id")
 """Columns every training row has (`to_rapo_rows`); a task or dataset may add more."""
 
 
+TRL_REWARDS = {name: f"trl.rewards.{name}" for name in ("accuracy_reward", "reasoning_accuracy_reward",
+                                                         "think_format_reward")}
+"""The short names ``trl grpo --reward_funcs`` takes, by the import path they name."""
+
+
 def reward_names(script: RAPOScriptArguments) -> list[str]:
-    """The recipe's reward functions: ``reward_funcs``, else ``reward``."""
-    return name_list(script.reward_funcs, [script.reward])
+    """The recipe's reward functions: ``reward_funcs``, else ``reward``; TRL's short names as their import paths."""
+    return [TRL_REWARDS.get(name, name) for name in name_list(script.reward_funcs, [script.reward])]
+
+
+def _unknown(name: str) -> UsageError:
+    from rapo_trl.cli.parsing import closest
+
+    close = closest(name, [*REWARDS, *TRL_REWARDS])
+    return UsageError(f"unknown reward '{name}'" + (f"; did you mean '{close}'?" if close else "")
+                      + f"; choose one of {', '.join(REWARDS)}, TRL's {', '.join(TRL_REWARDS)}, or an import path "
+                      "(pkg.module.fn)")
 
 
 def check_reward_names(script: RAPOScriptArguments, columns=None) -> None:
@@ -30,8 +44,7 @@ def check_reward_names(script: RAPOScriptArguments, columns=None) -> None:
         if name in REWARDS:
             continue
         if not is_import_path(name):
-            raise UsageError(f"unknown reward '{name}'; choose one of {', '.join(REWARDS)} or an import path "
-                             "(pkg.module.fn)")
+            raise _unknown(name)
         found = check_import_path(name, "reward")
         if found.parameters is not None and columns is not None:
             missing_columns(name, found.parameters, columns)
@@ -64,7 +77,7 @@ def make_reward(script: RAPOScriptArguments, name: str | None = None):
     """The reward function ``name`` (default: the recipe's ``reward``): a built-in name or an import path."""
     from rapo_trl import rewards
 
-    name = name or script.reward
+    name = TRL_REWARDS.get(name or script.reward, name or script.reward)
     table = {
         "rapo_outcome": rewards.rapo_outcome_reward,
         "f1": rewards.f1_reward,
@@ -78,7 +91,7 @@ def make_reward(script: RAPOScriptArguments, name: str | None = None):
         if not callable(function):
             raise UsageError(f"reward '{name}' is not a function")
         return function
-    raise UsageError(f"unknown reward '{name}'; choose one of {', '.join(REWARDS)} or an import path (pkg.module.fn)")
+    raise _unknown(name)
 
 
 def with_reward_columns(rows, functions: dict):

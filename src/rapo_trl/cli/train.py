@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
     GRPO_SAME_ROLLOUTS_DIR,
     UsageError,
@@ -14,10 +15,12 @@ from rapo_trl.cli.common import (
     check_script_arguments,
     check_store_location,
     count_line,
+    eval_splits,
     model_init_kwargs,
     open_store,
     resolve_model_path,
     task_split,
+    tool_names,
     training_rows,
     warm_start_collection,
 )
@@ -28,22 +31,41 @@ from rapo_trl.cli.environment import (
     environment_rows,
 )
 from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
+from rapo_trl.cli.run_record import write_run_record
 
 RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
 """RAPOConfig values that make the trainer GRPO: no row may retrieve."""
 
 
 def _wants_store(script, rapo_args) -> bool:
-    retrieves = rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
-    return bool(retrieves or script.sft_warmup_steps or script.sft_store_steps)
+    return bool(_retrieves(rapo_args) or script.sft_warmup_steps or script.sft_store_steps)
+
+
+def _retrieves(rapo_args) -> bool:
+    return rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+
+
+def check_store_not_empty(store, script, rapo_args) -> None:
+    """Refuse to retrieve from an empty store (every retrieval would insert the fallback text) unless asked to."""
+    if store is None or not _retrieves(rapo_args) or script.allow_empty_store or len(store) > 0:
+        return
+    raise UsageError(f"the trace store at {store.location} (collection '{store.collection_name}') is empty, so every "
+                     "retrieval would insert the fallback text: fill it with `rapo build-store`, turn retrieval off "
+                     "(--num_hybrid_generations 0 or --retrieve_prob 0), or pass --allow_empty_store")
 
 
 def check(script, rapo_args, model_args) -> None:
     """Every input train can check without loading anything (also before TRL is imported)."""
     check_script_arguments("train", script)
+    check_batch_shape(rapo_args)
+    check_report_to(rapo_args)
     check_environment(script, "train")
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
+    if getattr(rapo_args, "push_to_hub", False):
+        from rapo_trl.cli.push import check_can_push
+
+        check_can_push(getattr(rapo_args, "hub_token", None))  # before training: the push comes at its end
     if script.environment_factory is None or script.reward_funcs is not None:
         training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
     if script.sft_same_time and script.sft_warmup_steps <= 0:
@@ -67,6 +89,7 @@ def run(script, rapo_args, model_args) -> dict:
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
+    resume = resume_from(rapo_args.resume_from_checkpoint, rapo_args.output_dir)  # before anything loads
     environment = environment_factory(script) if script.environment_factory else None
     if environment is None:
         reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
@@ -76,12 +99,21 @@ def run(script, rapo_args, model_args) -> dict:
     rows = training_rows(script, "train", tools) if environment is None else environment_rows(script, "train")
     rows = with_reward_columns(rows, dict(zip(reward_names(script), reward_funcs)))
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
+    eval_rows = None
+    if str(getattr(rapo_args.eval_strategy, "value", rapo_args.eval_strategy)) != "no":
+        # TRL evaluates during training on eval_dataset: the held-out questions rapo eval asks, never trained on.
+        held_out = eval_splits(script)[0]
+        eval_rows = (training_rows(script, held_out, tools) if environment is None
+                     else environment_rows(script, held_out))
+        eval_rows = with_reward_columns(eval_rows, dict(zip(reward_names(script), reward_funcs)))
+        print(count_line("Evaluating during training on", script, {held_out: eval_rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
     demo_rows = (rows if same else training_rows(script, "demo", tools)) if script.sft_warmup_steps > 0 else None
     if demo_rows is not None and not same:
         print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
+    check_store_not_empty(store, script, rapo_args)
     # The warm start's trajectories: the store's own, or the demonstrated questions' collection beside a store of
     # RL's questions (store_split; build-store fills both).
     demo_store = store
@@ -94,6 +126,9 @@ def run(script, rapo_args, model_args) -> dict:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     base_path = model_path  # the model the warm start begins from: the pushed adapter's base
+    from rapo_trl.cli.push import base_model_name
+
+    pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
     peft_config, warm = get_peft_config(model_args), None
     lora_run = peft_config is not None
     sft = dict(tokenizer=tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
@@ -129,6 +164,7 @@ def run(script, rapo_args, model_args) -> dict:
             args=with_values(args, reward_weights=reward_weights, push_to_hub=False,
                              model_init_kwargs=init_kwargs if isinstance(policy, str) else None),
             train_dataset=rows,
+            eval_dataset=eval_rows,
             processing_class=tokenizer,
             quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
             peft_config=peft,
@@ -138,7 +174,10 @@ def run(script, rapo_args, model_args) -> dict:
         )
 
     trainer = build_trainer(rapo_args, store)
-    result = trainer.train(resume_from_checkpoint=rapo_args.resume_from_checkpoint)
+    if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained too
+        write_run_record(rapo_args.output_dir, tool_names(script) if tools else [], trainer.tool_protocol,
+                         script.environment_factory, script.task, base_model=pushed_base)
+    result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(rapo_args.output_dir)
     if script.sft_same_time:
         from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
@@ -155,7 +194,7 @@ def run(script, rapo_args, model_args) -> dict:
     trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
     trainer.create_model_card()
     if rapo_args.push_to_hub and trainer.is_world_process_zero():
-        _push(script, rapo_args, model_args, base_path)
+        _push(script, rapo_args, pushed_base)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     if script.grpo_same_rollouts:
@@ -182,6 +221,28 @@ def _train_grpo_same_rollouts(build_trainer, rapo_args, steps: int) -> None:
     _save_history_and_plots(trainer, folder)
     print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
           f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")
+
+
+def resume_from(value, output_dir: str) -> str | None:
+    """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
+    Trainer's ``True``; ``false`` none; a folder must exist and be whole. Refused in one line before anything loads."""
+    from rapo_trl.trainer.checkpoint import checked_resume
+
+    if value is None or isinstance(value, bool):
+        value = value or None
+    elif value.strip().lower() in ("true", "yes", "1"):
+        value = True
+    elif value.strip().lower() in ("false", "no", "0", "none", ""):
+        value = None
+    elif not Path(value).is_dir():
+        raise UsageError(f"resume_from_checkpoint {value!r} is not a folder; give a checkpoint folder "
+                         f"({output_dir}/checkpoint-N) or `--resume_from_checkpoint` alone for the newest whole one")
+    if value is None:
+        return None
+    try:
+        return checked_resume(value, output_dir)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def with_values(rapo_args, **values):
@@ -215,17 +276,18 @@ def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args, 
     return policy, None
 
 
-def _push(script, rapo_args, model_args, base_path: str) -> None:
-    import tempfile
+def _push(script, rapo_args, base: str) -> None:
+    from rapo_trl.cli.push import push_run
 
-    from rapo_trl.cli.push import base_model_name, hub_folder, push_folder
-
-    base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
-    with tempfile.TemporaryDirectory(prefix="rapo-push-") as staging:
-        folder = hub_folder(rapo_args.output_dir, staging, base, include_warm_start=script.push_warm_start)
-        repo = push_folder(folder, rapo_args.hub_model_id or Path(rapo_args.output_dir).absolute().name,
-                           token=rapo_args.hub_token, private=rapo_args.hub_private_repo,
-                           revision=rapo_args.hub_revision)
+    repo_id = rapo_args.hub_model_id or Path(rapo_args.output_dir).absolute().name
+    try:
+        repo, base = push_run(rapo_args.output_dir, repo_id, base, include_warm_start=script.push_warm_start,
+                              token=rapo_args.hub_token, private=rapo_args.hub_private_repo,
+                              revision=rapo_args.hub_revision)
+    except (OSError, RuntimeError, ValueError) as error:  # the Hub or the network: the trained run is saved
+        raise RuntimeError(f"the push to {repo_id} failed ({type(error).__name__}: {error}); the run is saved in "
+                           f"{rapo_args.output_dir}: retry with `rapo push {rapo_args.output_dir} --hub_model_id "
+                           f"{repo_id}`") from error
     print(f"Pushed to https://huggingface.co/{repo} (adapter base: {base}).")
 
 

@@ -118,8 +118,23 @@ def _test_split(script: RAPOScriptArguments, splits) -> str | None:
     return DEFAULT_TEST_SPLIT if DEFAULT_TEST_SPLIT in splits else None
 
 
+TRL_COLUMNS = {"question_column": ("question", "prompt"), "answer_column": ("answer", "solution")}
+"""``field: (RAPO's default column, TRL's)``: a dataset in TRL's format (`trl-lib/*`: a ``prompt``, conversational or
+plain, and a ``solution``) is read with the default column names unset."""
+
+
+def question_answer_columns(script: RAPOScriptArguments, columns) -> tuple[str, str]:
+    """The question and answer columns of a dataset with ``columns``: the ones set, or TRL's where the defaults are
+    absent."""
+    found = []
+    for field, (default, trl) in TRL_COLUMNS.items():
+        name = getattr(script, field)
+        found.append(trl if name == default and default not in columns and trl in columns else name)
+    return found[0], found[1]
+
+
 def _require_columns(script: RAPOScriptArguments, split: str, columns) -> None:
-    missing = [name for name in (script.question_column, script.answer_column) if name not in columns]
+    missing = [name for name in question_answer_columns(script, columns) if name not in columns]
     if missing:
         raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) has no column "
                          f"{', '.join(map(repr, missing))}; it has {', '.join(columns)}: set question_column and "
@@ -175,14 +190,34 @@ def _dataset_splits(script: RAPOScriptArguments):
 
 
 def _question_answer(script: RAPOScriptArguments, rows, split: str):
-    """``rows`` with the question and answer columns named ``question`` and ``answer``; a null answer refused."""
+    """``rows`` with the question and answer columns named ``question`` and ``answer`` (a conversational prompt's user
+    text as the question); a null answer or a question that is no text refused."""
     _require_columns(script, split, rows.column_names)
-    empty = next((index for index, answer in enumerate(rows[script.answer_column]) if answer in (None, "", [])), None)
+    question_column, answer_column = question_answer_columns(script, rows.column_names)
+    empty = next((index for index, answer in enumerate(rows[answer_column]) if answer in (None, "", [])), None)
     if empty is not None:
         raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) row {empty}: "
-                         f"'{script.answer_column}' is {rows[empty][script.answer_column]!r}; every question needs "
-                         "its answer")
-    mapping = {script.question_column: "question", script.answer_column: "answer"}
+                         f"'{answer_column}' is {rows[empty][answer_column]!r}; every question needs its answer")
+    rows = _question_text(script, rows, split, question_column)
+    mapping = {question_column: "question", answer_column: "answer"}
     renamed = {old: new for old, new in mapping.items() if old != new}
     clashing = [new for new in renamed.values() if new in rows.column_names]
     return rows.remove_columns(clashing).rename_columns(renamed) if renamed else rows
+
+
+def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
+    """``rows`` with ``column`` as text: a conversation (TRL's conversational ``prompt``) becomes its user messages'
+    text; anything else that is not a string is refused in one line."""
+    from rapo_trl.store.steps import prompt_text
+
+    values = rows[column]
+    bad = next((i for i, value in enumerate(values) if not isinstance(value, (str, list))
+                or (isinstance(value, list) and not all(isinstance(m, dict) and "content" in m for m in value))), None)
+    if bad is not None:
+        raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) row {bad}: question column '{column}' "
+                         f"holds {type(values[bad]).__name__} {str(values[bad])[:60]!r}, not question text or a "
+                         "conversation; set question_column to the column of question text")
+    if all(isinstance(value, str) for value in values):
+        return rows
+    texts = [value if isinstance(value, str) else prompt_text(value) for value in values]
+    return rows.remove_columns([column]).add_column(column, texts)

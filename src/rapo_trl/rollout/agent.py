@@ -85,6 +85,11 @@ class RolloutAgent:
         return cls(model, tokenizer, tools, config, SamplingSettings(temperature=temperature, do_sample=do_sample),
                    batch_size)
 
+    @property
+    def tool_tags(self) -> list[str]:
+        """The tags of the tools this agent calls: where the store cuts its trajectories into steps."""
+        return list(self.engine.tools)
+
     def rollouts(self, prompts: list) -> list[RolloutRow]:
         rows: list[RolloutRow] = []
         for start in range(0, len(prompts), self.batch_size):

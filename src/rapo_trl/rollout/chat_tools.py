@@ -11,7 +11,6 @@ message followed by the next assistant header: forced ids, computed from a fixed
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from trl.chat_template_utils import parse_response
 
 from rapo_trl.protocol import cap_text
+from rapo_trl.tools.base import ToolError
+from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S, TimedCalls
 
 ToolTable = Mapping[str, Callable]
 """The functions a row may call, by name (a function's ``__name__``, or an environment method's)."""
@@ -67,9 +68,12 @@ class ChatToolCalls:
         chat_template: the template to render tool messages with (TRL's training-safe one when the tokenizer's own
             is not prefix-preserving); ``None``: the tokenizer's.
         template_kwargs: extra ``apply_chat_template`` arguments (``GRPOConfig.chat_template_kwargs``).
+        timeout: seconds a call may take, as a tag tool's: past it the call fails (its result an error, counted) and
+            the rollout goes on; the function runs on in its thread (``rapo_trl.tools.timed_call``).
     """
 
-    def __init__(self, tokenizer, chat_template: str | None = None, template_kwargs: dict | None = None):
+    def __init__(self, tokenizer, chat_template: str | None = None, template_kwargs: dict | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S):
         if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
             from trl.chat_template_utils import add_response_schema
 
@@ -84,6 +88,8 @@ class ChatToolCalls:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.template_kwargs = dict(template_kwargs or {})
+        self.timeout = timeout
+        self._calls: dict[str, TimedCalls] = {}  # per tool name: its calls still running past their timeout
 
     def parse(self, turn_ids: Sequence[int], prefix_ids: Sequence[int], tools: ToolTable) -> dict:
         """The turn as an assistant message (TRL's ``parse_response``: plain text when a call does not parse)."""
@@ -102,10 +108,11 @@ class ChatToolCalls:
             try:
                 if name not in tools:
                     raise ValueError(f"Tool {name} not found.")
-                output = tools[name](**arguments)
-                if inspect.isawaitable(output):
-                    output = asyncio.run(_awaited(output))
+                calls_of = self._calls.setdefault(name, TimedCalls(name, self.timeout))
+                output = calls_of.call(tools[name], [], arguments)
             except Exception as error:  # noqa: BLE001 - the user's tool failing is the call's result, not the run's end
+                # The function's own exception as TRL shows it; a timeout (no cause) as the ToolError says it.
+                error = error.__cause__ if isinstance(error, ToolError) and error.__cause__ is not None else error
                 results.append(CallResult(_tool_message(name, {"error": str(error)}), f"{type(error).__name__}: {error}"))
                 continue
             results.append(CallResult(_tool_message(name, output)))
@@ -155,6 +162,3 @@ def _tool_message(name: str, output) -> dict:
     # A list stays a list (content blocks), anything else is shown as its str(), as TRL does.
     return {"role": "tool", "name": name, "content": output if isinstance(output, list) else str(output)}
 
-
-async def _awaited(awaitable):
-    return await awaitable

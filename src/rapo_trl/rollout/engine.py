@@ -347,11 +347,14 @@ class HybridRolloutEngine:
 
             start = time.perf_counter()
             if self.chat_tools is not None:
-                self._run_json_calls(rows, calls, tables)
+                limited = self._run_json_calls(rows, calls, tables)
                 # A row whose results did not fit ended with its call turn, as in TRL: no step to retrieve after.
                 calls = [call for call in calls if not rows[call[0]].finished]
             else:
-                self._run_tools(rows, calls)
+                limited = self._run_tools(rows, calls)
+            # A turn whose every call was past max_tool_calls ran no tool: the limit notice is no tool step, and a
+            # retrieval after it would hand the row a later stored step at each such turn.
+            calls = [call for call in calls if call[0] not in limited]
             stats.tool_seconds += time.perf_counter() - start
 
             if can_retrieve:
@@ -401,14 +404,18 @@ class HybridRolloutEngine:
             self._append_forced(row, [eos], "end")
             row.truncated = False  # an EOS in the last slot still ends a finished row, not a cut one
 
-    def _run_tools(self, rows: list[RolloutRow], calls: list[tuple[int, str, str | None]]) -> None:
+    def _run_tools(self, rows: list[RolloutRow], calls: list[tuple[int, str, str | None]]) -> set[int]:
+        """Run the rows' tag calls and append their results; returns the rows whose call was past ``max_tool_calls``
+        (shown the limit notice, no tool run)."""
         cfg = self.config
         outputs: dict[int, ToolCall | str] = {}
         to_run: list[tuple[int, Tool, str]] = []
+        limited = set()
         for i, tag, content in calls:
             row = rows[i]
             if row.tool_calls >= cfg.max_tool_calls:
                 outputs[i] = cfg.tool_limit_message
+                limited.add(i)
                 continue
             row.tool_calls += 1
             if content is None:
@@ -431,6 +438,7 @@ class HybridRolloutEngine:
                 text = result
             block = cfg.result_template.format(output=cap_text(text, cfg.max_result_chars))
             self._append_forced(rows[i], self.encode(block), "tool")
+        return limited
 
     def _json_turn(self, row: RolloutRow, step_start: int, tools: ToolTable) -> list[dict]:
         """Parse the policy turn just sampled into the row's chat messages; the tool calls it makes (none when it
@@ -450,10 +458,12 @@ class HybridRolloutEngine:
         return message.get("tool_calls") or []
 
     def _run_json_calls(self, rows: list[RolloutRow], calls: list[tuple[int, str, list[dict]]],
-                        tables: list[ToolTable]) -> None:
+                        tables: list[ToolTable]) -> set[int]:
         """Run each row's JSON calls (a row's in order, rows side by side) and append their results as the chat
-        template renders them; results that do not fit the completion budget end the row instead, as in TRL."""
+        template renders them; results that do not fit the completion budget end the row instead, as in TRL. Returns
+        the rows whose every call was past ``max_tool_calls``."""
         cfg = self.config
+        limited = {i for i, _, _ in calls if rows[i].tool_calls >= cfg.max_tool_calls}
         with ThreadPoolExecutor(max_workers=max(1, min(cfg.tool_workers, len(calls) or 1))) as pool:
             shown = list(pool.map(lambda call: self.chat_tools.results_for(rows[call[0]], call[2], tables[call[0]], cfg),
                                   calls))
@@ -465,6 +475,7 @@ class HybridRolloutEngine:
                 continue
             self._append_forced(row, suffix, "tool")
             row.messages.extend(messages)
+        return limited
 
     def _retrieve(self, rows: list[RolloutRow], boundaries: dict[int, str], prefixes: list[str],
                   question_ids: list[str | None], retrieve_prob: float) -> None:

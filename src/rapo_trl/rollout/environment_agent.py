@@ -29,6 +29,8 @@ class Episode:
 def observed_prompt(environment, row: dict) -> list[dict]:
     """``row["prompt"]`` with ``environment.reset(**row)``'s text appended to its last message, as TRL does."""
     prompt = [dict(message) for message in row.get("prompt") or [{"role": "user", "content": ""}]]
+    if environment is None:  # standalone JSON tools only: the prompt as it is
+        return prompt
     observation = environment.reset(**row)
     if observation is not None:
         prompt[-1]["content"] = prompt[-1]["content"] + observation
@@ -41,15 +43,16 @@ class EnvironmentAgent:
     Args:
         model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results).
         environment_factory: a class or callable returning an environment (``reset``, tool methods, optionally
-            ``get_reward``), as GRPOTrainer takes it.
+            ``get_reward``), as GRPOTrainer takes it; ``None`` for ``tools`` alone (a store for a trainer given
+            ``tools=[fn]`` as JSON tool calls).
         tools: standalone JSON tools (plain typed functions) beside the environment's methods.
         config: budgets (JSON tool calls; the agent never retrieves).
         sampling: sampling settings; batch_size: rollouts generated together.
     """
 
-    def __init__(self, model, tokenizer, environment_factory: Callable, tools: Sequence[Callable] = (),
+    def __init__(self, model, tokenizer, environment_factory: Callable | None, tools: Sequence[Callable] = (),
                  config: RolloutConfig | None = None, sampling: SamplingSettings | None = None, batch_size: int = 8):
-        if not callable(environment_factory):
+        if environment_factory is not None and not callable(environment_factory):
             raise TypeError(f"environment_factory must be a class or a callable returning an environment, got "
                             f"{type(environment_factory).__name__}.")
         self.tokenizer = tokenizer
@@ -60,7 +63,7 @@ class EnvironmentAgent:
         self.engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer, sampling), (), None, config)
 
     @classmethod
-    def from_pretrained(cls, path: str, environment_factory: Callable, tools: Sequence[Callable] = (),
+    def from_pretrained(cls, path: str, environment_factory: Callable | None, tools: Sequence[Callable] = (),
                         max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
                         batch_size: int = 8, device: str | None = None, dtype=None) -> EnvironmentAgent:
         from rapo_trl.rollout.agent import load_policy
@@ -75,9 +78,9 @@ class EnvironmentAgent:
         done: list[Episode] = []
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start : start + self.batch_size]
-            environments = [self.environment_factory() for _ in batch]
+            environments = [self.environment_factory() if self.environment_factory else None for _ in batch]
             prompts = [observed_prompt(env, dict(row)) for env, row in zip(environments, batch)]
-            tables = [{**self.tools, **environment_tools(env)} for env in environments]
+            tables = [{**self.tools, **(environment_tools(env) if env is not None else {})} for env in environments]
             prompt_ids = [list(self.tokenizer.apply_chat_template(prompt, tools=list(table.values()) or None,
                                                                   add_generation_prompt=True, tokenize=True,
                                                                   return_dict=False))

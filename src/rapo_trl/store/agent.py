@@ -95,6 +95,7 @@ def build_from_agent(
     resume: bool = True,
     show_progress: bool | None = None,
     seed: int | None = None,
+    tool_tags: Sequence[str] | None = None,
 ) -> int:
     """Build (or resume building) ``store`` from an off-policy agent; returns the records added.
 
@@ -112,6 +113,8 @@ def build_from_agent(
             seeded from ``(seed, question id)``, so a resumed build samples exactly what an
             uninterrupted one would have (batched sampling would draw differently once the batches
             change). ``None`` samples ``questions_per_batch`` questions per agent call, unseeded.
+        tool_tags: the tags of the tools the agent calls, each call one step (as the trainer retrieves after each);
+            ``None``: the agent's own ``tool_tags`` (a :class:`~rapo_trl.RolloutAgent`'s tools), else the store's.
     """
     from tqdm.auto import tqdm
 
@@ -119,6 +122,7 @@ def build_from_agent(
         store.acquire_write_lock()  # fail now, not after sampling a first batch, if another process has it
     prompts, ids, extras = _questions_table(questions, question_column, id_column)
     show = store.config.show_progress if show_progress is None else show_progress
+    tags = getattr(agent, "tool_tags", None) if tool_tags is None else tool_tags
     added = skipped_rows = 0
     with tqdm(total=len(prompts), desc="Building trace store", unit="q", disable=not show) as bar:
         for start in range(0, len(prompts), questions_per_batch):
@@ -128,7 +132,7 @@ def build_from_agent(
                 batch = [i for i in batch if ids[i] not in done]
             if batch:
                 added_now, skipped_now = _build_batch(
-                    store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed
+                    store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed, tags
                 )
                 added += added_now
                 skipped_rows += skipped_now
@@ -159,7 +163,8 @@ def seed_everything(seed: int) -> None:
         torch.manual_seed(seed)  # all devices
 
 
-def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed):
+def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed,
+                 tool_tags):
     if seed is None:
         samples = sample(agent, [prompts[i] for i in batch], num_samples)
     else:
@@ -181,6 +186,7 @@ def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_sampl
     # An agent's malformed samples are data, not a user error: skip them.
     _, problems = validate_trajectories(completions, rewards, question_ids, None, on_invalid="skip")
     added = store.add_trajectories(
-        completions, rewards, question_ids, source, keep_top_k, flat_prompts, on_invalid="skip"
+        completions, rewards, question_ids, source, keep_top_k, flat_prompts, on_invalid="skip",
+        **({} if tool_tags is None else {"tool_tags": tool_tags}),
     )
     return added, len(problems)

@@ -44,12 +44,17 @@ def add_from_dataset(
     source: str = "offline",
     keep_top_k: int | None = 5,
     on_invalid: str = "raise",
+    tool_tags=None,
 ) -> int:
     """Store a dataset of tagged trajectories (one row each); returns the number of records added.
 
     ``prompt_column`` holds the question text or chat messages that prefix every key; ``"auto"`` uses
     ``prompt`` or ``question`` when present, ``None`` uses no prompt. ``source_column`` (optional)
-    gives each row its own source, otherwise ``source`` applies to all.
+    gives each row its own source, otherwise ``source`` applies to all. ``tool_tags``: the tags of the tools the
+    trajectories call, each call one step (``TraceStore.add_trajectories``). ``question_column`` must hold the ids
+    of the training rows the trajectories answer (their ``question_id``: ``to_rapo_rows`` adds one, the
+    ``rapo_trl.tasks.question_id_of`` of the question text unless the dataset has its own): retrieval of a row's own question and
+    the SFT warm start find a record by it.
     """
     if prompt_column == "auto":
         prompt_column = next((c for c in ("prompt", "question") if c in ds.column_names), None)
@@ -59,7 +64,8 @@ def add_from_dataset(
     prompts = ds[prompt_column] if prompt_column is not None else None
     if source_column is None:
         return store.add_trajectories(
-            ds[text_column], ds[reward_column], ds[question_column], source, keep_top_k, prompts, on_invalid
+            ds[text_column], ds[reward_column], ds[question_column], source, keep_top_k, prompts, on_invalid,
+            tool_tags=tool_tags,
         )
     # Per-row sources: validate everything first, then write each source's rows.
     from rapo_trl.store.ingest import validate_trajectories
@@ -78,6 +84,7 @@ def add_from_dataset(
             keep_top_k,
             subset[prompt_column] if prompt_column is not None else None,
             on_invalid,
+            tool_tags=tool_tags,
         )
     return added
 

@@ -2,9 +2,11 @@
 
 A Chroma server restarting, a dropped connection or a timeout makes ``select`` raise; during a rollout
 that would end the whole training step. :func:`select_with_retry` retries such errors with backoff,
-then gives up on that retrieval (the rollout goes on without it; the caller counts it). Errors that
-retrying cannot fix (bad input: ``ValueError``, ``TypeError``) are given up on at once. Only
-``KeyboardInterrupt`` and ``SystemExit`` get through.
+then gives up on that retrieval (the rollout goes on without it; the caller counts it). Bad input
+(``ValueError``), which retrying cannot fix, is given up on at once. A programming error (``AttributeError``,
+``TypeError``, ... : a store object that is not a store, a ``select`` with another signature) is raised: going on
+without retrieval would turn RAPO into GRPO for the whole run with no error. ``KeyboardInterrupt`` and
+``SystemExit`` get through too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from tenacity import (
 )
 
 logger = logging.getLogger(__name__)
+
+PROGRAMMING_ERRORS = (AttributeError, TypeError, NameError, ImportError, AssertionError, NotImplementedError)
+"""Errors of the code around the store, not of the store or its transport: raised, never an outage."""
 
 
 def clean_text(text: str) -> str:
@@ -45,9 +50,9 @@ def select_or_error(store, contexts: Sequence[str], attempts: int = 3, backoff_s
     retrying = Retrying(
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=backoff_s, exp_base=2),
-        # Exception only: KeyboardInterrupt and SystemExit get through at once. Bad input (ValueError,
-        # TypeError) fails the same way again, so it is not retried either.
-        retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((ValueError, TypeError)),
+        # Exception only: KeyboardInterrupt and SystemExit get through at once. Bad input and programming errors
+        # fail the same way again, so they are not retried either.
+        retry=retry_if_exception_type(Exception) & retry_if_not_exception_type((ValueError, *PROGRAMMING_ERRORS)),
         sleep=time.sleep,
         reraise=True,  # the store's own error, not tenacity's RetryError, for the callers' messages
     )
@@ -55,13 +60,15 @@ def select_or_error(store, contexts: Sequence[str], attempts: int = 3, backoff_s
         if question_ids is not None:
             return retrying(store.select, contexts, question_ids=list(question_ids), **options), None
         return retrying(store.select, contexts, **options), None
+    except PROGRAMMING_ERRORS:
+        raise
     except Exception as error:  # noqa: BLE001 - a store failure must not end the training step
         return None, error
 
 
 def is_bad_input(error: BaseException) -> bool:
     """An error that retrying cannot fix (the query, not the store, is at fault)."""
-    return isinstance(error, (ValueError, TypeError))
+    return isinstance(error, ValueError)
 
 
 def select_with_retry(store, contexts: Sequence[str], attempts: int = 3, backoff_s: float = 0.5,

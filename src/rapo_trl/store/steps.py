@@ -1,7 +1,8 @@
 """RAPO's step definition, the key/query preprocessing, and the step records built from them.
 
-A step is the agent's text up to and including one ``</python>`` or ``</search>`` closing tag (or the
-end of the trajectory), plus the ``<result>...</result>`` block the environment appended after it.
+A step is the agent's text up to and including one tool's closing tag (``</python>``, ``</search>`` or the tag of a
+tool of yours: the tags the trainer runs, so stored steps end where the rollout retrieves) or the end of the
+trajectory, plus the ``<result>...</result>`` block the environment appended after it.
 A record's key is the context before its step (question + earlier steps), preprocessed exactly like
 the queries the rollout sends to :meth:`TraceStore.select`.
 """
@@ -14,7 +15,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from rapo_trl.protocol import TOOL_CLOSE
+from rapo_trl.protocol import TOOL_CLOSE, TOOL_TAGS
 
 # A result may be cut off by a length limit: then it runs to the end of the text.
 _RESULT_BLOCK = re.compile(r"\s*<result>.*?(?:</result>|\Z)", re.S)
@@ -35,14 +36,23 @@ _RETRIEVE_BLOCK = re.compile(r"<retrieve>.*?(?:</retrieve>|\Z)", re.S)
 _WHITESPACE = re.compile(r"\s+")
 
 
-def split_steps(trajectory: str) -> list[str]:
-    """Split a tagged agent trajectory into RAPO steps; ``"".join(steps) == trajectory``.
+def tool_close(tool_tags=TOOL_TAGS) -> re.Pattern:
+    """What closes a call of one of ``tool_tags``: where a step ends."""
+    if tuple(tool_tags) == TOOL_TAGS:
+        return TOOL_CLOSE
+    return re.compile(rf"</(?:{'|'.join(re.escape(tag) for tag in tool_tags)})>")
+
+
+def split_steps(trajectory: str, tool_tags=TOOL_TAGS) -> list[str]:
+    """Split a tagged agent trajectory into RAPO steps, one per call of a tool of ``tool_tags`` (the built-in ones by
+    default); ``"".join(steps) == trajectory``.
 
     Whitespace after the last step is attached to it; an all-whitespace text has no steps.
     """
     steps: list[str] = []
     position = 0
-    while (match := TOOL_CLOSE.search(trajectory, position)) is not None:
+    closing = tool_close(tool_tags)
+    while (match := closing.search(trajectory, position)) is not None:
         end = match.end()
         result = _RESULT_BLOCK.match(trajectory, end)
         if result is not None:
@@ -161,9 +171,11 @@ def step_records(
     key_max_chars: int = 1300,
     system_prompt: str | None = None,
     created_at: str | None = None,
+    tool_tags=TOOL_TAGS,
 ) -> list[StepRecord]:
-    """The records of one trajectory: one per step, keyed by the question plus the steps before it."""
-    steps = split_steps(trajectory)
+    """The records of one trajectory: one per step (cut at ``tool_tags``' calls), keyed by the question plus the
+    steps before it."""
+    steps = split_steps(trajectory, tool_tags)
     traj_id = trajectory_id(question_id, trajectory)
     created_at = created_at or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     records = []

@@ -35,6 +35,7 @@ from rapo_trl.store.local_index import LocalIndex, build_local_index, sync_local
 from rapo_trl.store.retry import clean_text
 from rapo_trl.store.selection import Retrieved, Selection, Written, fallback, pick, retrieved
 from rapo_trl.store.steps import StepRecord, preprocess_context, prompt_text, step_records
+from rapo_trl.store.tool_tags import checked_tags, record_tool_tags, store_tool_tags
 
 
 class TraceStore:
@@ -353,6 +354,7 @@ class TraceStore:
         prompts: Sequence | None = None,
         on_invalid: str = "raise",
         metadata: dict | None = None,
+        tool_tags: Sequence[str] | None = None,
     ) -> int:
         """Split tagged trajectories into steps and store them; returns the number of records added.
 
@@ -360,23 +362,28 @@ class TraceStore:
         all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
         system prompt is dropped. Every row is validated before anything is written; with
         ``on_invalid="skip"`` bad rows are skipped instead of raising. ``metadata`` (scalars) is added to
-        every new record's metadata.
+        every new record's metadata. ``tool_tags`` (the tools the trajectories call, each call a step, as the
+        trainer retrieves after each) are added to the store's :attr:`tool_tags` (``None``: the store's own).
         """
+        tags = self.tool_tags if tool_tags is None else checked_tags((*self.tool_tags, *tool_tags))
         texts = None if prompts is None else [clean_text(prompt_text(prompt)) for prompt in prompts]
         # Lone surrogates (text decoded with surrogateescape) cannot be stored: replaced, not raised on.
         trajectories = [clean_text(text) if isinstance(text, str) else text for text in trajectories]
         rows, _ = validate_trajectories(trajectories, rewards, question_ids, texts, on_invalid)
         created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         config = self.config
-        records = [
-            record
-            for row in top_k_per_question(rows, keep_top_k)
-            for record in step_records(
-                row.text, row.reward, row.question_id, row.question, source,
-                config.key_max_chars, config.system_prompt, created_at,
-            )
-        ]  # fmt: skip
-        return self.add_records(records, extra_metadata=None if metadata is None else [metadata] * len(records))
+        records = [record for row in top_k_per_question(rows, keep_top_k)
+                   for record in step_records(row.text, row.reward, row.question_id, row.question, source,
+                                              config.key_max_chars, config.system_prompt, created_at, tags)]
+        added = self.add_records(records, extra_metadata=None if metadata is None else [metadata] * len(records))
+        if tool_tags is not None:
+            record_tool_tags(self.collection, tags)
+        return added
+
+    @property
+    def tool_tags(self) -> tuple[str, ...]:
+        """The tools whose calls this store's steps end at: recorded in the collection, else python and search."""
+        return store_tool_tags(self.collection)
 
     def add_policy_trajectories(
         self,
@@ -396,16 +403,9 @@ class TraceStore:
         keep = [i for i, reward in enumerate(rewards) if is_finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
-        return self.add_trajectories(
-            [completions[i] for i in keep],
-            [rewards[i] for i in keep],
-            [question_ids[i] for i in keep],
-            source=source,
-            keep_top_k=keep_top_k,
-            prompts=[prompts[i] for i in keep],
-            on_invalid="skip",
-            metadata=metadata,
-        )
+        return self.add_trajectories([completions[i] for i in keep], [rewards[i] for i in keep],
+                                     [question_ids[i] for i in keep], source=source, keep_top_k=keep_top_k,
+                                     prompts=[prompts[i] for i in keep], on_invalid="skip", metadata=metadata)
 
     def delete(self, where: dict) -> int:
         """Delete the records whose metadata match the Chroma filter ``where``; returns how many."""

@@ -1,6 +1,12 @@
 """Prompts, dataset adapters and the shipped demo tasks with their scripted experts."""
 
-from rapo_trl.tasks.adapters import gsm8k_final_answer, load_gsm8k, load_jsonl_qa, to_rapo_rows
+from rapo_trl.tasks.adapters import (
+    gsm8k_final_answer,
+    load_gsm8k,
+    load_jsonl_qa,
+    question_id_of,
+    to_rapo_rows,
+)
 from rapo_trl.tasks.prompt import (
     NO_TOOLS_SYSTEM_PROMPT,
     PYTHON_SYSTEM_PROMPT,
@@ -27,6 +33,7 @@ __all__ = [
     "load_gsm8k",
     "load_jsonl_qa",
     "load_task",
+    "question_id_of",
     "system_prompt_for",
     "to_rapo_rows",
 ]

@@ -77,9 +77,9 @@ def to_rapo_rows(
     else:
         prompts = [f"{system_prompt}\n\nQuestion: {q}\n" if system_prompt else q for q in questions]
     if "question_id" in dataset.column_names:
-        ids = [str(i) if i is not None else stable_hash(q) for i, q in zip(dataset["question_id"], questions)]
+        ids = [str(i) if i is not None else question_id_of(q) for i, q in zip(dataset["question_id"], questions)]
     else:
-        ids = [stable_hash(q) for q in questions]
+        ids = [question_id_of(q) for q in questions]
     answers = list(dataset[answer_column])
     # Replaced columns go first, so their old types cannot clash with the new ones.
     replaced = {"prompt", "answer", "question_id", answer_column} & set(dataset.column_names)
@@ -87,6 +87,13 @@ def to_rapo_rows(
     for name, values in (("prompt", prompts), ("answer", answers), ("question_id", ids)):
         rows = rows.add_column(name, values)
     return rows
+
+
+def question_id_of(question: str) -> str:
+    """The ``question_id`` that :func:`to_rapo_rows` gives a row without one: a hash of its question text. A stored
+    trajectory of that question carries it (``TraceStore.add_from_dataset``'s ``question_id`` column), so that
+    retrieval of a row's own question and the SFT warm start find it."""
+    return stable_hash(question)
 
 
 def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:

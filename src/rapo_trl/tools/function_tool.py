@@ -22,18 +22,15 @@ signature and coerced to the annotated basic types where that is unambiguous (``
 ``int``, 3 to 3.0 for a ``float``, ``"true"`` to ``True`` for a ``bool``); a call that cannot be made
 raises ``ToolError`` with a one-line message the policy sees. Async functions are awaited.
 
-Each call runs in a daemon thread of its own and fails with ``ToolError`` past ``timeout``. A thread
-cannot be stopped, so a call past its timeout keeps running; ``max_overdue`` bounds how many may (a
-function that never returns must not pile up threads and CPU over a training run).
+Each call runs in a daemon thread of its own and fails with ``ToolError`` past ``timeout``; ``max_overdue``
+bounds how many may run on past it (``timed_call.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +38,7 @@ from typing import Any
 from rapo_trl.protocol import RESERVED_TAGS
 
 from .base import ToolError
+from .timed_call import DEFAULT_TIMEOUT_S, TimedCalls
 
 _ARTICLE = {
     "integer": "an integer",
@@ -195,7 +193,7 @@ class FunctionTool:
     """
 
     function: Callable[..., Any]
-    timeout: float = 30.0
+    timeout: float = DEFAULT_TIMEOUT_S
     max_overdue: int = 4
     tag: str = field(init=False)
     schema: dict = field(init=False, repr=False)
@@ -228,8 +226,7 @@ class FunctionTool:
         self._takes_any_keyword = any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in self._signature.parameters.values()
         )
-        self._lock = threading.Lock()
-        self._overdue = 0  # calls past their timeout whose thread still runs
+        self._calls = TimedCalls(name, self.timeout, self.max_overdue)
 
     # ------------------------------------------------------------------ description
 
@@ -322,67 +319,9 @@ class FunctionTool:
             return json.dumps(result, ensure_ascii=False, default=str)
         return str(result)
 
-    # Why a thread and not a child process that could be killed on timeout: a FunctionTool runs what
-    # TRL's tools= runs, in this process. Closures and lambdas over live objects (a retriever, an
-    # environment, a model on the GPU) do not pickle for 'spawn' or 'forkserver', and 'spawn' re-imports
-    # the user's script. 'fork' would run each call on a snapshot (its side effects lost), cannot use
-    # CUDA initialised here, may deadlock on a lock a torch/OpenMP thread held at the fork, and copies
-    # the page tables of a process holding the model on every call. So threads, bounded in number.
-
     def _call(self, positional: list, arguments: dict) -> Any:
-        """The function's value; raises ``ToolError`` for its exceptions and past ``timeout``."""
-        with self._lock:
-            if self._overdue >= self.max_overdue:
-                raise ToolError(self._overdue_message(self._overdue))
-        call = _Call(self, positional, arguments)
-        call.start()
-        call.join(self.timeout)
-        with self._lock:  # the call's own end takes the lock too: it ended before this, or counts as overdue
-            call.overdue = not call.ended
-            self._overdue += call.overdue
-            overdue = self._overdue
-        if call.overdue:
-            logger.warning("%s: a call ran past its %g s timeout and keeps running in its thread (%d such "
-                           "calls, new calls refused at %d).", self.tag, self.timeout, overdue, self.max_overdue)
-            raise ToolError(f"{self.tag} timed out after {self.timeout:g} s")
-        if isinstance(call.error, ToolError):
-            raise call.error
-        if isinstance(call.error, Exception):  # the policy sees what went wrong
-            raise ToolError(f"{self.tag} raised {type(call.error).__name__}: {call.error}") from call.error
-        if call.error is not None:  # SystemExit, KeyboardInterrupt: as if raised here
-            raise call.error
-        return call.value
-
-    def _call_ended(self, call: _Call) -> None:
-        with self._lock:
-            call.ended = True
-            self._overdue -= call.overdue
-
-    def _overdue_message(self, count: int) -> str:
-        calls, their, them = ("calls", "their", "one of them") if count > 1 else ("call", "its", "it")
-        return (f"{count} {calls} of {self.tag} still running after {their} {self.timeout:g} s timeout; "
-                f"{self.tag} takes no new call until {them} ends")
-
-
-class _Call(threading.Thread):
-    """One call of a tool's function in a daemon thread of its own (the runner's pool threads are joined
-    at exit: a call that never returns would keep the process from ending)."""
-
-    def __init__(self, tool: FunctionTool, positional: list, arguments: dict):
-        super().__init__(name=f"rapo-tool-{tool.tag}", daemon=True)
-        self.tool, self.positional, self.arguments = tool, positional, arguments
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.ended = self.overdue = False  # guarded by the tool's lock
-
-    def run(self) -> None:
-        try:
-            value = self.tool.function(*self.positional, **self.arguments)
-            self.value = asyncio.run(value) if inspect.iscoroutine(value) else value
-        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
-            self.error = error
-        finally:
-            self.tool._call_ended(self)
+        """The function's value; raises ``ToolError`` for its exceptions and past ``timeout`` (``timed_call.py``)."""
+        return self._calls.call(self.function, positional, arguments)
 
 
 def as_tool(obj: Any) -> Any:

@@ -97,18 +97,27 @@ def _checkpoints(run_dir: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def last_complete_checkpoint(run_dir: str) -> str | None:
+def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
     """The newest whole checkpoint in ``run_dir``; newer half-written ones (a save killed or out of space) are
-    named in a warning and skipped, where Trainer's ``resume_from_checkpoint=True`` would take the newest folder."""
+    skipped, where Trainer's ``resume_from_checkpoint=True`` would take the newest folder, and named in a warning when
+    ``resuming`` from the one returned."""
     skipped = []
     for _, folder in reversed(_checkpoints(run_dir)):
         if is_complete_checkpoint(folder):
-            if skipped:
+            if skipped and resuming:
                 logger.warning("RAPO: skipping half-written checkpoint(s) %s (no readable trainer_state.json: the save "
                                "was interrupted); resuming from %s.", ", ".join(skipped), folder)
             return folder
         skipped.append(folder)
     return None
+
+
+def resume_advice(checkpoint: str | None) -> str:
+    """How to continue from ``checkpoint``, as a command line and in Python: words that work as written."""
+    if checkpoint is None:
+        return "run again from the start"
+    return (f"run the same command again with `--resume_from_checkpoint {checkpoint}` (or the bare flag: the newest "
+            f"whole checkpoint), or in Python trainer.train(resume_from_checkpoint={str(checkpoint)!r})")
 
 
 def checked_resume(resume_from_checkpoint, run_dir: str):
@@ -121,8 +130,9 @@ def checked_resume(resume_from_checkpoint, run_dir: str):
         return found
     if isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
             and not is_complete_checkpoint(str(resume_from_checkpoint)):
+        earlier = last_complete_checkpoint(run_dir, resuming=False)  # named, not resumed from: no "resuming" line
         raise ValueError(f"{resume_from_checkpoint} is not a whole checkpoint (no readable trainer_state.json: its "
-                         f"save was interrupted). Resume from an earlier one: {last_complete_checkpoint(run_dir)}.")
+                         f"save was interrupted). Resume from an earlier one: {earlier}.")
     return resume_from_checkpoint
 
 
@@ -151,7 +161,7 @@ def whole_checkpoint_or_none(run_dir: str, step: int):
     except Exception as error:
         written = _size(folder) if os.path.isdir(folder) else 0
         shutil.rmtree(folder, ignore_errors=True)
-        previous = last_complete_checkpoint(run_dir)
+        previous = last_complete_checkpoint(run_dir, resuming=False)
         needed = max(written, _size(previous) if previous else 0)
         free = shutil.disk_usage(run_dir).free
         # torch's errors on a full disk vary ("file write failed", "unexpected pos", an iostream error): less room
@@ -163,5 +173,5 @@ def whole_checkpoint_or_none(run_dir: str, step: int):
             f"No space left to save the checkpoint {folder}: it needs about {needed / 2**20:.1f} MiB (the size of the "
             f"last whole one), and {free / 2**20:.1f} MiB are free there. The half-written folder was removed; the "
             f"last whole checkpoint is {previous or 'none'}. Free space (or set output_dir / save_total_limit), then "
-            "run again with --resume_from_checkpoint.",
+            f"{resume_advice(previous)}.",
         ) from error

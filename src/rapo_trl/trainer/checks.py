@@ -13,12 +13,15 @@ PEFT_MIN_LEARNING_RATE = 1e-5
 """Below this a LoRA adapter barely moves in a short run (GRPOConfig's inherited default is 1e-6)."""
 
 
-def warn_if_nothing_to_retrieve(args, store, dataset=None) -> None:
-    """Hybrid rollouts are configured but the store cannot feed them, or cannot prefer the row's own question."""
+def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=()) -> None:
+    """Hybrid rollouts are configured but the store cannot feed them, cannot prefer the row's own question, or holds
+    steps cut at other tools than the trainer's ``tool_tags``."""
     if args.retrieve_prob <= 0 or args.num_hybrid_generations == 0:
         return
     if args.retrieve_own_question and store is not None:
         warn_if_own_question_unknown(store, dataset)
+    if store is not None and tool_tags:
+        warn_if_store_cut_elsewhere(store, list(tool_tags))
     if store is None:
         logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s) but no trace_store was given: "
                        "nothing is retrieved and training is agentic GRPO. Pass trace_store=TraceStore(...) "
@@ -47,6 +50,20 @@ def check_store_before_training(store) -> None:
                        "retrievals go on without it while it does not answer.", store, type(error).__name__, error)
 
 
+def warn_if_store_cut_elsewhere(store, tool_tags: list[str]) -> None:
+    """A store whose steps were cut at fewer tools than the trainer runs holds steps that span several of the
+    rollout's tool calls: a hybrid row would be handed a later step (up to the final answer) after one call."""
+    cut_at = getattr(store, "tool_tags", None)
+    missing = [tag for tag in tool_tags if cut_at is not None and tag not in cut_at]
+    if missing:
+        logger.warning("RAPO: the trainer retrieves after every <%s> call, but the trace store's steps were cut at "
+                       "%s only, so a stored step can run past a %s call (up to the final answer). Rebuild the store "
+                       "with the trainer's tools: build_from_agent with an agent of these tools, or "
+                       "add_from_dataset(..., tool_tags=%s).", ">, <".join(tool_tags),
+                       ", ".join(f"</{tag}>" for tag in cut_at), ", ".join(f"<{tag}>" for tag in missing),
+                       list(tool_tags))
+
+
 def warn_if_own_question_unknown(store, dataset) -> None:
     """``retrieve_own_question`` needs each row's question id and a store that can restrict to it."""
     from rapo_trl.rollout.engine import takes_question_ids
@@ -59,6 +76,14 @@ def warn_if_own_question_unknown(store, dataset) -> None:
     if columns is not None and "question_id" not in columns:
         logger.warning("RAPO: retrieve_own_question is set but the training dataset has no question_id column: "
                        "retrievals are chosen by similarity alone. Add the ids the store was built with.")
+    elif columns is not None and hasattr(store, "iter_batches") and len(store) > 0:
+        from rapo_trl.store.agent import stored_question_ids
+
+        if not stored_question_ids(store) & {str(i) for i in dataset["question_id"]}:
+            logger.warning("RAPO: retrieve_own_question is set but no question_id of the trace store is a training "
+                           "row's: every retrieval falls back to similarity over all records. Store trajectories "
+                           "under their rows' question_id (to_rapo_rows adds one: rapo_trl.tasks.question_id_of of "
+                           "the question text).")
 
 
 def warn_if_learning_rate_too_low_for_peft(model, learning_rate: float) -> None:

@@ -11,6 +11,8 @@ import threading
 import torch
 from transformers import TrainerCallback
 
+from rapo_trl.trainer.checkpoint import resume_advice
+
 logger = logging.getLogger("rapo_trl.trainer")
 
 
@@ -74,7 +76,6 @@ class SigtermStop(TrainerCallback):
         """Raise :class:`TrainingStoppedError` if a SIGTERM stopped the run before it ``finished`` its steps."""
         if self.stopped_at is None or finished:
             return
-        raise TrainingStoppedError(
-            f"RAPO stopped on SIGTERM after step {self.stopped_at}. The checkpoint {output_dir}/checkpoint-"
-            f"{self.stopped_at} is whole: run again with --resume_from_checkpoint to continue exactly from there."
-        )
+        checkpoint = f"{output_dir}/checkpoint-{self.stopped_at}"
+        raise TrainingStoppedError(f"RAPO stopped on SIGTERM after step {self.stopped_at}. The checkpoint {checkpoint} "
+                                   f"is whole: to continue exactly from there, {resume_advice(checkpoint)}.")

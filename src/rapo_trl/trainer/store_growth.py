@@ -10,6 +10,7 @@ import torch
 
 from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
+from rapo_trl.store.retry import PROGRAMMING_ERRORS
 from rapo_trl.store.steps import prompt_text
 
 logger = logging.getLogger("rapo_trl.trainer")
@@ -51,6 +52,8 @@ def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[t
         return
     try:
         _add(store, inputs, rows, chosen, tokenizer, tag)
+    except PROGRAMMING_ERRORS:  # a bug, not the store being down: say so, never skip it step after step
+        raise
     except Exception as error:  # noqa: BLE001 - a store write must not end the training step
         if outage is None or not outage.down:
             logger.warning("RAPO: could not add this step's %d best trajectories to the trace store (%s: %s); "

@@ -8,6 +8,7 @@ import logging
 from transformers import TrainerCallback
 
 from rapo_trl.store.errors import TraceStoreError
+from rapo_trl.trainer.checkpoint import resume_advice
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -43,8 +44,9 @@ class StoreOutageCallback(TrainerCallback):
         """Raise :class:`StoreUnavailableError` if this callback stopped the run."""
         if self.stopped_at is None:
             return
+        checkpoint = f"{output_dir}/checkpoint-{self.stopped_at}"
         raise StoreUnavailableError(
             f"RAPO stopped at step {self.stopped_at}: {self.outage.describe()}, and store_outage_max_steps="
-            f"{self.max_steps}. The checkpoint {output_dir}/checkpoint-{self.stopped_at} is whole: restart the store, "
-            "then run again with --resume_from_checkpoint to continue exactly from there."
+            f"{self.max_steps}. The checkpoint {checkpoint} is whole: restart the store, then, to continue exactly "
+            f"from there, {resume_advice(checkpoint)}."
         )

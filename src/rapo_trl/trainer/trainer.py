@@ -74,6 +74,7 @@ from rapo_trl.trainer.shared_prompt import (
 )
 from rapo_trl.trainer.step_rollout import StepHooks, StepRollout, question_ids, roll_out_step
 from rapo_trl.trainer.step_state import RolloutHandOverError, StepState
+from rapo_trl.trainer.store_argument import as_trace_store
 from rapo_trl.trainer.store_growth import best_of_each_group, check_store_growth, grow_store
 from rapo_trl.trainer.tool_protocol import check_json_options, resolve_tool_protocol
 
@@ -105,8 +106,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             per row, ``reset`` adds to the prompt, its public methods are JSON tool calls in the model's chat
             template, ``get_reward`` a reward. With it (or with plain functions in ``tools`` the prompts do not teach
             as tags) the policy calls tools in the chat template's JSON format (``RAPOConfig.tool_protocol``).
-        trace_store: a ``TraceStore`` (or anything with ``select(contexts)``); ``None`` trains without
-            retrieval, i.e. agentic GRPO.
+        trace_store: a ``TraceStore`` (or anything with ``select(contexts)``), or the folder of a built store (opened
+            as ``TraceStore(path, must_exist=True)``); ``None`` trains without retrieval, i.e. agentic GRPO.
         vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
             ``args.use_vllm`` the trainer's own colocated engine is used instead.
         The other arguments are GRPOTrainer's, with the same names, order and meaning
@@ -137,6 +138,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         vllm_llm=None,
     ):
         args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func)
+        trace_store = as_trace_store(trace_store)
         # Checked before the model loads: a bad tool fails fast.
         self.tool_protocol = resolve_tool_protocol(args.tool_protocol, tools, environment_factory, train_dataset)
         """``"tags"`` or ``"json"``: how this trainer's policy calls tools (``RAPOConfig.tool_protocol``)."""
@@ -201,7 +203,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     def train(self, *args, **kwargs):
         check_store_before_training(self.trace_store)
         if self.accelerator.is_main_process:
-            warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset)
+            warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset,
+                                        [tool.tag for tool in self.rapo_tools])
         return super().train(*args, **kwargs)
 
     # ------------------------------------------------------------------ a step: generate and score

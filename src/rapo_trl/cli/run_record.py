@@ -1,0 +1,70 @@
+"""What a ``rapo train`` run trained with (its tools, tool protocol and environment), written beside the model so
+that ``rapo eval`` evaluates the same agent by default rather than the task's default tools."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from rapo_trl.cli.errors import UsageError
+
+RUN_RECORD = "rapo_run.json"
+"""The file in ``output_dir`` that records the run's tools, tool protocol and environment."""
+
+logger = logging.getLogger("rapo_trl.cli")
+
+
+def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
+                     task: str, base_model: str | None = None) -> None:
+    """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
+    paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; and ``base_model``, what
+    a pushed adapter names as its base (``rapo push`` reads it)."""
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
+              "environment_factory": environment_factory, "base_model": base_model}
+    (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def read_run_record(model_folder: str) -> dict | None:
+    """The record of the run that trained ``model_folder`` (a checkpoint reads its run's), or ``None``."""
+    folder = Path(model_folder)
+    for candidate in (folder / RUN_RECORD, folder.parent / RUN_RECORD):
+        if candidate.is_file():
+            return json.loads(candidate.read_text())
+    return None
+
+
+def refuse_what_eval_cannot_run(script, target: str) -> None:
+    """Refuse, in one line, a model ``rapo eval`` cannot evaluate as it was trained: one with an environment, or one
+    that calls tools as JSON tool calls."""
+    if script.environment_factory is not None:
+        raise UsageError(_NO_ENVIRONMENT.format(what=f"--environment_factory {script.environment_factory}"))
+    record = read_run_record(target) or {}
+    if record.get("environment_factory"):
+        raise UsageError(_NO_ENVIRONMENT.format(
+            what=f"{target} was trained on environment_factory {record['environment_factory']}"))
+    if record.get("tool_protocol", "tags") != "tags":
+        raise UsageError(f"{target} was trained calling tools as {record['tool_protocol']} tool calls; rapo eval runs "
+                         "tools in tags only: evaluate it in Python (RAPOTrainer.evaluate) until it can")
+
+
+def use_trained_tools(script, target: str) -> None:
+    """Set ``script.tools`` to the tools the run at ``target`` trained with unless the command names tools; warn
+    where named tools differ from them."""
+    record = read_run_record(target)
+    if record is None:
+        return
+    trained = list(record.get("tools") or [])
+    if script.tools is None:
+        script.tools = trained
+        return
+    given = [script.tools] if isinstance(script.tools, str) else list(script.tools)
+    if sorted(given) != sorted(trained):
+        logger.warning("rapo eval: evaluating with tools %s, but %s was trained with %s: the scores are of another "
+                       "agent than the one trained (leave out --tools to use the trained ones).", given, target, trained)
+
+
+_NO_ENVIRONMENT = ("rapo eval does not evaluate a model with an environment yet ({what}): it would score the task's "
+                   "tag tools, a protocol the model never trained with. Evaluate it in Python with "
+                   "RAPOTrainer(..., eval_dataset=..., environment_factory=...).evaluate()")

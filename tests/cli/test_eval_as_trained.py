@@ -1,0 +1,76 @@
+"""`rapo eval` evaluates the agent that was trained: the run's recorded tools by default, a warning when the command
+names others, and a model it cannot evaluate as trained (an environment, JSON tool calls) refused in one line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+
+from rapo_trl.cli import evaluate, parse_recipe
+from rapo_trl.cli.common import UsageError
+from rapo_trl.cli.run_record import RUN_RECORD, write_run_record
+
+MY_TOOLS = '''
+def unit_price(total: float, count: int) -> float:
+    """The price of one item when `count` items cost `total`.
+
+    Args:
+        total: what all the items cost together
+        count: how many items there are
+    """
+    return total / count
+'''
+
+
+@pytest.fixture
+def trained(tmp_path, tiny_model_dir, monkeypatch):
+    """A model folder as `rapo train` leaves it (the tiny model, and the record of its tools), and the data."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "my_tools.py").write_text(MY_TOOLS)
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
+                                               + "\n" for i in range(6)))
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    write_run_record(str(run), ["python", "my_tools.unit_price"], "tags", None, "dataset")
+    return run
+
+
+def _eval(run, *overrides):
+    argv = ["--task", "dataset", "--dataset_path", "qa.jsonl", "--eval_fraction", "0.34", "--eval_model", str(run),
+            "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4", *overrides]
+    return parse_recipe("eval", argv)
+
+
+def test_eval_uses_the_tools_the_run_trained_with_and_records_them(trained):
+    evaluate.run(*_eval(trained))
+    saved = json.loads((trained / "eval_results.json").read_text())
+    assert (saved["tools"], saved["tool_protocol"]) == (["python", "my_tools.unit_price"], "tags")
+
+
+def test_eval_with_other_tools_warns_and_records_the_ones_it_used(trained, caplog):
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.cli"):
+        evaluate.run(*_eval(trained, "--tools", "python"))
+    assert any("evaluating with tools ['python'], but" in r.getMessage()
+               and "was trained with ['python', 'my_tools.unit_price']" in r.getMessage() for r in caplog.records)
+    assert json.loads((trained / "eval_results.json").read_text())["tools"] == ["python"]
+
+
+def test_eval_refuses_an_environment_given_or_trained_with(trained):
+    script, rapo_args, model_args = _eval(trained, "--environment_factory", "my_tools.Calculator")
+    with pytest.raises(UsageError, match="rapo eval does not evaluate a model with an environment yet "
+                                         r"\(--environment_factory my_tools.Calculator\)"):
+        evaluate.check(script, rapo_args, model_args)
+    write_run_record(str(trained), [], "json", "my_env.Calculator", "dataset")
+    with pytest.raises(UsageError, match="was trained on environment_factory my_env.Calculator"):
+        evaluate.check(*_eval(trained))
+
+
+def test_eval_refuses_a_model_trained_with_json_tool_calls(trained):
+    record = json.loads((trained / RUN_RECORD).read_text())
+    (trained / RUN_RECORD).write_text(json.dumps({**record, "tool_protocol": "json"}))
+    with pytest.raises(UsageError, match="trained calling tools as json tool calls; rapo eval runs tools in tags"):
+        evaluate.check(*_eval(trained))

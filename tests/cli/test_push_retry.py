@@ -1,0 +1,70 @@
+"""`--push_to_hub` is checked before training (the Hub reachable, a token to push with), and `rapo push RUN` pushes a
+trained run as `rapo train` would, e.g. again after its push failed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+from rapo_trl.cli import main, read_recipe, train
+from rapo_trl.cli.common import UsageError
+from rapo_trl.cli.push import push_run
+from rapo_trl.cli.run_record import write_run_record
+
+
+def _train_check(*argv):
+    train.check(*read_recipe("train", ["--task", "arithmetic", "--model_name_or_path", "tiny", "--retrieve_prob", "0",
+                                       "--push_to_hub", *argv]))
+
+
+def test_push_to_hub_offline_is_refused_before_training(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UsageError, match="push_to_hub needs the Hub, but HF_HUB_OFFLINE is set"):
+        _train_check()
+
+
+def test_push_to_hub_without_a_token_is_refused_before_training(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(UsageError, match=r"push_to_hub needs a Hugging Face token: run `hf auth login`"):
+        _train_check()
+    _train_check("--hub_token", "hf_given")  # a token given: nothing to refuse
+
+
+def _hub():
+    """Records what would be uploaded (the Hub is not reachable from the tests)."""
+    uploaded = {}
+
+    def upload_folder(**kwargs):
+        folder = Path(kwargs["folder_path"])
+        uploaded.update(kwargs, files=sorted(p.name for p in folder.iterdir()),
+                        config=json.loads((folder / "config.json").read_text()))
+
+    api = types.SimpleNamespace(create_repo=lambda repo_id, **kw: types.SimpleNamespace(repo_id=f"me/{repo_id}"),
+                                upload_folder=upload_folder)
+    return api, uploaded
+
+
+def test_push_run_uploads_the_run_as_train_would(tiny_model_dir, tmp_path):
+    run = tmp_path / "runs" / "my-model"
+    shutil.copytree(tiny_model_dir, run)
+    (run / "checkpoint-1").mkdir()  # checkpoints stay home
+    write_run_record(str(run), ["python"], "tags", None, "arithmetic", base_model="org/base")
+    api, uploaded = _hub()
+    assert push_run(run, api=api) == ("me/my-model", "org/base")
+    assert "checkpoint-1" not in uploaded["files"] and "config.json" in uploaded["files"]
+    assert uploaded["commit_message"] == "End of training"
+
+
+def test_rapo_push_refuses_a_folder_that_is_no_run_and_the_hub_offline(tmp_path, capsys, monkeypatch):
+    assert main(["push", str(tmp_path)]) == 2
+    assert "is no trained run (no config.json or adapter_config.json)" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["push", str(tmp_path)]) == 2
+    assert "push_to_hub needs the Hub, but HF_HUB_OFFLINE is set" in capsys.readouterr().err

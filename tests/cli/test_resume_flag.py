@@ -1,0 +1,50 @@
+"""`--resume_from_checkpoint` as Trainer takes it: alone or `true` the newest whole checkpoint, a folder that is not
+there or not whole refused in one line before anything loads, and no "resuming from" line before a refusal."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from rapo_trl.cli import parse_recipe, read_recipe
+from rapo_trl.cli.common import UsageError
+from rapo_trl.cli.train import resume_from
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """checkpoint-1 whole, checkpoint-2 cut mid-write, checkpoint-3 without its state."""
+    for step, state in ((1, '{"global_step": 1}'), (2, '{"global_st'), (3, None)):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        if state is not None:
+            (folder / "trainer_state.json").write_text(state)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv", [["--resume_from_checkpoint"], ["--resume_from_checkpoint", "true"],
+                                  ["--resume_from_checkpoint", "--max_steps", "3"]])
+def test_the_bare_flag_and_true_resume_from_the_newest_whole_checkpoint(run_dir, argv):
+    _, fast, _ = read_recipe("train", argv)
+    _, args, _ = parse_recipe("train", [*argv, "--output_dir", str(run_dir)])
+    assert fast.resume_from_checkpoint == args.resume_from_checkpoint == "true"
+    assert resume_from(args.resume_from_checkpoint, args.output_dir) == str(run_dir / "checkpoint-1")
+
+
+def test_false_and_unset_resume_nothing(run_dir):
+    assert resume_from(None, str(run_dir)) is None and resume_from("false", str(run_dir)) is None
+
+
+def test_nothing_to_resume_from_is_refused_in_one_line(tmp_path):
+    with pytest.raises(UsageError, match="holds no whole checkpoint to resume from"):
+        resume_from("true", str(tmp_path))
+    with pytest.raises(UsageError, match="resume_from_checkpoint 'runs/x/checkpoint-9' is not a folder"):
+        resume_from("runs/x/checkpoint-9", str(tmp_path))
+
+
+def test_a_half_written_checkpoint_is_refused_without_a_resuming_line(run_dir, caplog):
+    with caplog.at_level(logging.INFO):
+        with pytest.raises(UsageError, match="checkpoint-3 is not a whole checkpoint.*earlier one: .*checkpoint-1"):
+            resume_from(str(run_dir / "checkpoint-3"), str(run_dir))
+    assert "resuming from" not in caplog.text
