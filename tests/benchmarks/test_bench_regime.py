@@ -51,7 +51,7 @@ def test_every_regimes_flags_are_the_clis():
 
 
 def test_the_bench_reads_the_trainers_completion_columns():
-    from rapo_trl.rollout.types import RolloutRow
+    from rapo_trl.core.rows import RolloutRow
     from rapo_trl.trainer.retrieval_view import completion_columns
 
     columns = completion_columns([RolloutRow([1], completion_ids=[2], is_hybrid=True)])

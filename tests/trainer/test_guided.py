@@ -10,7 +10,7 @@ import torch
 
 from rapo_trl import RAPOConfig
 from rapo_trl.core.objective import retrieved_token_loss, retrieved_token_weights
-from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
+from rapo_trl.core.rows import RetrievalEvent, RolloutRow
 from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY
 from tests.helpers.fakes import FixedStore
 from tests.helpers.scripted import Turn

@@ -6,8 +6,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from rapo_trl.rollout import RolloutRow, RolloutStats
-from rapo_trl.rollout.types import RetrievalEvent
+from rapo_trl.rollout import RetrievalEvent, RolloutRow, RolloutStats
 from rapo_trl.trainer.metrics import gathered_mean, retrieval_reward_metrics, rollout_metrics
 
 

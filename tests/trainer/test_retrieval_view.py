@@ -11,8 +11,8 @@ import pytest
 import torch
 from accelerate import Accelerator
 
+from rapo_trl.core.rows import RetrievalEvent, RolloutRow
 from rapo_trl.rollout import Rollout, RolloutStats
-from rapo_trl.rollout.types import RetrievalEvent, RolloutRow
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum
 from rapo_trl.trainer.retrieval_view import (
     means_where_defined,

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from rapo_trl.rewards.view import policy_view
-from rapo_trl.rollout import RolloutRow
-from rapo_trl.rollout.types import RetrievalEvent
+from rapo_trl.rollout import RetrievalEvent, RolloutRow
 from rapo_trl.trainer.store_growth import best_of_each_group, check_store_growth
 
 

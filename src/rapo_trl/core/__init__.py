@@ -1,5 +1,7 @@
 """RAPO's algorithm without TRL: the objective's maths (``objective``), the outcome advantage's baselines
-(``advantage_baselines``) and one step for one group that strings them together (``reference``). Imports torch only; ``RAPOTrainer`` is the TRL adapter that calls it."""
+(``advantage_baselines``) and one step for one group that strings them together (``reference``). Imports torch only; ``RAPOTrainer`` is the TRL adapter that calls it.
+``rows`` holds the rollout's row as plain data, here because the rollout engine, the store and the trainer all read
+it."""
 
 from rapo_trl.core.advantage_baselines import ADVANTAGE_BASELINES, outcome_advantages
 from rapo_trl.core.objective import (

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rapo_trl.core.rows import RolloutRow
 from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
 from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
-from rapo_trl.rollout.types import RolloutRow
 
 
 def tokenizer_kwargs(init_kwargs: dict) -> dict:

@@ -24,6 +24,7 @@ from rapo_trl.core.retrieval_rule import (
     is_hybrid_row,
     rows_that_retrieve,
 )
+from rapo_trl.core.rows import RetrievalEvent, RolloutRow, Segment
 from rapo_trl.protocol import (
     PLAN_CLOSE,
     RESULT_TEMPLATE,
@@ -36,7 +37,7 @@ from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.backends.base import GenerationBackend
 from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable, tool_table
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS, step_entropy
-from rapo_trl.rollout.types import RetrievalEvent, RolloutRow, Segment
+from rapo_trl.store.outage import StoreOutage
 from rapo_trl.tools.base import Tool, ToolCall, run_tool_calls
 from rapo_trl.tools.registry import tools_by_tag
 
@@ -208,8 +209,6 @@ class HybridRolloutEngine:
         else:
             self.tools = tools_by_tag(tools)
         self.rng = random.Random(seed)
-        from rapo_trl.store.outage import StoreOutage  # here: the store package imports the rollout package
-
         self.store_outage = StoreOutage()
         """The store's health as rollouts found it: retries, one warning per outage, rows given up."""
         self._warned_long_prompt = False

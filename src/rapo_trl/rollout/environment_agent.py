@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from rapo_trl.core.rows import RolloutRow
 from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
 from rapo_trl.rollout.chat_tools import environment_tools, tool_table
 from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
-from rapo_trl.rollout.types import RolloutRow
 
 
 @dataclass

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
+from rapo_trl.core.rows import RolloutRow
 from rapo_trl.protocol import RESULT_TEMPLATE
-from rapo_trl.rollout.types import RolloutRow
 from rapo_trl.store.steps import StepRecord, preprocess_context, record_id, trajectory_id
 
 
