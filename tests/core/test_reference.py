@@ -3,6 +3,8 @@ step, spread over TRL's hooks (beside tests/trainer/test_trainer.py's equality w
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -13,20 +15,6 @@ from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, s
 
 LONG_STEP = "<think>" + "hint " * 30 + "</think>"  # F_ret > 0.28: with m = 1 the clip binds
 STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"  # a hybrid row beats its group
-
-
-def coefficients(args) -> Coefficients:
-    return Coefficients(
-        retrieval_advantage_weight=args.retrieval_advantage_weight,
-        importance_shaping_weight=args.importance_shaping_weight,
-        epsilon_low=args.epsilon,
-        epsilon_high=args.epsilon_high,
-        delta=args.delta,
-        retrieval_advantage_epsilon=args.retrieval_advantage_epsilon,
-        retrieved_token_loss_weight=args.retrieved_token_loss_weight,
-        retrieved_token_shaping=args.retrieved_token_shaping,
-        advantage_baseline=args.advantage_baseline,
-    )
 
 
 @pytest.mark.parametrize("stored, settings", [
@@ -50,7 +38,7 @@ def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp
 
     model = trainer.model
     model.zero_grad()
-    reference = reference_step(model, rows, sevens, coefficients(trainer.args))
+    reference = reference_step(model, rows, sevens, Coefficients.from_config(trainer.args))
     reference.loss.backward()
 
     assert reference.retrieval_rewards[:2].ne(0).all() and reference.retrieved_fractions[:2].gt(0).all()
@@ -62,8 +50,16 @@ def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp
             assert torch.allclose(param.grad, grads[name], atol=1e-6), name
     assert grads.keys() == {name for name, param in model.named_parameters() if param.grad is not None}
     if trainer.args.advantage_baseline != "group":  # the baseline really moved the advantages away from GRPO's
-        grpo = reference_step(model, rows, sevens, Coefficients(**{**vars(coefficients(trainer.args)),
-                                                                  "advantage_baseline": "group"}))
+        group = dataclasses.replace(Coefficients.from_config(trainer.args), advantage_baseline="group")
+        grpo = reference_step(model, rows, sevens, group)
         assert not torch.allclose(grpo.advantages, reference.advantages, atol=1e-3)
     if trainer.args.retrieved_token_loss_weight:
         assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] != 0  # the extra term really acted
+
+
+def test_the_coefficients_default_to_the_configs_defaults_and_follow_its_fields(tmp_path):
+    from rapo_trl import RAPOConfig
+
+    assert Coefficients.from_config(RAPOConfig(output_dir=str(tmp_path), use_cpu=True)) == Coefficients()
+    args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True, epsilon=0.1, delta=None, advantage_baseline="on_policy")
+    assert Coefficients.from_config(args) == Coefficients(epsilon_low=0.1, delta=None, advantage_baseline="on_policy")

@@ -1,11 +1,12 @@
 """Fixtures for the trace-store tests: a fast model-free embedder that counts its calls, tagged
-trajectories, and a store factory in a fresh directory."""
+trajectories, a store factory in a fresh directory, a built store to export, and a `chroma run` server."""
 
 from __future__ import annotations
 
 import pytest
 
 from rapo_trl.embeddings import HashingEmbedder
+from tests.helpers.chroma_server import ChromaServer, chroma_executable
 
 
 class CountingEmbedder(HashingEmbedder):
@@ -56,3 +57,29 @@ def make_store(tmp_path, embedder):
         )
 
     return factory
+
+
+
+@pytest.fixture
+def source_store(make_store, trajectory):
+    """A built store of 7 records over two questions, with a source name, for export and Hub round trips."""
+    store = make_store("source")
+    store.add_trajectories(
+        [trajectory("1", tools=2), trajectory("2"), trajectory("3", topic="search a capital")],
+        [1.0, 0.0, 0.5],
+        ["q1", "q1", "q2"],
+        prompts=["What is 12*7?", "What is 12*7?", "Capital of Peru?"],
+        source="scripted-expert",
+    )
+    return store
+
+
+@pytest.fixture
+def chroma_server(tmp_path):
+    """A started `chroma run` server on a free loopback port, stopped afterwards (a test may kill it first); the test
+    is skipped where no `chroma` executable is installed."""
+    if chroma_executable() is None:
+        pytest.skip("no `chroma` executable")
+    server = ChromaServer(tmp_path / "server-db").start()
+    yield server
+    server.stop()

@@ -3,22 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import StoreConfig, TraceStore
-
-
-@pytest.fixture
-def source_store(make_store, trajectory):
-    store = make_store("source")
-    store.add_trajectories(
-        [trajectory("1", tools=2), trajectory("2"), trajectory("3", topic="search a capital")],
-        [1.0, 0.0, 0.5],
-        ["q1", "q1", "q2"],
-        prompts=["What is 12*7?", "What is 12*7?", "Capital of Peru?"],
-    )
-    return store
 
 
 def test_export_has_one_row_per_record(source_store):

@@ -12,19 +12,6 @@ from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import TraceStore
 
 
-@pytest.fixture
-def source_store(make_store, trajectory):
-    store = make_store("source")
-    store.add_trajectories(
-        [trajectory("1", tools=2), trajectory("2"), trajectory("3", topic="search a capital")],
-        [1.0, 0.0, 0.5],
-        ["q1", "q1", "q2"],
-        prompts=["What is 12*7?", "What is 12*7?", "Capital of Peru?"],
-        source="scripted-expert",
-    )
-    return store
-
-
 def _records(store):
     ds = store.to_dataset(include_embeddings=False)
     return sorted(zip(ds["id"], ds["key"], ds["value"], ds["reward"], ds["source"]))

@@ -50,6 +50,22 @@ class Coefficients:
     advantage_baseline: str = DEFAULT_BASELINE
     """Which rows set A_acc's mean and std (``core.advantage_baselines``): the whole group, or its on-policy rows."""
 
+    @classmethod
+    def from_config(cls, args) -> Coefficients:
+        """The numbers a ``RAPOConfig`` trains with (read by field name, so core needs no import of the config).
+        ``epsilon`` is TRL's name for the lower clip range; A_acc's eps is TRL's constant, not a config field."""
+        return cls(
+            retrieval_advantage_weight=args.retrieval_advantage_weight,
+            importance_shaping_weight=args.importance_shaping_weight,
+            epsilon_low=args.epsilon,
+            epsilon_high=args.epsilon_high,
+            delta=args.delta,
+            retrieval_advantage_epsilon=args.retrieval_advantage_epsilon,
+            retrieved_token_loss_weight=args.retrieved_token_loss_weight,
+            retrieved_token_shaping=args.retrieved_token_shaping,
+            advantage_baseline=args.advantage_baseline,
+        )
+
 
 @dataclass(frozen=True)
 class StepResult:
