@@ -1,5 +1,7 @@
 """RAPOTrainer's loss and gradients equal ``reference_step``'s on the same rollout rows: the trainer is the paper's
-step, spread over TRL's hooks (beside tests/trainer/test_trainer.py's equality with GRPOTrainer at p = 0)."""
+step, spread over TRL's hooks (beside tests/trainer/test_trainer.py's equality with GRPOTrainer at p = 0). The
+reference step normalises rewards per group, TRL's ``scale_rewards="group"``: the trainer refuses TRL's other scales
+while it retrieves, and keeps them for GRPO without retrieval."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import dataclasses
 import pytest
 import torch
 
+from rapo_trl.config import RAPOConfig
 from rapo_trl.core import Coefficients, reference_step
 from rapo_trl.rewards.view import policy_view
+from rapo_trl.trainer.checks import check_reward_scale
 from tests.helpers.fakes import FixedStore
-from tests.helpers.trainers import batch_inputs, loss_and_grads, rapo_trainer, script
+from tests.helpers.trainers import batch_inputs, common_args, loss_and_grads, rapo_trainer, script
 
 LONG_STEP = "<think>" + "hint " * 30 + "</think>"  # F_ret > 0.28: with m = 1 the clip binds
 STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result>\n"  # a hybrid row beats its group
@@ -58,8 +62,34 @@ def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp
 
 
 def test_the_coefficients_default_to_the_configs_defaults_and_follow_its_fields(tmp_path):
-    from rapo_trl import RAPOConfig
-
     assert Coefficients.from_config(RAPOConfig(output_dir=str(tmp_path), use_cpu=True)) == Coefficients()
     args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True, epsilon=0.1, delta=None, advantage_baseline="on_policy")
     assert Coefficients.from_config(args) == Coefficients(epsilon_low=0.1, delta=None, advantage_baseline="on_policy")
+
+
+@pytest.mark.parametrize("scale", ["batch", "none", False])
+def test_the_trainer_refuses_other_reward_scales_while_it_retrieves(tiny_model_dir, tmp_path, scale):
+    with pytest.raises(ValueError, match=r"scale_rewards='(batch|none)' is for GRPO without retrieval: .* set "
+                                         r"scale_rewards='group'\.$"):
+        rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(STORED), retrieve_prob=1.0, num_hybrid_generations=2,
+                     scale_rewards=scale)
+
+
+@pytest.mark.parametrize("store, settings", [
+    (None, {}),  # no store: GRPO
+    (FixedStore(STORED), dict(retrieve_prob=0.0)),
+    (FixedStore(STORED), dict(num_hybrid_generations=0)),
+], ids=["no-store", "p-0", "no-hybrid-rows"])
+def test_grpo_without_retrieval_keeps_every_reward_scale(tmp_path, store, settings):
+    for scale in ("batch", "none", "group"):
+        check_reward_scale(RAPOConfig(**common_args(tmp_path, scale_rewards=scale, **settings)), store)
+
+
+def test_a_trainer_without_a_store_takes_batch_scaling(tiny_model_dir, tmp_path):
+    assert rapo_trainer(tiny_model_dir, tmp_path, scale_rewards="batch").args.scale_rewards == "batch"
+
+
+def test_a_p_annealed_up_from_0_retrieves_too(tmp_path):
+    args = RAPOConfig(**common_args(tmp_path, scale_rewards="none", retrieve_prob=0.0, retrieve_prob_final=0.5))
+    with pytest.raises(ValueError, match="scale_rewards='none' is for GRPO without retrieval"):
+        check_reward_scale(args, FixedStore(STORED))

@@ -32,6 +32,16 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=()) -> None
                        "`rapo build-store`).", store)
 
 
+def check_reward_scale(args, store) -> None:
+    """With retrieval on, only TRL's ``scale_rewards="group"``: RAPO's A = A_acc (1 + a A_ret) is the paper's, and
+    ``core/reference.py``'s, on rewards normalised by their group's std. Without retrieval the trainer is
+    GRPOTrainer and takes every scale TRL offers."""
+    can_retrieve = args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0
+    if store is not None and can_retrieve and args.scale_rewards != "group":
+        raise ValueError(f"scale_rewards={args.scale_rewards!r} is for GRPO without retrieval: with a trace_store and "
+                         "hybrid rows, RAPO normalises rewards by their group's std; set scale_rewards='group'.")
+
+
 def check_store_before_training(store) -> None:
     """A store that would retrieve wrongly (records without rewards, a damaged vector index) is refused before the
     first step (``TraceStore.check``), never found out by its retrievals; one that cannot be checked now (a server

@@ -50,6 +50,7 @@ from rapo_trl.trainer.advantages import baseline_advantages, retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
+    check_reward_scale,
     check_store_before_training,
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
@@ -139,6 +140,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     ):
         args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func)
         trace_store = as_trace_store(trace_store)
+        check_reward_scale(args, trace_store)
         # Checked before the model loads: a bad tool fails fast.
         self.tool_protocol = resolve_tool_protocol(args.tool_protocol, tools, environment_factory, train_dataset)
         """``"tags"`` or ``"json"``: how this trainer's policy calls tools (``RAPOConfig.tool_protocol``)."""
