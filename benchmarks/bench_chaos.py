@@ -108,7 +108,7 @@ RESUME_STEPS = 6
 def resume(points=RESUME_POINTS, steps: int = RESUME_STEPS) -> dict:
     """Stop the run at each point, resume it, and compare it step by step with the uninterrupted run."""
     from rapo_trl.models import build_tiny_model
-    from rapo_trl.trainer.checkpoint import last_complete_checkpoint
+    from rapo_trl.trainer.resilience.checkpoint import last_complete_checkpoint
     from tests.helpers.kill_run import stop_run, train_run
     from tests.helpers.resume_run import build_store, per_step, store_records
 

@@ -106,7 +106,7 @@ INTERNALS: tuple[Internal, ...] = (
              ("checkpoint",)),
     Internal(TRAINER, "_save", "override: RAPO's model card replaces PEFT's empty one", ("output_dir", "state_dict")),
     Internal(GRPO, "_get_train_sampler", "override: a resumed run walks each epoch in the uninterrupted run's order "
-             "(trainer/epoch_order.py)", ("dataset",), calls_in_order=("RepeatSampler(", "seed=self.args.seed")),
+             "(trainer/resilience/epoch_order.py)", ("dataset",), calls_in_order=("RepeatSampler(", "seed=self.args.seed")),
     Internal("trl.trainer.utils:RepeatSampler", "__iter__", "one permutation drawn per epoch, replayed by "
              "ResumableRepeatSampler.set_epoch", calls_in_order=("torch.randperm(self.num_samples, "
                                                                  "generator=self.generator)",)),

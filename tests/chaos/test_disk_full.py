@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from rapo_trl.trainer.checkpoint import CheckpointSaveError, checked_resume
+from rapo_trl.trainer.resilience.checkpoint import CheckpointSaveError, checked_resume
 from tests.helpers.trainers import rapo_trainer, script
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from rapo_trl.trainer.sigterm_stop import TrainingStoppedError
+from rapo_trl.trainer.resilience.sigterm_stop import TrainingStoppedError
 from tests.helpers.kill_run import stop_run
 from tests.helpers.resume_run import STEPS, build_store, make_trainer, per_step, store_records
 

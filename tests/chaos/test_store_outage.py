@@ -9,7 +9,7 @@ from transformers import TrainerCallback
 
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import StoreConfig, TraceStore
-from rapo_trl.trainer.store_outage import StoreUnavailableError
+from rapo_trl.trainer.resilience.store_outage import StoreUnavailableError
 from tests.helpers.chroma_server import ChromaServer, chroma_executable
 from tests.helpers.trainers import rapo_trainer, script
 

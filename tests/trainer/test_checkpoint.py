@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rapo_trl.trainer.checkpoint import load_rapo_state, save_rapo_state
+from rapo_trl.trainer.resilience.checkpoint import load_rapo_state, save_rapo_state
 
 
 class Engine:
@@ -45,7 +45,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, mon
     def killed(*args):
         raise KeyboardInterrupt  # e.g. the run is stopped between write and rename
 
-    monkeypatch.setattr("rapo_trl.trainer.checkpoint.os.replace", killed)
+    monkeypatch.setattr("rapo_trl.trainer.resilience.checkpoint.os.replace", killed)
     with pytest.raises(KeyboardInterrupt):
         save_rapo_state(str(tmp_path), 0, Engine(), None)
     assert [p.name for p in tmp_path.iterdir()] == ["rapo_state_0.json"]

@@ -13,9 +13,9 @@ from trl.trainer.utils import RepeatSampler
 
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import StoreConfig, TraceStore
-from rapo_trl.trainer.epoch_order import ResumableRepeatSampler, resumable
-from rapo_trl.trainer.growth_rollback import growth_tag, take_back_growth
-from rapo_trl.trainer.sigterm_stop import SigtermStop
+from rapo_trl.trainer.resilience.epoch_order import ResumableRepeatSampler, resumable
+from rapo_trl.trainer.resilience.growth_rollback import growth_tag, take_back_growth
+from rapo_trl.trainer.resilience.sigterm_stop import SigtermStop
 
 TRAJECTORY = "<python>print({0})</python>\n<result>\n{0}\n</result>\n<answer>{0}</answer>"
 

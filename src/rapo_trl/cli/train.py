@@ -226,7 +226,7 @@ def _train_grpo_same_rollouts(build_trainer, rapo_args, steps: int) -> None:
 def resume_from(value, output_dir: str) -> str | None:
     """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
     Trainer's ``True``; ``false`` none; a folder must exist and be whole. Refused in one line before anything loads."""
-    from rapo_trl.trainer.checkpoint import checked_resume
+    from rapo_trl.trainer.resilience.checkpoint import checked_resume
 
     if value is None or isinstance(value, bool):
         value = value or None

@@ -48,7 +48,6 @@ from rapo_trl.store.steps import prompt_text
 from rapo_trl.tools.registry import tools_by_tag
 from rapo_trl.trainer.advantages import baseline_advantages, retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
-from rapo_trl.trainer.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.checks import (
     check_reward_scale,
     check_store_before_training,
@@ -59,10 +58,11 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
-from rapo_trl.trainer.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
+from rapo_trl.trainer.resilience.checkpointing import CheckpointingMixin
+from rapo_trl.trainer.resilience.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
 from rapo_trl.trainer.retrieved_logp import METRIC as RETRIEVED_LOGP_METRIC
 from rapo_trl.trainer.retrieved_logp import RETRIEVED_TOKENS_KEY, retrieved_token_logp, retrieved_tokens
@@ -533,7 +533,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             self._loss_forward.apply(scored[0])
         return scored
 
-    # ------------------------------------------------------------------ the model card (checkpoints: checkpointing.py)
+    # ------------------------------------------------------------------ the model card (checkpoints: resilience/checkpointing.py)
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
         """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,

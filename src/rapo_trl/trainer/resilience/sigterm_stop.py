@@ -11,7 +11,7 @@ import threading
 import torch
 from transformers import TrainerCallback
 
-from rapo_trl.trainer.checkpoint import resume_advice
+from rapo_trl.trainer.resilience.checkpoint import resume_advice
 
 logger = logging.getLogger("rapo_trl.trainer")
 

@@ -7,17 +7,17 @@ the run (``store_outage.py``)."""
 
 from __future__ import annotations
 
-from rapo_trl.trainer.checkpoint import (
+from rapo_trl.trainer.resilience.checkpoint import (
     checked_resume,
     resume_rapo_state,
     save_rapo_state,
     saved_run,
     whole_checkpoint_or_none,
 )
-from rapo_trl.trainer.epoch_order import resumable
-from rapo_trl.trainer.growth_rollback import take_back_growth
-from rapo_trl.trainer.sigterm_stop import SigtermStop
-from rapo_trl.trainer.store_outage import StoreOutageCallback
+from rapo_trl.trainer.resilience.epoch_order import resumable
+from rapo_trl.trainer.resilience.growth_rollback import take_back_growth
+from rapo_trl.trainer.resilience.sigterm_stop import SigtermStop
+from rapo_trl.trainer.resilience.store_outage import StoreOutageCallback
 
 
 class CheckpointingMixin:

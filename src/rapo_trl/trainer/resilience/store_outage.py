@@ -8,7 +8,7 @@ import logging
 from transformers import TrainerCallback
 
 from rapo_trl.store.errors import TraceStoreError
-from rapo_trl.trainer.checkpoint import resume_advice
+from rapo_trl.trainer.resilience.checkpoint import resume_advice
 
 logger = logging.getLogger("rapo_trl.trainer")
 
