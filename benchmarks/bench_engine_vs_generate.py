@@ -153,8 +153,7 @@ def make_engines(args, model, tokenizer, banned: list[int], scripted: bool) -> d
     boundaries = [tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"],
                   tokenizer("</result>\n", add_special_tokens=False)["input_ids"]]
     extra = [ScriptedCallsByContent(call_ids, boundaries, args.calls, args.free_tokens, banned)] if scripted else []
-    config = RolloutConfig(max_completion_length=args.max_len, max_turn_tokens=args.turn_tokens,
-                           num_generations=args.generations, num_hybrid_generations=0, retrieve_prob=0.0)
+    config = RolloutConfig(max_completion_length=args.max_len, max_turn_tokens=args.turn_tokens, retrieve_prob=0.0)
     return {
         name: HybridRolloutEngine(
             tokenizer, TransformersBackend(model, tokenizer, reuse_kv=reuse, logits_processor=extra), [PythonTool()],

@@ -70,8 +70,7 @@ def make_engine(tiny_model, scripts_by_row, store=None, tools=None, **config):
         tokenizer, {tuple(p): turns for p, turns in zip(prompts, scripts_by_row)}, model.config.vocab_size
     )
     model.generate = scripted
-    defaults = dict(max_completion_length=256, max_turn_tokens=64, num_generations=len(scripts_by_row),
-                    num_hybrid_generations=len(scripts_by_row), retrieve_prob=1.0)
+    defaults = dict(max_completion_length=256, max_turn_tokens=64, retrieve_prob=1.0)
     defaults.update(config)
     engine = HybridRolloutEngine(
         tokenizer, TransformersBackend(model, tokenizer), tools if tools is not None else [EchoTool(), LookupTool()],

@@ -19,8 +19,7 @@ def _engine(tiny_model, turns_by_row, tools, store=None, **config):
                                              return_dict=False) for m in messages]
     model.generate = ScriptedGenerate(tokenizer, [(p, [Turn(t) for t in turns]) for p, turns in
                                                   zip(prompts, turns_by_row)], model.config.vocab_size)
-    settings = dict(max_completion_length=400, max_turn_tokens=120, tool_protocol="json", num_generations=1,
-                    num_hybrid_generations=1, retrieve_prob=1.0)
+    settings = dict(max_completion_length=400, max_turn_tokens=120, tool_protocol="json", retrieve_prob=1.0)
     settings.update(config)
     engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer), (), store,
                                  RolloutConfig(**settings), seed=0)

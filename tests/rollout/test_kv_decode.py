@@ -204,8 +204,7 @@ def test_engine_opens_and_closes_the_cache_around_a_rollout(tiny_model):
             super().end_rollout()
 
     backend = Spy(model, tok, GREEDY)
-    engine = HybridRolloutEngine(tok, backend, [], None, RolloutConfig(max_completion_length=8, max_turn_tokens=8,
-                                                                       num_generations=1, num_hybrid_generations=0))
+    engine = HybridRolloutEngine(tok, backend, [], None, RolloutConfig(max_completion_length=8, max_turn_tokens=8))
     [row] = engine.run([chat(tok, "Hi.")])
     assert calls == ["begin", ("generate", True), "end"]
     assert not backend.decoder._keep and backend.decoder._entries == []

@@ -32,8 +32,8 @@ def trl_rows(eos: int, pad: int) -> list[list[int]]:
     ]
 
 
-def engine_for(model, tokenizer, rows=3, **config):
-    settings = dict(max_completion_length=8, num_generations=rows, num_hybrid_generations=0, retrieve_prob=0.0)
+def engine_for(model, tokenizer, **config):
+    settings = dict(max_completion_length=8, retrieve_prob=0.0)
     settings.update(config)
     return HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer), [], None, RolloutConfig(**settings))
 
@@ -92,7 +92,7 @@ def test_mocked_mixin_generate_runs_and_its_rows_are_read_like_trl(tiny_model):
 def test_turn_budget_without_eos_is_truncated_on_the_generate_path(tiny_model):
     """A step that reaches max_turn_tokens (below the total budget) without EOS ends the rollout, truncated."""
     model, tok = tiny_model
-    engine = engine_for(model, tok, rows=1, max_completion_length=32, max_turn_tokens=5)
+    engine = engine_for(model, tok, max_completion_length=32, max_turn_tokens=5)
 
     def fake_generate(input_ids, **kwargs):
         budget = kwargs["generation_config"].max_new_tokens
@@ -132,7 +132,7 @@ def test_budget_without_eos_is_truncated_and_eos_in_the_last_slot_is_not(tiny_mo
     backend = TransformersBackend(model, tok, SamplingSettings(do_sample=True), reuse_kv=reuse_kv,
                                   logits_processor=[processor])
     engine = HybridRolloutEngine(tok, backend, [], None, RolloutConfig(
-        max_completion_length=8, num_generations=2, num_hybrid_generations=0, retrieve_prob=0.0))
+        max_completion_length=8, retrieve_prob=0.0))
     torch.manual_seed(0)
     truncated, ended = engine.run(prompts)
     assert backend.last_path == ("kv_cache" if reuse_kv else "generate")

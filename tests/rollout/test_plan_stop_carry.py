@@ -48,8 +48,8 @@ def rollout(tiny_model, retrieve_at, max_turn_tokens=64, retrieve_prob=1.0):
     _, tokenizer = tiny_model
     prompts = prompts_for(tokenizer, 2)
     backend = StreamBackend(tokenizer, {tuple(p): "".join(TEXTS) for p in prompts})
-    config = RolloutConfig(max_completion_length=256, max_turn_tokens=max_turn_tokens, num_generations=2,
-                           num_hybrid_generations=1, retrieve_prob=retrieve_prob, retrieve_at=retrieve_at)
+    config = RolloutConfig(max_completion_length=256, max_turn_tokens=max_turn_tokens, retrieve_prob=retrieve_prob,
+                           retrieve_at=retrieve_at)
     engine = HybridRolloutEngine(tokenizer, backend, [EchoTool()], FixedStore(), config, seed=0)
     return engine.run(prompts, hybrid=[True, False])
 

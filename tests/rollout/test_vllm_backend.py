@@ -301,7 +301,6 @@ def test_hybrid_rollout_with_a_tool_end_to_end(llm, tokenizer, hf_model, plain_p
         tools=[Echo()],
         config=RolloutConfig(
             max_completion_length=64, max_turn_tokens=24, max_tool_calls=1,
-            num_generations=1, num_hybrid_generations=0,
         ),
     )
     tool_prompt = chat_ids(tokenizer, "What is 6 times 7? Use Python.", few_shot=True)

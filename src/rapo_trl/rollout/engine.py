@@ -73,7 +73,8 @@ def takes_question_ids(store) -> bool:
 
 @dataclass
 class RolloutConfig:
-    """Budgets and RAPO knobs of one hybrid rollout."""
+    """Budgets and RAPO knobs of one batch of rollouts. Which rows are hybrid (may retrieve) is the caller's to say,
+    row by row (``roll_out``'s ``hybrid``); the engine knows no group size."""
 
     max_completion_length: int = 1024
     """Total completion budget in tokens, forced tool and retrieved tokens included."""
@@ -83,10 +84,6 @@ class RolloutConfig:
     """Prompts longer than this keep their last tokens (with a warning); ``None`` keeps them whole."""
     max_tool_calls: int = 3
     """Tool calls executed per rollout; later calls get a notice instead of a result."""
-    num_generations: int = 8
-    """Rollouts per prompt (G); rows arrive grouped, G consecutive rows per prompt."""
-    num_hybrid_generations: int = 4
-    """Hybrid rollouts per group (the first ones of each group, by global row index)."""
     retrieve_prob: float = 0.5
     """Probability p of retrieving after each completed tool step of a hybrid rollout."""
     step_entropy: str = "topk"
@@ -131,9 +128,8 @@ class RolloutConfig:
         if self.tool_protocol == "json" and set(self.retrieve_at) != {"tool_step"}:
             raise ValueError("With JSON tool calls a hybrid rollout retrieves after tool steps only: "
                              f"retrieve_at must be ['tool_step'], got {list(self.retrieve_at)}.")
-        # The table RAPOConfig checks too; a group of one is allowed here (an evaluation or a single agent).
-        check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)},
-                     unbounded=("num_generations",))
+        # The table RAPOConfig checks too.
+        check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)})
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
         if self.max_result_chars < 1:

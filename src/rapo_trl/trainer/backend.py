@@ -49,8 +49,6 @@ def rollout_config(args: RAPOConfig, **protocol) -> RolloutConfig:
         max_completion_length=args.max_completion_length,
         max_turn_tokens=args.max_turn_tokens,
         max_tool_calls=args.max_tool_calls,
-        num_generations=args.num_generations,
-        num_hybrid_generations=args.num_hybrid_generations,
         retrieve_prob=args.retrieve_prob,
         step_entropy=args.step_entropy,
         step_entropy_first_tokens=args.step_entropy_first_tokens,
