@@ -180,11 +180,22 @@ def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version
     train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", recipe, "--store_path",
                                                  str(store), *flags)
     scores, eval_seconds = evaluate(output, store, recipe)
-    logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
+    return make_record(arm, seed, flags, recipe, version, steps, step_logs(output / "trainer_state.json"), scores,
+                       eval_seconds, train_seconds=round(train_seconds, 1))
+
+
+def step_logs(trainer_state: Path) -> list[dict]:
+    """The training steps' log entries of a run (or checkpoint) from its ``trainer_state.json``."""
+    return [e for e in json.loads(trainer_state.read_text())["log_history"] if "reward" in e]
+
+
+def make_record(arm: str, seed: int, flags: list[str], recipe: str, version: dict, steps: int, logs: list[dict],
+                scores: dict, eval_seconds: float, **extra) -> dict:
+    """One ``comparison`` record: the run's identity, its machine, its logged steps and its scores."""
+    timing = {**extra, "eval_seconds": round(eval_seconds, 1)}
     return {"arm": arm, "seed": seed, "flags": flags, "recipe": recipe, **version, "steps": steps,
-            "machine": machine_info(), "train_seconds": round(train_seconds, 1), "eval_seconds": round(eval_seconds, 1),
-            "per_step": {name: [e.get(name) for e in logs] for name in LOGGED}, "eval": scores,
-            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "machine": machine_info(), **timing, "per_step": {name: [e.get(name) for e in logs] for name in LOGGED},
+            "eval": scores, "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, float]:
@@ -192,20 +203,32 @@ def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, floa
     Each set's scores carry its questions' ids and, in their order, each question's greedy 0/1 and sampled passes
     out of k (``correct_by_question``, ``sampled_correct_by_question``), so arms pair question by question."""
     started = time.perf_counter()
-    run_rapo("eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store),
-             "--eval_splits", FRESH, HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false",
-             "--eval_sampled_models", "trained", "--eval_report", "")
+    run_rapo(*eval_arguments(model, store, recipe))
+    return read_scores(model), time.perf_counter() - started
+
+
+def eval_arguments(model: Path, store: Path, recipe: str = RECIPE) -> list[str]:
+    """The ``rapo eval`` arguments that score ``model`` alone, as every comparison record is scored."""
+    return ["eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store), "--eval_splits", FRESH,
+            HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false", "--eval_sampled_models", "trained",
+            "--eval_report", ""]
+
+
+def read_scores(model: Path) -> dict:
+    """The trained model's scores on each set from ``model``'s ``eval_results.json``, with the set's question ids."""
     sets = json.loads((model / "eval_results.json").read_text())["sets"]
-    scores = {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]}
-              for name in (FRESH, HELDOUT)}
-    return scores, time.perf_counter() - started
+    return {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]}
+            for name in (FRESH, HELDOUT)}
 
 
 def eval_warm_start(workdir: Path, store: Path, version: dict, recipe: str = RECIPE) -> dict:
     scores, seconds = evaluate(workdir / WARM_START_DIR, store, recipe)
-    return {"arm": "warm_start", "seed": SFT_SEED, "flags": [], "recipe": recipe, **version, "steps": 0,
-            "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
-            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return warm_start_record(recipe, version, scores, seconds)
+
+
+def warm_start_record(recipe: str, version: dict, scores: dict, eval_seconds: float) -> dict:
+    record = make_record("warm_start", SFT_SEED, [], recipe, version, 0, [], scores, eval_seconds)
+    return {**record, "per_step": {}}
 
 
 def fresh_mean(record: dict) -> float:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_comparison as comparison  # noqa: E402
-from common import machine_info, rapo_command, store_built_once, use_offline_environment  # noqa: E402
+from common import rapo_command, store_built_once, use_offline_environment  # noqa: E402
 
 use_offline_environment()
 
@@ -185,10 +185,7 @@ def scored_model(run: Run) -> Path:
 
 def eval_in_background(model: Path, store: Path, extra: list[str]) -> tuple[Path, subprocess.Popen, float]:
     """``bench_comparison.evaluate``'s ``rapo eval``, started in the background."""
-    command = rapo_command("eval", "--config", RECIPE, "--eval_model", str(model), "--store_path", str(store),
-                           "--eval_splits", comparison.FRESH, comparison.HELDOUT, "--eval_sampled_splits",
-                           comparison.FRESH, "--eval_base", "false", "--eval_sampled_models", "trained",
-                           "--eval_report", "", *extra)
+    command = rapo_command(*comparison.eval_arguments(model, store, RECIPE), *extra)
     log = open(model.parent / f"{model.name}-eval.log", "w")
     print("+", " ".join(command), flush=True)
     return model, subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), time.monotonic()
@@ -198,30 +195,22 @@ def scores_of(evaluation: tuple[Path, subprocess.Popen, float]) -> tuple[dict, f
     model, process, started = evaluation
     if process.wait() != 0:
         raise SystemExit(f"rapo eval of {model} failed (exit {process.returncode}); see its -eval.log")
-    sets = json.loads((model / "eval_results.json").read_text())["sets"]
-    scores = {name: sets[name]["rows"]["trained"] for name in (comparison.FRESH, comparison.HELDOUT)}
-    return scores, time.monotonic() - started
+    return comparison.read_scores(model), time.monotonic() - started
 
 
 def finish_record(arm: str, seed: int, run: Run, evaluation, version: dict) -> dict:
     scores, eval_seconds = scores_of(evaluation)
     state = run.output / "trainer_state.json"
-    if not state.exists():
+    if not state.exists():  # stopped at the deadline: the checkpoint that was scored holds the state
         state = evaluation[0] / "trainer_state.json"
-    history = json.loads(state.read_text())["log_history"]
-    logs = [e for e in history if "reward" in e]
-    return {"arm": arm, "seed": seed, "flags": run.flags, "recipe": RECIPE, **version, "steps": len(logs),
-            "stopped_at_deadline": run.stopped, "machine": machine_info(), "train_seconds": round(run.seconds, 1),
-            "eval_seconds": round(eval_seconds, 1),
-            "per_step": {name: [e.get(name) for e in logs] for name in comparison.LOGGED}, "eval": scores,
-            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    logs = comparison.step_logs(state)
+    return comparison.make_record(arm, seed, run.flags, RECIPE, version, len(logs), logs, scores, eval_seconds,
+                                  stopped_at_deadline=run.stopped, train_seconds=round(run.seconds, 1))
 
 
 def warm_start_record(evaluation, version: dict) -> dict:
     scores, seconds = scores_of(evaluation)
-    return {"arm": "warm_start", "seed": comparison.SFT_SEED, "flags": [], "recipe": RECIPE, **version, "steps": 0,
-            "machine": machine_info(), "eval_seconds": round(seconds, 1), "per_step": {}, "eval": scores,
-            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return comparison.warm_start_record(RECIPE, version, scores, seconds)
 
 
 if __name__ == "__main__":
