@@ -1,6 +1,6 @@
 """RAPOTrainer's loss and gradients equal ``reference_step``'s on the same rollout rows: the trainer is the paper's
 step, spread over TRL's hooks (beside tests/trainer/test_trainer.py's equality with GRPOTrainer at p = 0). The
-reference step normalises rewards per group, TRL's ``scale_rewards="group"``: the trainer refuses TRL's other scales
+reference step normalises the weighted reward per group, TRL's ``scale_rewards="group"``: the trainer refuses TRL's other scales
 while it retrieves, and keeps them for GRPO without retrieval."""
 
 from __future__ import annotations
@@ -83,6 +83,18 @@ def test_the_trainer_refuses_other_reward_scales_while_it_retrieves(tiny_model_d
 def test_grpo_without_retrieval_keeps_every_reward_scale(tmp_path, store, settings):
     for scale in ("batch", "none", "group"):
         check_reward_scale(RAPOConfig(**common_args(tmp_path, scale_rewards=scale, **settings)), store)
+
+
+def test_the_trainer_refuses_normalize_then_sum_while_it_retrieves(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"^multi_objective_aggregation='normalize_then_sum' is for GRPO without "
+                                         r"retrieval: .* set multi_objective_aggregation='sum_then_normalize'\.$"):
+        rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(STORED), retrieve_prob=1.0, num_hybrid_generations=2,
+                     multi_objective_aggregation="normalize_then_sum")
+
+
+def test_grpo_without_retrieval_keeps_normalize_then_sum(tmp_path):
+    args = RAPOConfig(**common_args(tmp_path, retrieve_prob=0.0, multi_objective_aggregation="normalize_then_sum"))
+    check_reward_scale(args, FixedStore(STORED))
 
 
 def test_a_trainer_without_a_store_takes_batch_scaling(tiny_model_dir, tmp_path):

@@ -33,13 +33,20 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=()) -> None
 
 
 def check_reward_scale(args, store) -> None:
-    """With retrieval on, only TRL's ``scale_rewards="group"``: RAPO's A = A_acc (1 + a A_ret) is the paper's, and
-    ``core/reference.py``'s, on rewards normalised by their group's std. Without retrieval the trainer is
-    GRPOTrainer and takes every scale TRL offers."""
+    """With retrieval on, only TRL's ``scale_rewards="group"`` and ``multi_objective_aggregation="sum_then_normalize"``:
+    RAPO's A = A_acc (1 + a A_ret) is the paper's, and ``core/reference.py``'s, on the weighted reward normalised by
+    its group's std. TRL's ``normalize_then_sum`` normalises each reward function per group, then the sum over the
+    whole batch, which is neither. Without retrieval the trainer is GRPOTrainer and takes every setting TRL offers."""
     can_retrieve = args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0
-    if store is not None and can_retrieve and args.scale_rewards != "group":
+    if store is None or not can_retrieve:
+        return
+    if args.scale_rewards != "group":
         raise ValueError(f"scale_rewards={args.scale_rewards!r} is for GRPO without retrieval: with a trace_store and "
                          "hybrid rows, RAPO normalises rewards by their group's std; set scale_rewards='group'.")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(f"multi_objective_aggregation={args.multi_objective_aggregation!r} is for GRPO without "
+                         "retrieval: with a trace_store and hybrid rows, RAPO normalises the weighted sum of the rewards "
+                         "by its group's std; set multi_objective_aggregation='sum_then_normalize'.")
 
 
 def check_store_before_training(store) -> None:
