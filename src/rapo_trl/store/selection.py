@@ -1,6 +1,12 @@
-"""RAPO's selection rule: among the top-k neighbours keep the highest stored reward (ties: most
-similar); fall back to a fixed text when that reward is not above ``min_reward``. Beside it, what the store's
-reads and writes return (``Retrieved``, ``Selection``, ``Written``)."""
+"""RAPO's selection rule (``pick``), for one query:
+
+- the candidates are the ``top_k`` stored keys nearest to the query;
+- the one with the highest stored reward is retrieved (ties: the most similar, then the nearer rank);
+- the fallback text is inserted instead when that reward is not above ``min_reward``, or there is no candidate.
+
+``TraceStore.select_embedded`` in ``retrieval.py`` applies it to every query of a batch, with what it needs (the
+neighbours, the rewards) gathered before and each winner confirmed against Chroma after. Beside the rule, what the
+store's reads and writes return (``Retrieved``, ``Selection``, ``Written``)."""
 
 from __future__ import annotations
 
