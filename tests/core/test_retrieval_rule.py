@@ -9,7 +9,10 @@ import pytest
 
 from rapo_trl import RAPOConfig
 from rapo_trl.core.retrieval_rule import (
+    RETRIEVAL_BOUNDARIES,
+    RETRIEVAL_TRIGGERS,
     boundaries_reached,
+    check_json_tools_reach,
     checked_boundaries,
     failed_groups,
     guided_flags,
@@ -60,9 +63,19 @@ def test_the_first_turn_is_held_at_the_plan_only_when_a_hybrid_row_may_retrieve_
 
 
 def test_plan_rows_come_first_and_tool_steps_count_only_when_named():
-    assert list(boundaries_reached([3], [0, 1], ("tool_step", "plan")).items()) == [
+    assert list(boundaries_reached([3], {0: 1, 1: 2}, ("tool_step", "plan")).items()) == [
         (3, "plan"), (0, "tool_step"), (1, "tool_step")]
-    assert boundaries_reached([3], [0, 1], ("plan",)) == {3: "plan"}
+    assert boundaries_reached([3], {0: 1, 1: 2}, ("plan",)) == {3: "plan"}
+
+
+def test_every_trigger_answers_a_boundary_the_engine_reports():
+    assert {trigger.boundary for trigger in RETRIEVAL_TRIGGERS.values()} <= set(RETRIEVAL_BOUNDARIES)
+
+
+def test_json_tool_rollouts_reach_tool_steps_but_no_plan():
+    check_json_tools_reach(("tool_step",))
+    with pytest.raises(ValueError, match="retrieve_at must be among"):
+        check_json_tools_reach(("plan", "tool_step"))
 
 
 def test_each_hybrid_untruncated_row_draws_once_in_boundary_order():

@@ -1,28 +1,66 @@
 """When a RAPO rollout retrieves, in one place; torch-free, called by the rollout engine, the trainer and RAPOConfig.
 
-- Which rows may: the first ``num_hybrid_generations`` rows of each group (``is_hybrid_row``).
-- With what probability: p, constant or decayed over training (``scheduled_retrieve_prob``).
-- Where: at the step boundaries named in ``retrieve_at`` (``RETRIEVAL_BOUNDARIES``): after each completed tool step
-  (the paper), and once the policy closes its plan, for which the first turn is held at the plan's end
-  (``holds_plan_turn``, ``boundaries_reached``). Each hybrid row that reaches a boundary untruncated draws one coin
-  (``rows_that_retrieve``), in boundary order, from the engine's seeded generator.
-- In which groups: every group, or with ``retrieve_failed_groups_max_reward`` only those whose on-policy rows all
-  failed (``failed_groups``, ``guided_flags``).
+- Which groups: every group, or with ``retrieve_failed_groups_max_reward`` only those whose on-policy rows all
+  failed (``failed_groups``, ``guided_flags``; the trainer rolls those rows out first, ``trainer/step_rollout.py``).
+- Which rows: the first ``num_hybrid_generations`` rows of each group (``is_hybrid_row``).
+- Where: at the step boundaries that the triggers named in ``retrieve_at`` answer (``RETRIEVAL_TRIGGERS``). The
+  engine reports each turn's boundaries: a row closed its plan in its first turn (``"plan"``; the first turn is
+  then held at the plan's end, ``holds_plan_turn``), or completed its n-th tool step (``"tool_step"``).
+  ``boundaries_reached`` keeps those where a named trigger fires.
+- With what probability: p, constant or decayed over training (``scheduled_retrieve_prob``). Each hybrid row that
+  reaches a boundary untruncated draws one coin (``rows_that_retrieve``), in boundary order, from the engine's
+  seeded generator.
 
 Which record a retrieval inserts is the store's half of the rule, :func:`rapo_trl.store.selection.pick`: the highest
 stored reward among the ``top_k`` nearest keys (ties: the most similar), the fallback text when that reward is not
 above ``min_reward``.
+
+A new ``retrieve_at`` value is one entry of ``RETRIEVAL_TRIGGERS`` (a boundary, and on which of a row's boundaries
+of that kind it fires), with its test in ``tests/core/test_retrieval_rule.py``.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
-"""Where a hybrid rollout may retrieve: after each completed tool step (paper), or once the policy has closed its
-plan (``RolloutConfig.plan_stop``) in its first turn, before it writes its first tool call."""
+"""The step boundaries the engine reports, and a ``RetrievalEvent``'s ``boundary``: after a completed tool step
+(the paper), or once the policy has closed its plan (``RolloutConfig.plan_stop``) in its first turn, before it writes
+its first tool call."""
+
+
+def every_time(nth: int) -> bool:
+    """Fires at each of a row's boundaries of its kind."""
+    return True
+
+
+def first_time(nth: int) -> bool:
+    """Fires at a row's first boundary of its kind only."""
+    return nth == 1
+
+
+@dataclass(frozen=True)
+class RetrievalTrigger:
+    """One ``retrieve_at`` value: at which of a hybrid row's step boundaries it draws a retrieval."""
+
+    boundary: str
+    """The boundary it answers (one of ``RETRIEVAL_BOUNDARIES``)."""
+    fires: Callable[[int], bool] = every_time
+    """Whether it fires at a row's n-th boundary of that kind (n counts from 1)."""
+    with_json_tools: bool = True
+    """Whether a rollout with JSON tool calls reaches its boundary: a JSON turn ends at the chat template's
+    end-of-turn token only, never at a plan's end."""
+
+
+RETRIEVAL_TRIGGERS: dict[str, RetrievalTrigger] = {
+    "tool_step": RetrievalTrigger("tool_step"),
+    "plan": RetrievalTrigger("plan", first_time, with_json_tools=False),
+}
+"""``retrieve_at`` values: ``"tool_step"``, after each completed tool step (the paper); ``"plan"``, once the policy
+closes its plan in its first turn, before its first tool call."""
 
 
 def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
@@ -40,25 +78,39 @@ def scheduled_retrieve_prob(start: float, final: float | None, step: int, max_st
 
 
 def checked_boundaries(retrieve_at: str | Iterable[str]) -> tuple[str, ...]:
-    """``retrieve_at`` as a tuple without repeats; raises unless it names one or more of ``RETRIEVAL_BOUNDARIES``."""
+    """``retrieve_at`` as a tuple without repeats; raises unless it names one or more of ``RETRIEVAL_TRIGGERS``."""
     named = [retrieve_at] if isinstance(retrieve_at, str) else list(retrieve_at)
-    if not named or any(boundary not in RETRIEVAL_BOUNDARIES for boundary in named):
-        raise ValueError(f"retrieve_at takes one or more of {RETRIEVAL_BOUNDARIES}, got {retrieve_at!r}.")
+    if not named or any(name not in RETRIEVAL_TRIGGERS for name in named):
+        raise ValueError(f"retrieve_at takes one or more of {tuple(RETRIEVAL_TRIGGERS)}, got {retrieve_at!r}.")
     return tuple(dict.fromkeys(named))
+
+
+def check_json_tools_reach(retrieve_at: Sequence[str]) -> None:
+    """Raises unless a rollout with JSON tool calls reaches every boundary ``retrieve_at`` names."""
+    reachable = [name for name, trigger in RETRIEVAL_TRIGGERS.items() if trigger.with_json_tools]
+    if any(name not in reachable for name in retrieve_at):
+        raise ValueError(f"With JSON tool calls a hybrid rollout retrieves after tool steps only: retrieve_at must be "
+                         f"among {reachable}, got {list(retrieve_at)}.")
 
 
 def holds_plan_turn(can_retrieve: bool, retrieve_at: Sequence[str], hybrid: Iterable[bool]) -> bool:
     """Whether a rollout's first turn also stops at the plan's end: only when it may retrieve there and holds a hybrid
     row. The rows that do not retrieve at the plan go on as if the turn had not stopped."""
-    return can_retrieve and "plan" in retrieve_at and any(hybrid)
+    at_plan = any(RETRIEVAL_TRIGGERS[name].boundary == "plan" for name in retrieve_at)
+    return can_retrieve and at_plan and any(hybrid)
 
 
-def boundaries_reached(planned: Iterable[int], tool_steps: Iterable[int], retrieve_at: Sequence[str]) -> dict[int, str]:
-    """Row -> the boundary it reached this turn, plan rows first: the rows that closed their plan, and, with
-    ``"tool_step"`` in ``retrieve_at``, the rows whose tool step completed."""
-    reached = {row: "plan" for row in planned}
-    if "tool_step" in retrieve_at:
-        reached.update((row, "tool_step") for row in tool_steps)
+def boundaries_reached(planned: Iterable[int], tool_steps: Mapping[int, int],
+                       retrieve_at: Sequence[str]) -> dict[int, str]:
+    """Row -> the boundary it reached this turn where a trigger of ``retrieve_at`` fires, plan rows first.
+    ``planned``: the rows that closed their plan; ``tool_steps``: row -> its tool steps so far, for the rows whose
+    tool step completed this turn."""
+    triggers = [RETRIEVAL_TRIGGERS[name] for name in retrieve_at]
+    reached = {}
+    for boundary, nth_by_row in (("plan", dict.fromkeys(planned, 1)), ("tool_step", tool_steps)):
+        for row, nth in nth_by_row.items():
+            if any(trigger.boundary == boundary and trigger.fires(nth) for trigger in triggers):
+                reached[row] = boundary
     return reached
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rapo_trl.core.retrieval_rule import checked_boundaries
+from rapo_trl.core.retrieval_rule import check_json_tools_reach, checked_boundaries
 from rapo_trl.protocol import PLAN_CLOSE, RESULT_TEMPLATE, RETRIEVE_TEMPLATE
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
@@ -27,7 +27,7 @@ class RolloutConfig:
     max_tool_calls: int = 3
     """Tool calls executed per rollout; later calls get a notice instead of a result."""
     retrieve_prob: float = 0.5
-    """Probability p of retrieving after each completed tool step of a hybrid rollout."""
+    """Probability p of retrieving at each boundary of ``retrieve_at`` a hybrid rollout reaches."""
     step_entropy: str = "topk"
     """Step entropy estimator: ``"topk"`` (reference code's sum), ``"topk_mean"`` or ``"full"`` (paper)."""
     step_entropy_first_tokens: int = 20
@@ -47,7 +47,7 @@ class RolloutConfig:
     max_retrieved_tokens: int | None = None
     """Retrieved blocks longer than this many tokens are skipped, not cut (``None``: no cap)."""
     retrieve_at: tuple[str, ...] = ("tool_step",)
-    """Step boundaries of a hybrid rollout where a retrieval is drawn (``RETRIEVAL_BOUNDARIES``, the retrieval rule:
+    """Where a hybrid rollout draws a retrieval: names of ``RETRIEVAL_TRIGGERS`` (the retrieval rule:
     ``rapo_trl.core.retrieval_rule``)."""
     plan_stop: str = PLAN_CLOSE
     """Closing text of the policy's plan: with ``"plan"`` in ``retrieve_at`` the first turn also stops there."""
@@ -67,9 +67,8 @@ class RolloutConfig:
         self.retrieve_at = checked_boundaries(self.retrieve_at)
         if self.tool_protocol not in TOOL_PROTOCOLS:
             raise ValueError(f"tool_protocol must be one of {TOOL_PROTOCOLS}, got {self.tool_protocol!r}.")
-        if self.tool_protocol == "json" and set(self.retrieve_at) != {"tool_step"}:
-            raise ValueError("With JSON tool calls a hybrid rollout retrieves after tool steps only: "
-                             f"retrieve_at must be ['tool_step'], got {list(self.retrieve_at)}.")
+        if self.tool_protocol == "json":
+            check_json_tools_reach(self.retrieve_at)
         # The table RAPOConfig checks too.
         check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)})
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -181,6 +182,7 @@ class HybridRolloutEngine:
         # policy step (``carried``), so on-policy rows are the rows they would be without the plan boundary.
         plan_turn = holds_plan_turn(can_retrieve, cfg.retrieve_at, (row.is_hybrid for row in rows))
         carried: dict[int, HeldTurn] = {}  # row -> the part of its turn sampled before the plan stop
+        tool_steps: Counter[int] = Counter()  # row -> the tool steps it has completed
         stats = RolloutStats()
 
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
@@ -203,8 +205,9 @@ class HybridRolloutEngine:
                 elif ending != ENDED:
                     calls.append((i, *ending))
             stepped = self._run_tool_calls(rows, calls, tables, stats)
+            tool_steps.update(stepped)
             if can_retrieve:
-                reached = boundaries_reached(planned, stepped, cfg.retrieve_at)
+                reached = boundaries_reached(planned, {i: tool_steps[i] for i in stepped}, cfg.retrieve_at)
                 start = time.perf_counter()
                 self.retrieval.retrieve(rows, reached, prefixes, own, retrieve_prob)
                 stats.retrieval_seconds += time.perf_counter() - start
