@@ -60,7 +60,9 @@ class RAPOConfig(GRPOConfig):
     retrieve_at (`list[str]`, *optional*, defaults to `["tool_step"]`):
         Step boundaries where a hybrid rollout draws a retrieval: `"tool_step"`, after each completed tool
         step (the paper); `"plan"`, once the policy closes its first plan (`</think>`), before its first tool
-        call, queried with the question (docs/design.md, Guided retrieval).
+        call, queried with the question (docs/design.md, Guided retrieval); `"first_tool_step"`, after a rollout's
+        first completed tool step only: one stored step to get it going, then the policy on its own. With JSON
+        tool calls, `"tool_step"` and `"first_tool_step"` only (`rapo_trl.core.retrieval_rule`).
     retrieve_failed_groups_max_reward (`float` or `None`, *optional*, defaults to `None`):
         `None`: every group may retrieve (the paper). A value: retrieve only in groups whose on-policy rollouts all
         failed, i.e. scored at or below this reward (BREAD, Guide-GRPO); those are rolled out and scored first. Not
@@ -182,7 +184,8 @@ class RAPOConfig(GRPOConfig):
     )
     retrieve_at: list[str] = field(
         default_factory=lambda: ["tool_step"],
-        metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan)."},
+        metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan), "
+                          "first_tool_step (after the first tool step only)."},
     )
     retrieve_failed_groups_max_reward: float | None = field(
         default=None,

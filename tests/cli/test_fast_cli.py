@@ -140,6 +140,16 @@ def test_bare_bool_flag_is_true(recipe_file):
     assert args.bf16 is False
 
 
+def test_retrieve_at_takes_every_trigger_on_the_command_line_and_in_yaml(recipe_file, tmp_path):
+    from rapo_trl.cli import parse_recipe
+
+    flags = ["--retrieve_at", "plan", "first_tool_step"]
+    assert parse_recipe("train", ["--config", str(recipe_file), *flags])[1].retrieve_at == ["plan", "first_tool_step"]
+    in_yaml = write_yaml(tmp_path / "first.yaml", {**yaml.safe_load(recipe_file.read_text()),
+                                                   "retrieve_at": "first_tool_step"})
+    assert parse_recipe("train", ["--config", str(in_yaml)])[1].retrieve_at == ["first_tool_step"]
+
+
 @pytest.mark.parametrize("value", ["null", "none", "None"])
 def test_null_unsets_an_optional_number_on_the_command_line_and_in_yaml(recipe_file, tmp_path, value):
     """`--retrieved_token_shaping null` (and YAML `null`) is log-likelihood, no shaping; both parsers agree."""

@@ -68,14 +68,28 @@ def test_plan_rows_come_first_and_tool_steps_count_only_when_named():
     assert boundaries_reached([3], {0: 1, 1: 2}, ("plan",)) == {3: "plan"}
 
 
+def test_first_tool_step_fires_at_a_rows_first_tool_step_only():
+    # rows 0 and 2 completed their first tool step this turn, row 1 its second
+    assert boundaries_reached([], {0: 1, 1: 2, 2: 1}, ("first_tool_step",)) == {0: "tool_step", 2: "tool_step"}
+    assert boundaries_reached([3], {1: 2}, ("plan", "first_tool_step")) == {3: "plan"}
+    # named beside tool_step it adds nothing: a row reaching a boundary draws once whatever fires there
+    assert boundaries_reached([], {0: 1, 1: 2}, ("tool_step", "first_tool_step")) == {0: "tool_step", 1: "tool_step"}
+
+
 def test_every_trigger_answers_a_boundary_the_engine_reports():
     assert {trigger.boundary for trigger in RETRIEVAL_TRIGGERS.values()} <= set(RETRIEVAL_BOUNDARIES)
+    assert checked_boundaries(["first_tool_step", "plan"]) == ("first_tool_step", "plan")
 
 
 def test_json_tool_rollouts_reach_tool_steps_but_no_plan():
-    check_json_tools_reach(("tool_step",))
+    check_json_tools_reach(("tool_step", "first_tool_step"))
     with pytest.raises(ValueError, match="retrieve_at must be among"):
-        check_json_tools_reach(("plan", "tool_step"))
+        check_json_tools_reach(("plan", "first_tool_step"))
+
+
+def test_the_first_turn_is_held_at_the_plan_only_for_a_plan_trigger():
+    assert not holds_plan_turn(True, ("first_tool_step", "tool_step"), [True])
+    assert holds_plan_turn(True, ("first_tool_step", "plan"), [True])
 
 
 def test_each_hybrid_untruncated_row_draws_once_in_boundary_order():

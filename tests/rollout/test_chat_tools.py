@@ -177,6 +177,19 @@ def test_retrieved_step_opens_the_next_assistant_turn_and_is_never_parsed(tiny_m
     assert tok.decode(row.completion_ids[slice(*event.step_tokens)]).startswith("A stored step.")
 
 
+def test_first_tool_step_retrieves_once_with_json_tools(tiny_model):
+    env = Counter()
+    tools = environment_tools(env)
+    store = FixedStore()
+    turns = [call("add", n=1), call("add", n=2), "ok<|im_end|>"]
+    engine, _, prompts, _ = _engine(tiny_model, [turns], tools.values(), store=store,
+                                    retrieve_at=("first_tool_step",))
+    (row,) = engine.run(prompts, hybrid=[True], row_tools=[tools])
+    assert env.total == 3 and row.tool_calls == 2 and row.finished
+    assert [s.kind for s in row.segments] == ["policy", "tool", "retrieved", "policy", "tool", "policy"]
+    assert len(store.queries) == 1 and [e.after_step for e in row.retrievals] == [0]
+
+
 def test_json_protocol_refuses_tag_tools_and_plan_retrieval(tiny_model):
     from tests.helpers.fakes import EchoTool
 

@@ -3,6 +3,8 @@ stored step's own text (what the retrieved-token loss trains)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from rapo_trl.rollout import RolloutConfig
@@ -51,6 +53,35 @@ def test_plan_boundary_is_the_first_turns_only(tiny_model):
     engine, prompts, _ = make_engine(tiny_model, [script], store=FixedStore(), retrieve_at=("plan",))
     (row,) = engine.run(prompts, hybrid=[True])
     assert row.retrievals == []  # the first turn ended at a tool call; a later </think> is no plan boundary
+
+
+def two_tool_steps():
+    return [Turn("<python>1</python>"), Turn("<python>2</python>"), Turn("<answer>7</answer>")]
+
+
+def test_first_tool_step_retrieves_after_a_rows_first_tool_step_never_its_second(tiny_model):
+    store = FixedStore()
+    engine, prompts, _ = make_engine(tiny_model, [two_tool_steps(), two_tool_steps()], store=store,
+                                     retrieve_at=("first_tool_step",))
+    hybrid, plain = engine.run(prompts, hybrid=[True, False])
+    assert [s.kind for s in hybrid.segments] == ["policy", "tool", "retrieved", "policy", "tool", "policy", "end"]
+    (event,) = hybrid.retrievals
+    assert event.boundary == "tool_step" and event.after_step == 0
+    assert plain.retrievals == [] and len(store.queries) == 1
+    # one draw in all, the hybrid row's at its first tool step: its second draws nothing
+    drawn = random.Random(0)
+    drawn.random()
+    assert engine.rng.random() == drawn.random()
+
+
+def test_first_tool_step_beside_the_plan_retrieves_at_each_once(tiny_model):
+    script = [Turn("<think>my plan</think>", 4), *two_tool_steps()]
+    engine, prompts, _ = make_engine(tiny_model, [script], store=FixedStore(),
+                                     retrieve_at=("plan", "first_tool_step"))
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert [e.boundary for e in row.retrievals] == ["plan", "tool_step"]
+    assert [s.kind for s in row.segments] == ["policy", "retrieved", "policy", "tool", "retrieved", "policy", "tool",
+                                              "policy", "end"]
 
 
 def test_no_plan_stop_without_retrieval(tiny_model):

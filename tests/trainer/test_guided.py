@@ -57,6 +57,7 @@ def test_config_checks():
     assert config().retrieve_at == ["tool_step"] and config().retrieve_failed_groups_max_reward is None
     assert config(retrieve_at="plan").retrieve_at == ["plan"]  # a YAML scalar names one boundary
     assert config(retrieve_at=["plan", "tool_step"]).retrieve_at == ["plan", "tool_step"]
+    assert config(retrieve_at="first_tool_step").retrieve_at == ["first_tool_step"]
     for bad, match in ((dict(retrieve_at=["later"]), "retrieve_at takes one or more of"),
                        (dict(retrieve_at=["group_failed"]), "retrieve_at takes"),
                        (dict(retrieve_failed_groups_max_reward=0.0, num_hybrid_generations=4), "on-policy"),

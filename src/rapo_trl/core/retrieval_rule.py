@@ -58,9 +58,11 @@ class RetrievalTrigger:
 RETRIEVAL_TRIGGERS: dict[str, RetrievalTrigger] = {
     "tool_step": RetrievalTrigger("tool_step"),
     "plan": RetrievalTrigger("plan", first_time, with_json_tools=False),
+    "first_tool_step": RetrievalTrigger("tool_step", first_time),
 }
 """``retrieve_at`` values: ``"tool_step"``, after each completed tool step (the paper); ``"plan"``, once the policy
-closes its plan in its first turn, before its first tool call."""
+closes its plan in its first turn, before its first tool call; ``"first_tool_step"``, after a row's first completed
+tool step only (one stored step to get the row going, then the policy on its own)."""
 
 
 def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
