@@ -6,6 +6,10 @@ on-policy rows all failed; BREAD, Guide-GRPO); and, after either, DAPO's dynamic
 groups of prompts drawn from the training set, `rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
 (scoring, gathering, drawing and rolling out prompts) comes in as ``StepHooks``, so every process runs the same
 collective calls in the same order whatever its rows hold.
+
+p for the step (``RAPOConfig.retrieve_prob_at``) comes in as ``retrieve_prob`` and goes to each
+``HybridRolloutEngine.roll_out`` call as it is; there each hybrid row draws with it at the boundaries of
+``RAPOConfig.retrieve_at`` (the rule: ``rapo_trl.core.retrieval_rule``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rapo_trl.config import RAPOConfig
 from rapo_trl.core.retrieval_rule import failed_groups, guided_flags
-from rapo_trl.rollout import RolloutRow, RolloutStats
+from rapo_trl.rollout import HybridRolloutEngine, RolloutRow, RolloutStats
 from rapo_trl.trainer.dynamic_sampling import dynamic_sampling_metrics, resample_flat_groups, summed_stats
 
 
@@ -58,9 +63,9 @@ def question_ids(inputs: Sequence[dict] | None) -> list[str | None] | None:
     return [None if row.get("question_id") is None else str(row["question_id"]) for row in inputs]
 
 
-def roll_out_step(engine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str], hybrid: list[bool],
-                  *, group_size: int, offset: int, retrieve_prob: float, args, hooks: StepHooks,
-                  row_tools=None) -> StepRollout:
+def roll_out_step(engine: HybridRolloutEngine, inputs: Sequence[dict] | None, prompt_ids: list, prefixes: list[str],
+                  hybrid: list[bool], *, group_size: int, offset: int, retrieve_prob: float, args: RAPOConfig,
+                  hooks: StepHooks, row_tools=None) -> StepRollout:
     """Roll out a training step's rows (``offset``: this process's first global row) as ``args`` says, hybrid rows
     retrieving with probability ``retrieve_prob``; ``row_tools``: each row's own JSON tools (its environment's), which
     only the plain rollout takes."""
@@ -92,8 +97,8 @@ def _need(inputs, option: str) -> Sequence[dict]:
     return inputs
 
 
-def _guided_for_failed_groups(engine, inputs, prompt_ids, prefixes, hybrid, group_size, offset, threshold,
-                              retrieve_prob, hooks: StepHooks) -> StepRollout:
+def _guided_for_failed_groups(engine: HybridRolloutEngine, inputs, prompt_ids, prefixes, hybrid, group_size, offset,
+                              threshold, retrieve_prob: float, hooks: StepHooks) -> StepRollout:
     own = [i for i, flag in enumerate(hybrid) if not flag]
     mixed = [i for i, flag in enumerate(hybrid) if flag]
     on_policy = engine.roll_out([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
