@@ -34,7 +34,12 @@ from every record, so runs may finish in different sittings. A run already recor
 and code (the git tree of ``src`` and the recipe's settings) is skipped, so the same command picks up where the records stop.
 
     .venv/bin/python benchmarks/bench_comparison.py --arms grpo rapo_paper --seeds 0 1 2
+    .venv/bin/python benchmarks/bench_comparison.py --arms grpo sft_then_grpo --seeds 0 1 2 --rescore 128
     .venv/bin/python benchmarks/bench_comparison.py --report-only
+
+``--rescore N`` trains nothing: it scores recorded runs again on N fresh questions (the records' own 64 first, the
+same questions in the same order) and appends each score to ``learning.json``'s ``rescored`` list, so that finalists
+pair question by question on a wider set.
 """
 
 from __future__ import annotations
@@ -104,6 +109,8 @@ LOGGED = ("reward", "rapo/reward_on_policy", "rapo/reward_hybrid_retrieved", "ra
 """The training log's names each record keeps per step (``None`` at a step that did not log one)."""
 JSON_PATH = RESULTS / "learning.json"
 KEY = "comparison"
+RESCORED = "rescored"
+"""``learning.json``'s list of runs scored again on more fresh questions (``--rescore``)."""
 
 
 def main(argv=None) -> None:
@@ -121,9 +128,30 @@ def main(argv=None) -> None:
                 append(record)
                 write_report()
                 print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
-        if args.eval_warm_start and not recorded("warm_start", SFT_SEED, version["code"], []):
+        if args.rescore:
+            rescore_recorded(args, workdir, store, version)
+        elif args.eval_warm_start and not recorded("warm_start", SFT_SEED, version["code"], []):
             append(eval_warm_start(workdir, store, version, args.recipe))
     write_report()
+
+
+def rescore_recorded(args, workdir: Path, store: Path, version: dict) -> None:
+    """Score the recorded runs of ``--arms`` x ``--seeds`` (and the warm start, with ``--eval-warm-start``) again on
+    ``--rescore`` fresh questions, no retraining; each score is appended to ``rescored`` at once."""
+    runs = [(arm, seed, run_flags(arm, seed, args.steps)) for seed in args.seeds for arm in args.arms]
+    if args.eval_warm_start:
+        runs.append(("warm_start", SFT_SEED, []))
+    for arm, seed, flags in runs:
+        if not recorded(arm, seed, version["code"], flags):
+            print(f"comparison: {arm} seed {seed} is not recorded on code {version['code']}; not rescored", flush=True)
+        elif rescored(arm, seed, version["code"], args.rescore):
+            print(f"comparison: {arm} seed {seed} is rescored on {args.rescore} questions; skipped", flush=True)
+        else:
+            model = workdir / (WARM_START_DIR if arm == "warm_start" else f"{arm}-seed{seed}")
+            record = rescore(arm, seed, model, store, args.rescore, version, args.recipe)
+            append(record, RESCORED)
+            print(f"comparison: {arm} seed {seed} on {args.rescore} fresh questions, mean@4 {fresh_mean(record):.3f}",
+                  flush=True)
 
 
 def parse_args(argv=None):
@@ -136,6 +164,9 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--eval-warm-start", action="store_true", help="also score the shared warm start, once")
+    parser.add_argument("--rescore", type=int, metavar="N", help="no training: score the recorded runs of --arms and "
+                        "--seeds (and the warm start, with --eval-warm-start) again on N fresh questions, mean@k and "
+                        "greedy, recorded under 'rescored' (the first 64 are the records' own questions)")
     parser.add_argument("--report-only", action="store_true")
     return parser.parse_args(argv)
 
@@ -156,12 +187,12 @@ def code_version(recipe: str = RECIPE) -> str:
     return f"{git('rev-parse', 'HEAD:src')[:12]}-{hashlib.sha256(settings.encode()).hexdigest()[:12]}"
 
 
-def records() -> list[dict]:
-    return json.loads(JSON_PATH.read_text()).get(KEY, []) if JSON_PATH.exists() else []
+def records(key: str = KEY) -> list[dict]:
+    return json.loads(JSON_PATH.read_text()).get(key, []) if JSON_PATH.exists() else []
 
 
-def append(record: dict) -> None:
-    update_results(JSON_PATH, lambda data: data.setdefault(KEY, []).append(record))
+def append(record: dict, key: str = KEY) -> None:
+    update_results(JSON_PATH, lambda data: data.setdefault(key, []).append(record))
 
 
 def recorded(arm: str, seed: int, code: str, flags: list[str]) -> bool:
@@ -214,11 +245,43 @@ def eval_arguments(model: Path, store: Path, recipe: str = RECIPE) -> list[str]:
             "--eval_report", ""]
 
 
-def read_scores(model: Path) -> dict:
-    """The trained model's scores on each set from ``model``'s ``eval_results.json``, with the set's question ids."""
-    sets = json.loads((model / "eval_results.json").read_text())["sets"]
-    return {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]}
-            for name in (FRESH, HELDOUT)}
+def read_scores(results: Path, names: tuple[str, ...] = (FRESH, HELDOUT)) -> dict:
+    """The trained model's scores on each set of ``names``, with the set's question ids, from an eval results file
+    (or the ``eval_results.json`` of a model folder)."""
+    path = results / "eval_results.json" if results.is_dir() else results
+    sets = json.loads(path.read_text())["sets"]
+    return {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]} for name in names}
+
+
+def rescored(arm: str, seed: int, code: str, questions: int) -> bool:
+    return any(r["arm"] == arm and r["seed"] == seed and r.get("code") == code and r["questions"] == questions
+               for r in records(RESCORED))
+
+
+def rescore(arm: str, seed: int, model: Path, store: Path, questions: int, version: dict,
+            recipe: str = RECIPE) -> dict:
+    """``model`` scored on ``questions`` fresh questions: mean@k and greedy, each question's counts and ids. Its
+    ``eval_results.json`` (the record's own scores) is left as it was; this score is kept beside it."""
+    kept = model / "eval_results.json"
+    saved = kept.read_bytes() if kept.exists() else None
+    report = model / f"eval_results_{questions}_fresh.json"
+    started = time.perf_counter()
+    try:
+        run_rapo(*rescore_arguments(model, store, questions, recipe, report))
+    finally:
+        if saved is not None:
+            kept.write_bytes(saved)
+    scores = read_scores(report, (FRESH,))
+    return {"arm": arm, "seed": seed, "questions": questions, "recipe": recipe, **version, "machine": machine_info(),
+            "eval_seconds": round(time.perf_counter() - started, 1), "eval": scores,
+            "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def rescore_arguments(model: Path, store: Path, questions: int, recipe: str, report: Path) -> list[str]:
+    """``eval_arguments`` on the fresh questions alone, ``questions`` of them, the results also written to ``report``."""
+    return ["eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store), "--eval_splits", FRESH,
+            "--eval_sampled_splits", FRESH, "--eval_size", str(questions), "--eval_sample_size", str(questions),
+            "--eval_base", "false", "--eval_sampled_models", "trained", "--eval_report", str(report)]
 
 
 def eval_warm_start(workdir: Path, store: Path, version: dict, recipe: str = RECIPE) -> dict:

@@ -4,6 +4,7 @@ and reads the on-policy curves, and a recorded run is not run again."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.helpers.benchmarks import ROOT, load_bench
 
@@ -108,3 +109,39 @@ def test_an_eval_record_keeps_each_sets_questions_and_their_correct_counts(tmp_p
     assert fresh["question_ids"] == [f"{bench.FRESH}-a", f"{bench.FRESH}-b"]
     assert fresh["correct_by_question"] == [1, 0] and fresh["sampled_correct_by_question"] == [3, 1]
     assert {"entropy", "completions/mean_length", "rapo/retrieved_token_logp"} <= set(bench.LOGGED)
+
+
+def test_a_rescore_scores_recorded_runs_again_on_more_questions_and_keeps_their_own_results(tmp_path, monkeypatch):
+    bench = load_bench("bench_comparison")
+    path = tmp_path / "learning.json"
+    flags = bench.run_flags("grpo", 0, 30)
+    path.write_text(json.dumps({"comparison": [{**_record("grpo", 0, 0.2, [0.1]), "code": "abc", "flags": flags}]}))
+    monkeypatch.setattr(bench, "JSON_PATH", path)
+    model = tmp_path / "runs" / "grpo-seed0"
+    model.mkdir(parents=True)
+    (model / "eval_results.json").write_text("the record's own 64-question results")
+    calls = []
+
+    def fake_eval(*arguments):
+        calls.append(arguments)
+        report = Path(arguments[arguments.index("--eval_report") + 1])
+        sets = {bench.FRESH: {"rows": {"trained": {"mean@k": 0.25, "correct": 40, "n": 128}},
+                              "question_ids": [f"q{i}" for i in range(128)]}}
+        report.write_text(json.dumps({"sets": sets}))
+        (model / "eval_results.json").write_text(report.read_text())  # rapo eval also writes into the model folder
+
+    monkeypatch.setattr(bench, "run_rapo", fake_eval)
+    args = bench.parse_args(["--arms", "grpo", "rapo_guided", "--seeds", "0", "--rescore", "128"])
+    version = {"commit": "c0ffee", "code": "abc"}
+    bench.rescore_recorded(args, tmp_path / "runs", tmp_path / "store", version)
+    bench.rescore_recorded(args, tmp_path / "runs", tmp_path / "store", version)  # recorded: not scored twice
+
+    assert len(calls) == 1  # rapo_guided has no record on this code: nothing to rescore
+    arguments = calls[0]
+    assert arguments[arguments.index("--eval_size") + 1] == arguments[arguments.index("--eval_sample_size") + 1] == "128"
+    assert arguments[arguments.index("--eval_splits") + 1 :][:2] == (bench.FRESH, "--eval_sampled_splits")
+    assert (model / "eval_results.json").read_text() == "the record's own 64-question results"
+    [record] = json.loads(path.read_text())["rescored"]
+    assert (record["arm"], record["seed"], record["questions"], record["code"]) == ("grpo", 0, 128, "abc")
+    assert record["eval"][bench.FRESH]["mean@k"] == 0.25 and len(record["eval"][bench.FRESH]["question_ids"]) == 128
+    assert (model / "eval_results_128_fresh.json").exists()
