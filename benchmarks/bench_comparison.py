@@ -27,6 +27,12 @@ The levers that make guidance transfer to the unguided policy, each over ``rapo_
     rapo_guided_token_onpolicy token learning, the outcome advantage's baseline from the on-policy rows only
     sft_then_rapo_guided_token_failed  SFT on the store, then ``rapo_guided_token_failed``
 
+The fidelity check, beside ``rapo_paper`` of the same seed:
+
+    rapo_paper_scored_blocks   the paper's options, the reward read from the whole response, retrieved blocks
+                               included, as the reference code scores it (a handed answer followed by the policy's
+                               own is two answers)
+
 Another recipe file can stand in for the comparison's (``--recipe``); the code version then hashes that file's
 settings, so its runs are never taken for the comparison recipe's. Each finished run is appended to the ``comparison`` list of ``benchmarks/results/learning.json`` at once (a file
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
@@ -94,6 +100,7 @@ ARMS = {
     "rapo_guided_token_anneal": [*GUIDED, *TOKEN_LEARNING, "--retrieve_prob_final", "0"],
     "sft_then_rapo_guided_token_failed": [*GUIDED, *TOKEN_LEARNING, *FAILED_GROUPS, *SFT_ON_STORE],
     "rapo_guided_token_onpolicy": [*GUIDED, *TOKEN_LEARNING, "--advantage_baseline", "on_policy"],
+    "rapo_paper_scored_blocks": ["--score_retrieved_blocks", "true"],
 }
 """Arm -> the flags it adds to the recipe."""
 COMPARED_ARMS = ("grpo", "rapo_paper", "rapo_guided", "sft_then_grpo")
