@@ -6,6 +6,7 @@ beside the report (``learning_comparison_notes.md``) holds the hand-written read
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,9 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
     lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
              "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
              "`configs/comparison_cpu.yaml` with the arm's flags, then `rapo eval` of the trained model. Intervals "
-             "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. Runs compare only "
+             "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. The per-question "
+             "differences pair each fresh question's mean@4 with the reference's of the same seed and question, the "
+             "interval a bootstrap over questions (a question's seeds resampled together). Runs compare only "
              "within one code version (the git tree of `src` and the recipe's settings): one table each, newest first.", ""]
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
@@ -43,9 +46,10 @@ def _version_section(version: str, records: list[dict], arms: Sequence[str], png
              + (f". Machine of the last run: {machine_line(runs[-1]['machine'])}." if runs else "."), ""]
     lines += markdown_table(
         ["arm", "flags", "seeds", f"{FRESH} mean@4 per seed", "mean@4 (95% CI over seeds)",
-         "minus GRPO (95% CI, paired)", f"{FRESH} greedy", f"{HELDOUT} greedy", "final on-policy reward",
+         "minus GRPO (95% CI, paired)", "minus GRPO, per question", "minus SFT-then-GRPO, per question",
+         f"{FRESH} greedy", f"{HELDOUT} greedy", "final on-policy reward",
          "first step at GRPO's final reward", "answer share", "credit to retrieved rows"],
-        [_row(arm, members, by_arm.get("grpo", [])) for arm, members in by_arm.items()]
+        [_row(arm, members, by_arm) for arm, members in by_arm.items()]
         + [_warm_row(record) for record in warm[-1:]])
     lines.append("")
     if png_path is not None and runs and _draw(by_arm, png_path):
@@ -69,7 +73,8 @@ def _arm_flags(record: dict) -> list[str]:
     return own
 
 
-def _row(arm: str, members: list[dict], grpo: list[dict]) -> list[str]:
+def _row(arm: str, members: list[dict], by_arm: dict[str, list[dict]]) -> list[str]:
+    grpo = by_arm.get("grpo", [])
     fresh = [m["eval"][FRESH]["mean@k"] for m in members]
     grpo_by_seed = {g["seed"]: g["eval"][FRESH]["mean@k"] for g in grpo}
     paired = [f - grpo_by_seed[m["seed"]] for f, m in zip(fresh, members, strict=True) if m["seed"] in grpo_by_seed]
@@ -77,17 +82,60 @@ def _row(arm: str, members: list[dict], grpo: list[dict]) -> list[str]:
     final = _final(curve)
     return [arm, " ".join(_arm_flags(members[0])) or "-", str(len(members)), " ".join(f"{v:.3f}" for v in fresh),
             _with_interval(fresh), "-" if arm == "grpo" else _with_interval(paired, signed=True),
+            *(_per_question(members, by_arm.get(reference, [])) if arm != reference else "-"
+              for reference in ("grpo", "sft_then_grpo")),
             _pooled(members, FRESH), _pooled(members, HELDOUT), _cell(final),
             _first_reaching(curve, _final(grpo_curve)),
             _cell(_mean(_step_values(members, "rapo/retrieved_answer_share"))),
             _cell(_mean(_step_values(members, "rapo/positive_advantage_share_retrieved")))]
 
 
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def per_question_difference(members: list[dict], references: list[dict]) -> dict[str, list[float]]:
+    """Question id -> the arm's sampled pass rate minus the reference's on that question, one value per seed both ran
+    (fresh questions; the questions both scored)."""
+    by_seed = {r["seed"]: r["eval"][FRESH] for r in references}
+    differences: dict[str, list[float]] = {}
+    for member in members:
+        scores, reference = member["eval"][FRESH], by_seed.get(member["seed"])
+        if reference is None or not {"sampled_correct_by_question", "question_ids"} <= scores.keys() & reference.keys():
+            continue
+        theirs = dict(zip(reference["question_ids"], reference["sampled_correct_by_question"], strict=True))
+        for question, passes in zip(scores["question_ids"], scores["sampled_correct_by_question"], strict=True):
+            if question in theirs:
+                differences.setdefault(question, []).append(passes / scores["k"] - theirs[question] / reference["k"])
+    return differences
+
+
+def cluster_bootstrap(differences: dict[str, list[float]], resamples: int = BOOTSTRAP_RESAMPLES,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """(mean, 2.5th, 97.5th percentile) of the mean paired difference, resampling questions with all their seeds'
+    values together: a question's seeds are not independent draws."""
+    clusters = list(differences.values())
+    rng = random.Random(seed)
+    means = sorted(_mean_of_clusters(rng.choices(clusters, k=len(clusters))) for _ in range(resamples))
+    return _mean_of_clusters(clusters), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def _mean_of_clusters(clusters: list[list[float]]) -> float:
+    return statistics.fmean(value for cluster in clusters for value in cluster)
+
+
+def _per_question(members: list[dict], references: list[dict]) -> str:
+    differences = per_question_difference(members, references)
+    if not differences:
+        return "-"
+    mean, low, high = cluster_bootstrap(differences)
+    return f"{mean:+.3f} ({low:+.3f} to {high:+.3f}, {len(differences)} questions)"
+
+
 def _warm_row(record: dict) -> list[str]:
     fresh = record["eval"][FRESH]
     interval = fresh.get("mean@k_ci95") or [None, None]
     return ["warm start", "-", "-", f"{fresh['mean@k']:.3f}",
-            f"{fresh['mean@k']:.3f} ({_cell(interval[0])} to {_cell(interval[1])}, over questions)", "-",
+            f"{fresh['mean@k']:.3f} ({_cell(interval[0])} to {_cell(interval[1])}, over questions)", "-", "-", "-",
             _pooled([record], FRESH), _pooled([record], HELDOUT), "-", "-", "-", "-"]
 
 

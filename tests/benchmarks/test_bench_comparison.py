@@ -69,9 +69,10 @@ def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos
     assert cells[2] == "3" and cells[3] == "0.200 0.300 0.400"
     assert cells[4] == "0.300 (0.052 to 0.548)"  # mean 0.3, sd 0.1, t(2) = 4.303
     assert cells[5] == "+0.100 (+0.100 to +0.100)"  # the same +0.1 at every seed: paired, no spread
-    assert cells[7] == "11/192"  # held-out greedy pooled over seeds
-    assert cells[8] == "0.700"  # the mean of the last five on-policy rewards, not of the reward with hybrid rows
-    assert cells[9] == "5"
+    assert cells[6] == cells[7] == "-"  # records without per-question counts pair no question
+    assert cells[9] == "11/192"  # held-out greedy pooled over seeds
+    assert cells[10] == "0.700"  # the mean of the last five on-policy rewards, not of the reward with hybrid rows
+    assert cells[11] == "5"
     assert png.is_file()
 
 
@@ -145,3 +146,23 @@ def test_a_rescore_scores_recorded_runs_again_on_more_questions_and_keeps_their_
     assert (record["arm"], record["seed"], record["questions"], record["code"]) == ("grpo", 0, 128, "abc")
     assert record["eval"][bench.FRESH]["mean@k"] == 0.25 and len(record["eval"][bench.FRESH]["question_ids"]) == 128
     assert (model / "eval_results_128_fresh.json").exists()
+
+
+def _scored(seed, ids, passes):
+    return {"seed": seed, "eval": {"reward_only_fresh": {"k": 4, "question_ids": ids,
+                                                         "sampled_correct_by_question": passes}}}
+
+
+def test_per_question_differences_pair_the_same_question_and_seed_and_resample_questions_whole():
+    report = load_bench("learning_comparison_report")
+    arm = [_scored(0, ["a", "b", "c"], [4, 2, 0]), _scored(1, ["a", "b", "c"], [3, 3, 1])]
+    reference = [_scored(0, ["c", "a", "b"], [0, 2, 2]), _scored(1, ["b", "a"], [1, 1]), _scored(2, ["a"], [0])]
+    differences = report.per_question_difference(arm, reference)
+    # question order differs between the records; seed 1's reference never scored c; seed 2 has no arm run
+    assert differences == {"a": [0.5, 0.5], "b": [0.0, 0.5], "c": [0.0]}
+    mean, low, high = report.cluster_bootstrap(differences)
+    assert mean == 0.3 and low <= mean <= high
+    # each question's seeds move together: a bootstrap mean is some weighted mix of whole questions' values
+    assert 0.0 <= low and high <= 0.5
+    always_better = report.cluster_bootstrap({q: [0.25, 0.5] for q in "abcdefgh"})
+    assert always_better[1] > 0
