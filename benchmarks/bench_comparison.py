@@ -242,7 +242,7 @@ def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, floa
     out of k (``correct_by_question``, ``sampled_correct_by_question``), so arms pair question by question."""
     started = time.perf_counter()
     run_rapo(*eval_arguments(model, store, recipe))
-    return read_scores(model), time.perf_counter() - started
+    return read_scores(model / "eval_results.json"), time.perf_counter() - started
 
 
 def eval_arguments(model: Path, store: Path, recipe: str = RECIPE) -> list[str]:
@@ -253,10 +253,8 @@ def eval_arguments(model: Path, store: Path, recipe: str = RECIPE) -> list[str]:
 
 
 def read_scores(results: Path, names: tuple[str, ...] = (FRESH, HELDOUT)) -> dict:
-    """The trained model's scores on each set of ``names``, with the set's question ids, from an eval results file
-    (or the ``eval_results.json`` of a model folder)."""
-    path = results / "eval_results.json" if results.is_dir() else results
-    sets = json.loads(path.read_text())["sets"]
+    """The trained model's scores on each set of ``names``, with the set's question ids, from an eval results file."""
+    sets = json.loads(results.read_text())["sets"]
     return {name: {**sets[name]["rows"]["trained"], "question_ids": sets[name]["question_ids"]} for name in names}
 
 

@@ -195,7 +195,7 @@ def scores_of(evaluation: tuple[Path, subprocess.Popen, float]) -> tuple[dict, f
     model, process, started = evaluation
     if process.wait() != 0:
         raise SystemExit(f"rapo eval of {model} failed (exit {process.returncode}); see its -eval.log")
-    return comparison.read_scores(model), time.monotonic() - started
+    return comparison.read_scores(model / "eval_results.json"), time.monotonic() - started
 
 
 def finish_record(arm: str, seed: int, run: Run, evaluation, version: dict) -> dict:

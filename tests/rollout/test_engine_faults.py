@@ -126,9 +126,9 @@ def test_config_rejects_impossible_budgets(field, value, match):
 
 
 def test_a_failed_calls_error_is_named_by_its_last_line():
-    from rapo_trl.rollout.engine import _error_line
+    from rapo_trl.rollout.tool_turns import error_line
 
     traceback = "Error: Traceback (most recent call last):\n  File \"<tool>\", line 1\nNameError: name 'x' is not defined\n"
-    assert _error_line(traceback) == "NameError: name 'x' is not defined"
-    assert _error_line("Error: empty <python> call.") == "Error: empty <python> call."
-    assert _error_line("  \n") == ""
+    assert error_line(traceback) == "NameError: name 'x' is not defined"
+    assert error_line("Error: empty <python> call.") == "Error: empty <python> call."
+    assert error_line("  \n") == ""

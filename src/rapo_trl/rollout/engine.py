@@ -38,7 +38,6 @@ from rapo_trl.rollout.tool_turns import (
     run_json_calls,
     run_tag_calls,
 )
-from rapo_trl.rollout.tool_turns import error_line as _error_line  # noqa: F401 - tests read it here
 from rapo_trl.rollout.types import TurnOutput
 from rapo_trl.store.outage import StoreOutage
 from rapo_trl.tools.base import Tool
