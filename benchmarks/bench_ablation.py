@@ -113,9 +113,9 @@ def store_without_answer_steps(workdir: Path, store: Path) -> Path:
 def run_arm(arm: str, workdir: Path, store: Path, steps: int) -> dict:
     output = workdir / arm
     arm_store = store_without_answer_steps(workdir, store) if arm == "no_answer_steps" else store
-    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
-                                                 str(arm_store), "--max_steps", str(steps), "--sft_same_time", "false",
-                                                 *ARMS[arm])
+    train_seconds, _ = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", RECIPE, "--store_path",
+                                                    str(arm_store), "--max_steps", str(steps), "--sft_same_time",
+                                                    "false", *ARMS[arm])
     scores, eval_seconds = evaluate(output, arm_store)
     logs = [e for e in json.loads((output / "trainer_state.json").read_text())["log_history"] if "reward" in e]
     return {"arm": arm, "flags": ARMS[arm], "steps": steps, "machine": machine_info(),

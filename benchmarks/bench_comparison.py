@@ -38,6 +38,8 @@ settings, so its runs are never taken for the comparison recipe's. Each finished
 lock lets two processes run side by side); ``learning_comparison.md`` and ``learning_comparison.png`` are redrawn
 from every record, so runs may finish in different sittings. A run already recorded for the same arm, seed, flags
 and code (the git tree of ``src`` and the recipe's settings) is skipped, so the same command picks up where the records stop.
+Each run saves a checkpoint every step, so a run killed with its machine goes on from its last whole step (exactly,
+as the trainer resumes) when the same command runs again.
 
     .venv/bin/python benchmarks/bench_comparison.py --arms grpo rapo_paper --seeds 0 1 2
     .venv/bin/python benchmarks/bench_comparison.py --arms grpo sft_then_grpo --seeds 0 1 2 --rescore 128
@@ -133,6 +135,7 @@ def main(argv=None) -> None:
                     continue
                 record = run_one(arm, seed, workdir, store, args.steps, version, args.recipe)
                 append(record)
+                remove_checkpoints(workdir / f"{arm}-seed{seed}")
                 write_report()
                 print(f"comparison: {arm} seed {seed} done, fresh mean@4 {fresh_mean(record):.3f}", flush=True)
         if args.rescore:
@@ -207,6 +210,19 @@ def recorded(arm: str, seed: int, code: str, flags: list[str]) -> bool:
                for r in records())
 
 
+CHECKPOINTS = ("--save_strategy", "steps", "--save_steps", "1", "--save_total_limit", "2")
+"""Each step saved (the two newest kept), so a run killed with its machine goes on from its last step in the next
+sitting, exactly as if it had not stopped; not among a record's flags: saving changes no number of the run."""
+
+
+def remove_checkpoints(output: Path) -> None:
+    """A recorded run's checkpoints: kept until its record is written (an eval killed part way resumes at the end)."""
+    import shutil
+
+    for folder in output.glob("checkpoint-*"):
+        shutil.rmtree(folder)
+
+
 def run_flags(arm: str, seed: int, steps: int) -> list[str]:
     return ["--seed", str(seed), "--sft_seed", str(SFT_SEED), "--max_steps", str(steps), "--sft_same_time", "false",
             *ARMS[arm]]
@@ -215,11 +231,13 @@ def run_flags(arm: str, seed: int, steps: int) -> list[str]:
 def run_one(arm: str, seed: int, workdir: Path, store: Path, steps: int, version: dict, recipe: str = RECIPE) -> dict:
     output = workdir / f"{arm}-seed{seed}"
     flags = run_flags(arm, seed, steps)
-    train_seconds = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", recipe, "--store_path",
-                                                 str(store), *flags)
+    train_seconds, resumed_from = train_from_shared_warm_start(output, workdir / WARM_START_DIR, "--config", recipe,
+                                                               "--store_path", str(store), *flags, *CHECKPOINTS,
+                                                               resume=True)
     scores, eval_seconds = evaluate(output, store, recipe)
+    resumed = {"resumed_from_step": resumed_from} if resumed_from else {}
     return make_record(arm, seed, flags, recipe, version, steps, step_logs(output / "trainer_state.json"), scores,
-                       eval_seconds, train_seconds=round(train_seconds, 1))
+                       eval_seconds, train_seconds=round(train_seconds, 1), **resumed)
 
 
 def step_logs(trainer_state: Path) -> list[dict]:

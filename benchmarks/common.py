@@ -127,27 +127,46 @@ def store_built_once(workdir: Path, recipe: str) -> Path:
     return store
 
 
-def train_from_shared_warm_start(output: Path, shared_warm_start: Path, *arguments: str) -> float:
+def train_from_shared_warm_start(output: Path, shared_warm_start: Path, *arguments: str,
+                                 resume: bool = False) -> tuple[float, int]:
     """``rapo train --output_dir output *arguments`` into a fresh ``output``, starting from ``shared_warm_start`` when
     it exists (its cache key matches, so train reuses it instead of training it again) and keeping this run's warm
     start there when it does not; the warm start is then removed from ``output``, so eval scores the trained model
-    alone. Returns the training's wall seconds."""
+    alone. With ``resume``, an ``output`` that holds a whole checkpoint (a run killed part way, its arguments saving
+    checkpoints) is kept and goes on from its newest one, which the resume makes exact. Returns the training's wall
+    seconds (of this sitting alone) and the step it resumed from (0 for a fresh run)."""
     import shutil
     import time
 
-    if output.exists():
-        shutil.rmtree(output)
-    output.mkdir(parents=True)
+    checkpoint = newest_whole_checkpoint(output) if resume else None
+    if checkpoint is None:
+        if output.exists():
+            shutil.rmtree(output)
+        output.mkdir(parents=True)
     warm_start = output / shared_warm_start.name
-    if shared_warm_start.exists():
+    if shared_warm_start.exists() and not warm_start.exists():
         shutil.copytree(shared_warm_start, warm_start)
+    resuming = ["--resume_from_checkpoint", str(checkpoint)] if checkpoint is not None else []
     started = time.perf_counter()
-    run_rapo("train", "--output_dir", str(output), *arguments)
+    run_rapo("train", "--output_dir", str(output), *arguments, *resuming)
     seconds = time.perf_counter() - started
     if not shared_warm_start.exists():
         shutil.copytree(warm_start, shared_warm_start)
     shutil.rmtree(warm_start)
-    return seconds
+    return seconds, 0 if checkpoint is None else int(checkpoint.name.removeprefix("checkpoint-"))
+
+
+def newest_whole_checkpoint(output: Path) -> Path | None:
+    """``output``'s newest ``checkpoint-N`` whose ``trainer_state.json`` reads (a save killed part way has none)."""
+    folders = sorted((int(path.name.removeprefix("checkpoint-")), path) for path in output.glob("checkpoint-*")
+                     if path.name.removeprefix("checkpoint-").isdigit())
+    for _, folder in reversed(folders):
+        try:
+            json.loads((folder / "trainer_state.json").read_text())
+        except (OSError, ValueError):
+            continue
+        return folder
+    return None
 
 
 @contextlib.contextmanager

@@ -166,3 +166,32 @@ def test_per_question_differences_pair_the_same_question_and_seed_and_resample_q
     assert 0.0 <= low and high <= 0.5
     always_better = report.cluster_bootstrap({q: [0.25, 0.5] for q in "abcdefgh"})
     assert always_better[1] > 0
+
+
+def test_a_killed_run_goes_on_from_its_newest_whole_checkpoint_and_a_fresh_one_starts_clean(tmp_path, monkeypatch):
+    from rapo_trl.cli import parse_recipe
+
+    bench = load_bench("bench_comparison")
+    common = bench.train_from_shared_warm_start.__globals__
+    commands = []
+    monkeypatch.setitem(common, "run_rapo", lambda *arguments: commands.append(arguments))
+    shared = tmp_path / "sft-warm-start"
+    shared.mkdir()
+    output = tmp_path / "arm-seed0"
+    for step, whole in ((3, True), (4, False)):  # checkpoint-4's save was killed: no trainer_state.json
+        (output / f"checkpoint-{step}").mkdir(parents=True)
+        if whole:
+            (output / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (output / "steps.jsonl").write_text("{}")
+
+    _, resumed_from = bench.train_from_shared_warm_start(output, shared, "--seed", "0", *bench.CHECKPOINTS, resume=True)
+    assert resumed_from == 3 and (output / "steps.jsonl").exists()  # the killed run's files kept
+    assert commands[-1][-2:] == ("--resume_from_checkpoint", str(output / "checkpoint-3"))
+    assert not (output / shared.name).exists()  # the warm start copy removed after training, as in a fresh run
+
+    _, resumed_from = bench.train_from_shared_warm_start(output, shared, "--seed", "0")
+    assert resumed_from == 0 and not (output / "steps.jsonl").exists() and "--resume_from_checkpoint" not in commands[-1]
+    bench.remove_checkpoints(output)
+    assert not list(output.glob("checkpoint-*"))
+    _, args, _ = parse_recipe("train", ["--config", str(ROOT / bench.RECIPE), *bench.CHECKPOINTS])
+    assert args.save_strategy == "steps" and args.save_steps == 1 and args.save_total_limit == 2

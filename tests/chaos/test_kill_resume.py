@@ -35,9 +35,9 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def train(work, name, resume=False, **stop):
+def train(work, name, resume=False, **options):
     with one_thread():
-        trainer = make_trainer(work["model"], work["runs"] / name, work["runs"] / f"{name}-store", **stop)
+        trainer = make_trainer(work["model"], work["runs"] / name, work["runs"] / f"{name}-store", **options)
         try:
             trainer.train(resume_from_checkpoint=True if resume else None)
         finally:
@@ -100,3 +100,13 @@ def test_sigterm_finishes_the_step_saves_it_and_resumes_exactly(work):
 
     train(work, "termed", resume=True)
     assert steps_of(work, "termed")[STEPS] == whole[STEPS]
+
+
+def test_saving_checkpoints_changes_no_number_of_the_run(work):
+    """A run that saves no checkpoint trains as the one that saves every other step: saving only reads the run's
+    state, so a benchmark may save every step to resume a killed run and still compare with runs that saved none."""
+    fresh(work, "unsaved")
+    train(work, "unsaved", save_steps=STEPS + 1)
+    # Trainer saves the last step whatever save_steps says: none of the steps compared follows a save
+    assert [p.name for p in (work["runs"] / "unsaved").glob("checkpoint-*")] == [f"checkpoint-{STEPS}"]
+    assert steps_of(work, "unsaved") == steps_of(work, "whole")
