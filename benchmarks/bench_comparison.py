@@ -324,7 +324,8 @@ def fresh_mean(record: dict) -> float:
 def write_report() -> None:
     from learning_comparison_report import write
 
-    write(records(), RESULTS / "learning_comparison.md", RESULTS / "learning_comparison.png", list(ARMS))
+    write(records(), RESULTS / "learning_comparison.md", RESULTS / "learning_comparison.png", list(ARMS),
+          records(RESCORED))
 
 
 if __name__ == "__main__":

@@ -12,15 +12,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import STUDENT_T_95, machine_line, markdown_table, with_notes
+from learning_stages import FRESH, on_policy, rescored_section, screen_section
 
-FRESH, HELDOUT = "reward_only_fresh", "heldout_stories"
-ON_POLICY = "rapo/reward_on_policy"
+HELDOUT = "heldout_stories"
 SMOOTHING = 5
 """Steps in the moving average of the reward curves: a step's 16 rows are too few to compare curves step by step."""
 
 
-def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str]) -> None:
-    """The report of every record, one table per code version the runs ran on (newest first; ``arms`` in order)."""
+def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str],
+          rescored: Sequence[dict] = ()) -> None:
+    """The report of every record, one table per code version the runs ran on (newest first; ``arms`` in order), with
+    the lever screen's decision and the ``rescored`` scores of that version beside it."""
     versions = list(dict.fromkeys(r.get("code", "?") for r in reversed(records)))
     lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
              "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
@@ -32,6 +34,9 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
         lines += _version_section(version, members, arms, png_path if index == 0 else None)
+        lines += screen_section(members, markdown_table)
+        lines += rescored_section([r for r in rescored if r.get("code", "?") == version], markdown_table,
+                                  _per_question)
     lines += [f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at GRPO's "
               f"final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
     md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
@@ -155,14 +160,8 @@ def _pooled(members: list[dict], split: str) -> str:
     return f"{correct}/{sum(m['eval'][split]['n'] for m in members)}"
 
 
-def _on_policy(record: dict) -> list[float]:
-    steps = record["per_step"]
-    values = steps.get(ON_POLICY) or []
-    return [v if v is not None else r for v, r in zip(values, steps["reward"], strict=False)] or steps["reward"]
-
-
 def _mean_curve(members: list[dict]) -> list[float]:
-    curves = [_on_policy(m) for m in members]
+    curves = [on_policy(m) for m in members]
     length = min((len(c) for c in curves), default=0)
     return [statistics.fmean(c[i] for c in curves) for i in range(length)]
 

@@ -1,0 +1,150 @@
+"""The lever screen's decision rule and the finalists' wider scoring, as the comparison's report prints them.
+
+Stage 1 runs each lever arm once (seed 0) on one code version; the rule, written before its runs
+(``learning_comparison_notes.md``), keeps or drops each arm against the warm start and its own reference, and picks
+one warm-start arm (``rapo_*``) and one SFT arm (``sft_then_rapo_*``) for more seeds. Stage 3 scores finalists and
+their baselines again on more fresh questions (``bench_comparison.py --rescore``); those scores pair per question.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+FRESH = "reward_only_fresh"
+ON_POLICY = "rapo/reward_on_policy"
+CREDIT_TO_RETRIEVED = "rapo/positive_advantage_share_retrieved"
+SCREEN_SEED = 0
+DROP_MARGIN = 0.03
+"""An arm more than this below its reference's fresh mean@4 is dropped."""
+TIE = 0.01
+"""Arms within this of the best fresh mean@4 tie; the tie is broken on training signals."""
+PAIRED_STEPS = slice(10, 30)
+"""Steps 11-30: where the on-policy training reward of an arm and its reference are compared (the same questions)."""
+REFERENCES = {"sft_then_rapo_": "sft_then_grpo", "rapo_": "rapo_guided"}
+"""A lever arm's reference by its name's start (the longer start first): SFT-started arms against SFT-then-GRPO,
+warm-start arms against plain guided RAPO."""
+NOT_LEVERS = ("rapo_guided", "rapo_paper", "rapo_paper_scored_blocks")
+"""Arms named like levers that are references or the fidelity check."""
+
+
+def reference_of(arm: str) -> str | None:
+    """The reference a lever arm is judged against; ``None`` for an arm that is not a lever."""
+    if arm in NOT_LEVERS:
+        return None
+    return next((reference for start, reference in REFERENCES.items() if arm.startswith(start)), None)
+
+
+def screen(records: Sequence[dict]) -> tuple[list[dict], dict[str, str]]:
+    """Each lever arm's verdict at the screen's seed, and the arm each group sends on (group: its reference).
+
+    A verdict is a dict: arm, fresh, reference, line (the reference's fresh minus ``DROP_MARGIN``), verdict. An arm is
+    dropped below the warm start or below its line; among the arms kept, a group's best fresh mean@4 goes on, a tie
+    (within ``TIE``) broken on the paired on-policy reward over ``PAIRED_STEPS`` against its reference, then on the
+    lower share of positive credit given to rows shown a stored step."""
+    at_seed = {r["arm"]: r for r in records if r.get("seed") == SCREEN_SEED or r["arm"] == "warm_start"}
+    warm = at_seed.get("warm_start")
+    verdicts = []
+    for arm, record in at_seed.items():
+        reference = reference_of(arm)
+        if reference is None:
+            continue
+        fresh, against = _fresh(record), at_seed.get(reference)
+        line = None if against is None else _fresh(against) - DROP_MARGIN
+        if against is None or warm is None:
+            verdict = f"undecided: no {reference if against is None else 'warm start'} record"
+        elif fresh < _fresh(warm):
+            verdict = "dropped: below the warm start"
+        elif fresh < line:
+            verdict = f"dropped: more than {DROP_MARGIN} below {reference}"
+        else:
+            verdict = "kept"
+        verdicts.append({"arm": arm, "fresh": fresh, "reference": reference, "line": line, "verdict": verdict,
+                         "paired_on_policy": _paired_on_policy(record, against),
+                         "credit_to_retrieved": _mean_of(record, CREDIT_TO_RETRIEVED)})
+    chosen = {}
+    for reference in REFERENCES.values():
+        kept = [v for v in verdicts if v["reference"] == reference and v["verdict"] == "kept"]
+        if kept:
+            chosen[reference] = _best(kept)["arm"]
+    return verdicts, chosen
+
+
+def _best(kept: list[dict]) -> dict:
+    top = max(v["fresh"] for v in kept)
+    tied = [v for v in kept if v["fresh"] >= top - TIE]
+    return max(tied, key=lambda v: (_or(v["paired_on_policy"], float("-inf")), -_or(v["credit_to_retrieved"], 0.0),
+                                    v["fresh"]))
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _fresh(record: dict) -> float:
+    return record["eval"][FRESH]["mean@k"]
+
+
+def on_policy(record: dict) -> list[float]:
+    """A run's on-policy training reward per step (the whole batch's reward where a step logged none: GRPO's rows are
+    all on-policy)."""
+    steps = record["per_step"]
+    values = steps.get(ON_POLICY) or []
+    return [v if v is not None else r for v, r in zip(values, steps["reward"], strict=False)] or steps["reward"]
+
+
+def _paired_on_policy(record: dict, reference: dict | None) -> float | None:
+    """The arm's mean on-policy reward minus its reference's over ``PAIRED_STEPS``, on the steps both logged."""
+    if reference is None:
+        return None
+    pairs = [(a, b) for a, b in zip(on_policy(record)[PAIRED_STEPS], on_policy(reference)[PAIRED_STEPS],
+                                     strict=False) if a is not None and b is not None]
+    return statistics.fmean(a - b for a, b in pairs) if pairs else None
+
+
+def _mean_of(record: dict, name: str) -> float | None:
+    values = [v for v in record.get("per_step", {}).get(name, []) if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def screen_section(records: Sequence[dict], table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
+    """The screen's table and choice for one code version's records; nothing when no lever arm ran at its seed."""
+    verdicts, chosen = screen(records)
+    if not verdicts:
+        return []
+    rows = [[v["arm"], f"{v['fresh']:.3f}", v["reference"], _cell(v["line"]), _cell(v["paired_on_policy"], signed=True),
+             _cell(v["credit_to_retrieved"]), v["verdict"]] for v in sorted(verdicts, key=lambda v: -v["fresh"])]
+    lines = [f"### Stage 1: the decision rule at seed {SCREEN_SEED}", ""]
+    lines += table(["arm", f"{FRESH} mean@4", "reference", "drop line", "on-policy reward minus reference, steps "
+                    f"{PAIRED_STEPS.start + 1}-{PAIRED_STEPS.stop}", "credit to retrieved rows", "verdict"], rows)
+    goes_on = ", ".join(f"`{arm}` (against `{reference}`)" for reference, arm in chosen.items()) or "none yet"
+    return [*lines, "", f"Stage 2 takes: {goes_on}.", ""]
+
+
+def rescored_section(rescored: Sequence[dict], table: Callable[[list[str], list[list[str]]], list[str]],
+                     per_question: Callable[[list[dict], list[dict]], str]) -> list[str]:
+    """The wider scoring's table for one code version: each arm's runs on the same N fresh questions, paired per
+    question with GRPO's and SFT-then-GRPO's of the same seed."""
+    by_size: dict[int, dict[str, list[dict]]] = {}
+    for record in rescored:
+        by_size.setdefault(record["questions"], {}).setdefault(record["arm"], []).append(record)
+    lines = []
+    for size, by_arm in sorted(by_size.items()):
+        rows = []
+        for arm, members in by_arm.items():
+            members = sorted(members, key=lambda r: r["seed"])
+            means = [_fresh(m) for m in members]
+            rows.append([arm, " ".join(str(m["seed"]) for m in members), f"{statistics.fmean(means):.3f}",
+                         *("-" if arm == reference else per_question(members, by_arm.get(reference, []))
+                           for reference in ("grpo", "sft_then_grpo"))])
+        lines += [f"### Rescored on {size} fresh questions", ""]
+        lines += table(["arm", "seeds", "mean@4 (seed mean)", "minus GRPO, per question",
+                        "minus SFT-then-GRPO, per question"], rows)
+        lines.append("")
+    return lines
+
+
+def _cell(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"

@@ -1,0 +1,68 @@
+"""The lever screen's decision rule as the report applies it, and the rescored table's per-question pairing."""
+
+from __future__ import annotations
+
+from tests.helpers.benchmarks import load_bench
+
+
+def _run(arm, fresh, on_policy=0.2, credit=0.5, seed=0, k=4, passes=None):
+    scores = {"mean@k": fresh, "k": k, "correct": 1, "n": 4}
+    if passes is not None:
+        scores.update(question_ids=["a", "b", "c", "d"], sampled_correct_by_question=passes)
+    return {"arm": arm, "seed": seed, "code": "v", "commit": "c0ffee", "flags": [], "machine": {"cpu": "test CPU", "cpus": 2},
+            "per_step": {"reward": [on_policy] * 30, "rapo/reward_on_policy": [on_policy] * 30,
+                         "rapo/positive_advantage_share_retrieved": [credit] * 30},
+            "eval": {"reward_only_fresh": scores, "heldout_stories": {"correct": 1, "n": 4}}}
+
+
+def _verdicts(records):
+    stages = load_bench("learning_stages")
+    verdicts, chosen = stages.screen(records)
+    return {v["arm"]: v["verdict"] for v in verdicts}, chosen
+
+
+def test_an_arm_below_the_warm_start_or_its_line_is_dropped_and_each_group_sends_its_best_on():
+    records = [_run("warm_start", 0.18), _run("grpo", 0.227), _run("rapo_guided", 0.25), _run("sft_then_grpo", 0.531),
+               _run("rapo_paper", 0.10),  # a reference, never a lever
+               _run("rapo_guided_token", 0.30), _run("rapo_guided_failed", 0.219),  # 0.219 < 0.25 - 0.03
+               _run("rapo_guided_token_anneal", 0.17),  # below the warm start
+               _run("sft_then_rapo_guided", 0.49), _run("sft_then_rapo_guided_token_failed", 0.55)]
+    verdicts, chosen = _verdicts(records)
+    assert verdicts == {"rapo_guided_token": "kept", "rapo_guided_failed": "dropped: more than 0.03 below rapo_guided",
+                        "rapo_guided_token_anneal": "dropped: below the warm start",
+                        "sft_then_rapo_guided": "dropped: more than 0.03 below sft_then_grpo",
+                        "sft_then_rapo_guided_token_failed": "kept"}
+    assert chosen == {"rapo_guided": "rapo_guided_token", "sft_then_grpo": "sft_then_rapo_guided_token_failed"}
+
+
+def test_a_tie_goes_to_the_higher_paired_training_reward_then_to_less_credit_on_retrieved_rows():
+    base = [_run("warm_start", 0.18), _run("rapo_guided", 0.25, on_policy=0.2)]
+    tied = [_run("rapo_guided_token", 0.305, on_policy=0.21), _run("rapo_guided_token_failed", 0.30, on_policy=0.25)]
+    assert _verdicts(base + tied)[1] == {"rapo_guided": "rapo_guided_token_failed"}  # within 0.01: training reward
+    apart = [_run("rapo_guided_token", 0.32, on_policy=0.21), _run("rapo_guided_token_failed", 0.30, on_policy=0.25)]
+    assert _verdicts(base + apart)[1] == {"rapo_guided": "rapo_guided_token"}  # not a tie: fresh mean@4 decides
+    credit = [_run("rapo_guided_token", 0.30, credit=0.7), _run("rapo_guided_token_failed", 0.30, credit=0.4)]
+    assert _verdicts(base + credit)[1] == {"rapo_guided": "rapo_guided_token_failed"}
+
+
+def test_without_its_reference_or_the_warm_start_an_arm_is_undecided():
+    verdicts, chosen = _verdicts([_run("warm_start", 0.18), _run("rapo_guided_token", 0.3)])
+    assert verdicts == {"rapo_guided_token": "undecided: no rapo_guided record"} and chosen == {}
+    verdicts, _ = _verdicts([_run("rapo_guided", 0.25), _run("rapo_guided_token", 0.3)])
+    assert verdicts == {"rapo_guided_token": "undecided: no warm start record"}
+
+
+def test_the_report_prints_the_screen_and_the_rescored_pairs(tmp_path):
+    load_bench("bench_comparison")  # puts benchmarks/ on the path, as running it does
+    report = load_bench("learning_comparison_report")
+    records = [_run("warm_start", 0.18), _run("grpo", 0.227), _run("rapo_guided", 0.25), _run("rapo_guided_token", 0.3)]
+    rescored = [{**_run(arm, fresh, passes=passes), "questions": 128}
+                for arm, fresh, passes in (("grpo", 0.25, [0, 1, 2, 0]), ("rapo_guided_token", 0.5, [4, 1, 2, 1]))]
+    md = tmp_path / "learning_comparison.md"
+    report.write(records, md, tmp_path / "plot.png", ["grpo", "rapo_guided", "rapo_guided_token"], rescored)
+    text = md.read_text()
+    assert "Stage 2 takes: `rapo_guided_token` (against `rapo_guided`)." in text
+    assert "### Rescored on 128 fresh questions" in text
+    rescored_table = text[text.index("### Rescored"):]
+    # per question: (4-0)/4, 0, 0, (1-0)/4 -> mean +0.312 over the 4 questions
+    assert "| rapo_guided_token | 0 | 0.500 | +0.312 (" in rescored_table
