@@ -26,6 +26,10 @@ The levers that make guidance transfer to the unguided policy, each over ``rapo_
     rapo_guided_token_anneal   token learning, p annealed to 0 over the run
     rapo_guided_token_onpolicy token learning, the outcome advantage's baseline from the on-policy rows only
     sft_then_rapo_guided_token_failed  SFT on the store, then ``rapo_guided_token_failed``
+    rapo_prefix_token_failed   ``rapo_guided_token_failed`` with the stored first step at the start, as the policy's
+                               own step (``PREFIX``: an off-policy prefix, LUFFY and Prefix-RFT) instead of a
+                               ``<retrieve>`` block after its plan
+    sft_then_rapo_prefix_token_failed  SFT on the store, then ``rapo_prefix_token_failed``
 
 The fidelity check, beside ``rapo_paper`` of the same seed:
 
@@ -80,6 +84,11 @@ GUIDED = ["--retrieve_at", "plan"]
 step; the second operation and the answer stay the policy's own. ``learning_regime.md``: from the warm start that has
 seen retrieved blocks (``sft_retrieved_share``), rows shown the first step succeed on 8/25 (on-policy 10/64) and none
 is handed the answer; after a tool step, a stored step is the final answer in most rows."""
+PREFIX = ["--retrieve_at", "start", "--retrieved_step_as_own", "true"]
+"""The prefix option: before the policy writes anything, its question's stored first step begins the completion as
+the policy's own step (no preface, no ``<retrieve>`` tags), scored with the rest of the rollout; guidance as
+``<retrieve>`` context did not transfer to the unassisted policy, an off-policy prefix in the policy's own position is
+what the methods that transfer (LUFFY, Prefix-RFT) train on."""
 SFT_STORE_STEPS = 30
 """SFT-then-GRPO's SFT steps on the store: one pass over the best trajectory of each of RL's 128 questions, 4 a step."""
 SFT_ON_STORE = ["--sft_store_steps", str(SFT_STORE_STEPS)]
@@ -103,6 +112,8 @@ ARMS = {
     "sft_then_rapo_guided_token_failed": [*GUIDED, *TOKEN_LEARNING, *FAILED_GROUPS, *SFT_ON_STORE],
     "rapo_guided_token_onpolicy": [*GUIDED, *TOKEN_LEARNING, "--advantage_baseline", "on_policy"],
     "rapo_paper_scored_blocks": ["--score_retrieved_blocks", "true"],
+    "rapo_prefix_token_failed": [*PREFIX, *TOKEN_LEARNING, *FAILED_GROUPS],
+    "sft_then_rapo_prefix_token_failed": [*PREFIX, *TOKEN_LEARNING, *FAILED_GROUPS, *SFT_ON_STORE],
 }
 """Arm -> the flags it adds to the recipe."""
 COMPARED_ARMS = ("grpo", "rapo_paper", "rapo_guided", "sft_then_grpo")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rapo_trl.core.advantage_baselines import DEFAULT_BASELINE, checked_baseline
-from rapo_trl.core.retrieval_rule import checked_boundaries, scheduled_retrieve_prob
+from rapo_trl.core.retrieval_rule import check_own_step_reach, checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
@@ -61,8 +61,15 @@ class RAPOConfig(GRPOConfig):
         Step boundaries where a hybrid rollout draws a retrieval: `"tool_step"`, after each completed tool
         step (the paper); `"plan"`, once the policy closes its first plan (`</think>`), before its first tool
         call, queried with the question (docs/design.md, Guided retrieval); `"first_tool_step"`, after a rollout's
-        first completed tool step only: one stored step to get it going, then the policy on its own. With JSON
-        tool calls, `"tool_step"` and `"first_tool_step"` only (`rapo_trl.core.retrieval_rule`).
+        first completed tool step only: one stored step to get it going, then the policy on its own; `"start"`,
+        before the policy writes anything: the question's stored first step begins the completion, queried with the
+        question. With JSON tool calls, `"tool_step"` and `"first_tool_step"` only (`rapo_trl.core.retrieval_rule`).
+    retrieved_step_as_own (`bool`, *optional*, defaults to `False`):
+        Insert a stored step as the policy's own step: without the preface and the `<retrieve>` tags, scored by the
+        reward functions with the rest of the trajectory (its answer is the rollout's answer, and one that closes the
+        answer ends the rollout). With `retrieve_at: [start]`, an off-policy prefix (LUFFY, Prefix-RFT); with
+        `retrieved_token_loss_weight`, its own text is learned. The fallback text stays a `<retrieve>` block. Not with
+        `"plan"` (a stored step opens with a plan of its own) nor with JSON tool calls.
     retrieve_failed_groups_max_reward (`float` or `None`, *optional*, defaults to `None`):
         `None`: every group may retrieve (the paper). A value: retrieve only in groups whose on-policy rollouts all
         failed, i.e. scored at or below this reward (BREAD, Guide-GRPO); those are rolled out and scored first. Not
@@ -122,7 +129,8 @@ class RAPOConfig(GRPOConfig):
         Log-probs per token the `"topk"` and `"topk_mean"` estimators use.
     score_retrieved_blocks (`bool`, *optional*, defaults to `False`):
         Whether reward functions see the retrieved blocks. By default they are removed (by token span)
-        before scoring, so a retrieved `<answer>` cannot be counted as the policy's.
+        before scoring, so a retrieved `<answer>` cannot be counted as the policy's. A stored step inserted as
+        the policy's own (`retrieved_step_as_own`) is no block: it is always scored.
 
     > Groups without signal (beyond the paper)
 
@@ -185,7 +193,11 @@ class RAPOConfig(GRPOConfig):
     retrieve_at: list[str] = field(
         default_factory=lambda: ["tool_step"],
         metadata={"help": "Where hybrid rollouts draw a retrieval: tool_step (paper), plan (after the first plan), "
-                          "first_tool_step (after the first tool step only)."},
+                          "first_tool_step (after the first tool step only), start (before the policy writes)."},
+    )
+    retrieved_step_as_own: bool = field(
+        default=False,
+        metadata={"help": "Insert stored steps as the policy's own: no <retrieve> block, scored."},
     )
     retrieve_failed_groups_max_reward: float | None = field(
         default=None,
@@ -313,6 +325,8 @@ class RAPOConfig(GRPOConfig):
 
     def _check_guided_retrieval(self) -> None:
         self.retrieve_at = list(checked_boundaries(self.retrieve_at))
+        if self.retrieved_step_as_own:
+            check_own_step_reach(self.retrieve_at)
         if self.retrieve_failed_groups_max_reward is not None:
             if self.dynamic_sampling_max_rounds:
                 # Its replacement groups would need the same two-phase rollout and a second gate per round.

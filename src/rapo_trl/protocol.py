@@ -21,6 +21,11 @@ RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tag
 RETRIEVE_TEMPLATE = "\n" + RETRIEVE_PREFACE + "\n<retrieve>\n{text}\n</retrieve>\n"
 """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
 
+OWN_STEP_TEMPLATE = "{text}\n"
+"""How a stored step is inserted as the policy's own step (``retrieved_step_as_own``): no preface, no tags. A stored
+step is the step and its ``<result>`` block, stripped; the newline is the one a tool result ends with
+(``RESULT_TEMPLATE``), so the policy goes on where it would after a step it wrote itself."""
+
 PLAN_CLOSE = "</think>"
 """Closes the policy's plan: the plan boundary, where ``retrieve_at: [plan]`` retrieves, comes right after it."""
 

@@ -49,6 +49,14 @@ def test_every_arms_flags_are_the_clis():
     assert parsed["sft_then_rapo_guided_token_failed"][0].sft_store_steps == bench.SFT_STORE_STEPS
     assert parsed["rapo_guided_token_failed"][0].sft_store_steps == 0
     assert all(script.sft_retrieved_share > 0 for script, _ in parsed.values())  # one warm start for every arm
+    prefix = {arm: parsed[arm] for arm in ("rapo_prefix_token_failed", "sft_then_rapo_prefix_token_failed")}
+    for arm, (script, args) in prefix.items():
+        guided_script, guided = parsed[arm.replace("prefix", "guided")]
+        assert args.retrieve_at == ["start"] and args.retrieved_step_as_own and not guided.retrieved_step_as_own
+        assert script.sft_store_steps == guided_script.sft_store_steps
+        for field in ("retrieved_token_loss_weight", "retrieved_token_shaping", "retrieve_failed_groups_max_reward",
+                      "retrieve_prob"):
+            assert getattr(args, field) == getattr(guided, field), (arm, field)
 
 
 def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos_final_reward(tmp_path):

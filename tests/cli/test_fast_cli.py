@@ -20,7 +20,8 @@ BOUND_S = 5.0  # they answer in well under 2 s; the bound leaves room for a busy
 
 SHOWN = {  # some of each command's own fields, and fields of the others or of TRL that its help leaves out
     "train": (["--model_name_or_path", "--dtype", "--load_in_4bit", "--use_peft", "--store_path", "--retrieve_prob",
-               "--retrieval_advantage_weight", "--sft_warmup_steps", "--num_generations", "--max_steps", "--bf16"],
+               "--retrieval_advantage_weight", "--sft_warmup_steps", "--num_generations", "--max_steps", "--bf16",
+               "--retrieve_at", "--retrieved_step_as_own"],
               ["--num_samples", "--eval_model", "--ddp_backend", "--adam_beta1"]),
     "build-store": (["--agent", "--dtype", "--trust_remote_code", "--num_samples", "--keep_top_k", "--store_path",
                      "--max_completion_length"], ["--retrieve_prob", "--learning_rate", "--eval_model", "--lora_r"]),
@@ -46,7 +47,7 @@ def test_help_answers_at_once_with_the_commands_fields(command):
     assert set(shown) <= options and not set(hidden) & options, (set(shown) - options, set(hidden) & options)
     # every other field behind one pointer, not ~1,440 lines of GRPOConfig
     assert f"`rapo {command} --help-all` lists them all" in " ".join(run.stdout.split())
-    assert len(run.stdout.splitlines()) < 400
+    assert len(run.stdout.splitlines()) < 420
 
 
 def test_help_all_lists_every_field_at_once():
@@ -148,6 +149,9 @@ def test_retrieve_at_takes_every_trigger_on_the_command_line_and_in_yaml(recipe_
     in_yaml = write_yaml(tmp_path / "first.yaml", {**yaml.safe_load(recipe_file.read_text()),
                                                    "retrieve_at": "first_tool_step"})
     assert parse_recipe("train", ["--config", str(in_yaml)])[1].retrieve_at == ["first_tool_step"]
+    prefix = parse_recipe("train", ["--config", str(recipe_file), "--retrieve_at", "start", "--retrieved_step_as_own",
+                                    "true"])[1]
+    assert prefix.retrieve_at == ["start"] and prefix.retrieved_step_as_own is True
 
 
 @pytest.mark.parametrize("value", ["null", "none", "None"])

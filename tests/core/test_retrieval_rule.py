@@ -11,8 +11,10 @@ from rapo_trl import RAPOConfig
 from rapo_trl.core.retrieval_rule import (
     RETRIEVAL_BOUNDARIES,
     RETRIEVAL_TRIGGERS,
+    boundaries_at_start,
     boundaries_reached,
     check_json_tools_reach,
+    check_own_step_reach,
     checked_boundaries,
     failed_groups,
     guided_flags,
@@ -85,6 +87,37 @@ def test_json_tool_rollouts_reach_tool_steps_but_no_plan():
     check_json_tools_reach(("tool_step", "first_tool_step"))
     with pytest.raises(ValueError, match="retrieve_at must be among"):
         check_json_tools_reach(("plan", "first_tool_step"))
+
+
+def test_start_fires_once_per_row_at_the_start_only():
+    assert boundaries_at_start(3, ("start",)) == {0: "start", 1: "start", 2: "start"}
+    assert boundaries_at_start(3, ("tool_step", "plan", "first_tool_step")) == {}
+    assert boundaries_at_start(2, ("start", "tool_step")) == {0: "start", 1: "start"}
+    # never at a turn's boundaries: neither at the plan nor after a tool step, the first one included
+    assert boundaries_reached([0], {1: 1, 2: 2}, ("start",)) == {}
+    assert boundaries_reached([0], {1: 1}, ("start", "first_tool_step")) == {1: "tool_step"}
+    assert not holds_plan_turn(True, ("start",), [True])
+
+
+def test_at_the_start_only_hybrid_rows_draw_one_coin_each_in_row_order():
+    rows = [SimpleNamespace(is_hybrid=hybrid, truncated=False) for hybrid in (True, False, True, False)]
+    draws = random.Random(0)
+    expected = [row for row in (0, 2) if draws.random() < 0.5]
+    rng = random.Random(0)
+    assert rows_that_retrieve(boundaries_at_start(4, ("start",)), rows, rng, 0.5) == expected
+    assert rng.random() == draws.random()  # two draws in all: the on-policy rows draw none
+
+
+def test_json_tool_rollouts_do_not_start_with_a_stored_step():
+    with pytest.raises(ValueError, match="retrieve_at must be among"):
+        check_json_tools_reach(("start",))
+
+
+def test_a_step_as_the_policys_own_goes_anywhere_but_after_its_plan():
+    check_own_step_reach(("start", "tool_step", "first_tool_step"))
+    with pytest.raises(ValueError, match=r"retrieved_step_as_own .* must be among \['tool_step', 'first_tool_step', "
+                                         r"'start'\], got \['start', 'plan'\]"):
+        check_own_step_reach(("start", "plan"))
 
 
 def test_the_first_turn_is_held_at_the_plan_only_for_a_plan_trigger():

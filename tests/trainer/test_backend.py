@@ -31,7 +31,8 @@ def test_options_the_engine_owns_are_refused(tmp_path):
 def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     values = dict(max_completion_length=77, max_turn_tokens=11, max_tool_calls=3, retrieve_prob=0.25,
                   step_entropy="full", step_entropy_first_tokens=5, tool_workers=2, answer_stop="</answer>",
-                  max_retrieved_tokens=40, retrieve_at=("plan", "tool_step"), retrieve_own_question=True)
+                  max_retrieved_tokens=40, retrieve_at=("start", "tool_step"), retrieve_own_question=True,
+                  retrieved_step_as_own=True)
     engine = rollout_config(config(tmp_path, **values))
     shared = {f.name for f in dataclasses.fields(RolloutConfig)} & set(RAPOConfig.__dataclass_fields__)
     # the protocol's fields come resolved by the trainer ("auto" -> tags or json; the template's kwargs with json)
@@ -39,7 +40,8 @@ def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     assert shared == set(values) | protocol
     assert {name: getattr(engine, name) for name in values} == values
     assert engine.tool_protocol == "tags"
-    json_values = {**values, "retrieve_at": ("tool_step",)}  # JSON rollouts retrieve after tool steps only
+    # JSON rollouts retrieve after tool steps only, as <retrieve> blocks
+    json_values = {**values, "retrieve_at": ("tool_step",), "retrieved_step_as_own": False}
     chosen = rollout_config(config(tmp_path, **json_values), tool_protocol="json",
                             chat_template_kwargs={"enable": True})
     assert chosen.tool_protocol == "json" and chosen.chat_template_kwargs == {"enable": True}

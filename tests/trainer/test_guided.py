@@ -58,13 +58,16 @@ def test_config_checks():
     assert config(retrieve_at="plan").retrieve_at == ["plan"]  # a YAML scalar names one boundary
     assert config(retrieve_at=["plan", "tool_step"]).retrieve_at == ["plan", "tool_step"]
     assert config(retrieve_at="first_tool_step").retrieve_at == ["first_tool_step"]
+    assert config(retrieve_at=["start", "tool_step"], retrieved_step_as_own=True).retrieve_at == ["start", "tool_step"]
     for bad, match in ((dict(retrieve_at=["later"]), "retrieve_at takes one or more of"),
                        (dict(retrieve_at=["group_failed"]), "retrieve_at takes"),
                        (dict(retrieve_failed_groups_max_reward=0.0, num_hybrid_generations=4), "on-policy"),
                        (dict(retrieve_failed_groups_max_reward=0.0, dynamic_sampling_max_rounds=2),
                         "dynamic_sampling_max_rounds"),
                        (dict(retrieved_token_loss_weight=-1.0), "retrieved_token_loss_weight"),
-                       (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping")):
+                       (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping"),
+                       (dict(retrieve_at=["plan", "tool_step"], retrieved_step_as_own=True),
+                        r"retrieved_step_as_own .* retrieve_at must be among")):
         with pytest.raises(ValueError, match=match):
             config(**bad)
 
@@ -131,3 +134,26 @@ def test_retrieved_token_weights_follow_trls_truncation_mask(tiny_model_dir, tmp
     row = trainer.last_rollout.rows[0]
     assert row.truncated and row.retrievals and batch["advantages"][0] > 0
     assert bool(batch[RETRIEVED_WEIGHT_KEY][0].any()) is not mask_truncated
+
+
+@pytest.mark.parametrize("as_own", [False, True])
+def test_a_prefix_rollout_scores_and_learns_the_stored_step_as_the_policys_own(tiny_model_dir, tmp_path, as_own):
+    # Hybrid rows 0-1 begin with the stored step (two "7"s); as the policy's own step the reward counts them.
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(text=STORED.strip()), retrieve_prob=1.0,
+                           retrieve_at=["start"], retrieved_step_as_own=as_own, retrieved_token_loss_weight=2.0)
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    rows, rewards = trainer.last_rollout.rows, trainer.last_rollout.rewards.tolist()
+    assert [[e.boundary for e in row.retrievals] for row in rows] == [["start"], ["start"], [], []]
+    assert rewards[:2] == [1.0 + 2 * as_own, 2.0 + 2 * as_own] and rewards[2:] == [3.0, 0.0]  # the scripts' own 7s
+    weights = batch[RETRIEVED_WEIGHT_KEY]
+    for i, row in enumerate(rows[:2]):
+        learned = weights[i].nonzero().flatten().tolist()
+        if batch["advantages"][i] > 0:
+            assert learned == list(range(*row.retrievals[0].step_tokens))
+            assert trainer.processing_class.decode(batch["completion_ids"][i, learned]).strip() == STORED.split(
+                "\n<result>")[0]
+        else:
+            assert learned == []
+    assert weights[1].any() and bool(weights[0].any()) is as_own  # row 0 is above the group mean by the stored 7s

@@ -3,13 +3,14 @@
 - Which groups: every group, or with ``retrieve_failed_groups_max_reward`` only those whose on-policy rows all
   failed (``failed_groups``, ``guided_flags``; the trainer rolls those rows out first, ``trainer/step_rollout.py``).
 - Which rows: the first ``num_hybrid_generations`` rows of each group (``is_hybrid_row``).
-- Where: at the step boundaries that the triggers named in ``retrieve_at`` answer (``RETRIEVAL_TRIGGERS``). The
+- Where: at the step boundaries that the triggers named in ``retrieve_at`` answer (``RETRIEVAL_TRIGGERS``). Every
+  row reaches the start once, before the policy writes anything (``"start"``, ``boundaries_at_start``); then the
   engine reports each turn's boundaries: a row closed its plan in its first turn (``"plan"``; the first turn is
   then held at the plan's end, ``holds_plan_turn``), or completed its n-th tool step (``"tool_step"``).
   ``boundaries_reached`` keeps those where a named trigger fires.
 - With what probability: p, constant or decayed over training (``scheduled_retrieve_prob``). Each hybrid row that
   reaches a boundary untruncated draws one coin (``rows_that_retrieve``), in boundary order, from the engine's
-  seeded generator.
+  seeded generator; on-policy rows draw none.
 
 Which record a retrieval inserts is the store's half of the rule, :func:`rapo_trl.store.selection.pick`: the highest
 stored reward among the ``top_k`` nearest keys (ties: the most similar), the fallback text when that reward is not
@@ -26,10 +27,10 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-RETRIEVAL_BOUNDARIES = ("tool_step", "plan")
+RETRIEVAL_BOUNDARIES = ("tool_step", "plan", "start")
 """The step boundaries the engine reports, and a ``RetrievalEvent``'s ``boundary``: after a completed tool step
-(the paper), or once the policy has closed its plan (``RolloutConfig.plan_stop``) in its first turn, before it writes
-its first tool call."""
+(the paper), once the policy has closed its plan (``RolloutConfig.plan_stop``) in its first turn, before it writes
+its first tool call, or at the start of the completion, before the policy writes anything."""
 
 
 def every_time(nth: int) -> bool:
@@ -51,18 +52,23 @@ class RetrievalTrigger:
     fires: Callable[[int], bool] = every_time
     """Whether it fires at a row's n-th boundary of that kind (n counts from 1)."""
     with_json_tools: bool = True
-    """Whether a rollout with JSON tool calls reaches its boundary: a JSON turn ends at the chat template's
-    end-of-turn token only, never at a plan's end."""
+    """Whether a rollout with JSON tool calls can retrieve there: a JSON turn ends at the chat template's
+    end-of-turn token only, never at a plan's end, and a stored first step is tagged text, not a turn of the chat."""
+    as_own_step: bool = True
+    """Whether a stored step inserted there can read as the policy's own step (``retrieved_step_as_own``): not after
+    the policy's plan, since a stored step opens with a plan of its own."""
 
 
 RETRIEVAL_TRIGGERS: dict[str, RetrievalTrigger] = {
     "tool_step": RetrievalTrigger("tool_step"),
-    "plan": RetrievalTrigger("plan", first_time, with_json_tools=False),
+    "plan": RetrievalTrigger("plan", first_time, with_json_tools=False, as_own_step=False),
     "first_tool_step": RetrievalTrigger("tool_step", first_time),
+    "start": RetrievalTrigger("start", first_time, with_json_tools=False),
 }
 """``retrieve_at`` values: ``"tool_step"``, after each completed tool step (the paper); ``"plan"``, once the policy
 closes its plan in its first turn, before its first tool call; ``"first_tool_step"``, after a row's first completed
-tool step only (one stored step to get the row going, then the policy on its own)."""
+tool step only (one stored step to get the row going, then the policy on its own); ``"start"``, before the policy
+writes anything: a stored first step begins the completion (with ``retrieved_step_as_own``, an off-policy prefix)."""
 
 
 def is_hybrid_row(global_index: int, num_generations: int, num_hybrid: int) -> bool:
@@ -95,11 +101,27 @@ def check_json_tools_reach(retrieve_at: Sequence[str]) -> None:
                          f"among {reachable}, got {list(retrieve_at)}.")
 
 
+def check_own_step_reach(retrieve_at: Sequence[str]) -> None:
+    """Raises unless a stored step inserted at every boundary ``retrieve_at`` names can read as the policy's own."""
+    allowed = [name for name, trigger in RETRIEVAL_TRIGGERS.items() if trigger.as_own_step]
+    if any(name not in allowed for name in retrieve_at):
+        raise ValueError(f"retrieved_step_as_own inserts a stored step, which opens with a plan of its own, as the "
+                         f"policy's step: retrieve_at must be among {allowed}, got {list(retrieve_at)}.")
+
+
 def holds_plan_turn(can_retrieve: bool, retrieve_at: Sequence[str], hybrid: Iterable[bool]) -> bool:
     """Whether a rollout's first turn also stops at the plan's end: only when it may retrieve there and holds a hybrid
     row. The rows that do not retrieve at the plan go on as if the turn had not stopped."""
     at_plan = any(RETRIEVAL_TRIGGERS[name].boundary == "plan" for name in retrieve_at)
     return can_retrieve and at_plan and any(hybrid)
+
+
+def boundaries_at_start(rows: int, retrieve_at: Sequence[str]) -> dict[int, str]:
+    """Row -> ``"start"`` for each of ``rows`` rows when a trigger of ``retrieve_at`` answers the start: every row
+    reaches it once, before the policy writes anything (``rows_that_retrieve`` keeps the hybrid ones)."""
+    at_start = any(RETRIEVAL_TRIGGERS[name].boundary == "start" and RETRIEVAL_TRIGGERS[name].fires(1)
+                   for name in retrieve_at)
+    return dict.fromkeys(range(rows), "start") if at_start else {}
 
 
 def boundaries_reached(planned: Iterable[int], tool_steps: Mapping[int, int],

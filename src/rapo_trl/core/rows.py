@@ -30,6 +30,7 @@ class RetrievalEvent:
     """One retrieval inserted into a hybrid rollout, after the policy step ``after_step``."""
 
     after_step: int
+    """Index of the policy step it follows; -1 at the start, before the policy's first step (no ``entropy_pre``)."""
     start: int
     end: int
     is_fallback: bool
@@ -39,7 +40,8 @@ class RetrievalEvent:
     entropy_pre: float | None = None
     entropy_post: float | None = None
     boundary: str = "tool_step"
-    """Where it was inserted: ``"tool_step"`` (after a completed tool step) or ``"plan"`` (after the first plan)."""
+    """Where it was inserted: ``"tool_step"`` (after a completed tool step), ``"plan"`` (after the first plan) or
+    ``"start"`` (before the policy wrote anything)."""
     step_tokens: tuple[int, int] | None = None
     """(start, end) in ``completion_ids`` of the stored step's own text (no preface, tags or tool result); ``None``
     for the fallback text. What ``retrieved_token_loss_weight`` trains on."""
@@ -49,6 +51,9 @@ class RetrievalEvent:
     question_id: str | None = None
     """The question whose trajectory the stored step came from (``None`` for the fallback, or a store that does not
     say)."""
+    as_own: bool = False
+    """Inserted as the policy's own step (``retrieved_step_as_own``): without the preface and tags, and part of the
+    trajectory the rewards score (``rewards/view.py``)."""
 
 
 @dataclass

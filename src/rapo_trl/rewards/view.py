@@ -1,4 +1,4 @@
-"""What reward functions see of a rollout row: the policy's own tokens.
+"""What reward functions see of a rollout row: the policy's trajectory, without the retrieved blocks shown to it.
 
 Lives beside the rewards rather than in the trainer because it defines what a reward scores; the trainer
 (scoring) and store growth (the text a grown trajectory keeps) both read it from here.
@@ -13,10 +13,13 @@ if TYPE_CHECKING:  # the rollout types import nothing from here; a runtime impor
 
 
 def policy_view(row: RolloutRow, keep_retrieved: bool = False) -> list[int]:
-    """Completion ids with retrieved spans removed (by token span, not by pattern)."""
-    if keep_retrieved or not row.retrievals:
+    """Completion ids with the retrieved blocks removed (by token span, not by pattern), unless ``keep_retrieved``.
+    A stored step inserted as the policy's own step (``retrieved_step_as_own``) is no block: it stays, a step of the
+    trajectory like the policy's (its answer is the row's answer)."""
+    blocks = [] if keep_retrieved else [event for event in row.retrievals if not event.as_own]
+    if not blocks:
         return row.completion_ids
     keep = [True] * len(row.completion_ids)
-    for event in row.retrievals:
+    for event in blocks:
         keep[event.start : event.end] = [False] * (event.end - event.start)
     return [t for t, k in zip(row.completion_ids, keep) if k]

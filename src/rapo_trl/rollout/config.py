@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rapo_trl.core.retrieval_rule import check_json_tools_reach, checked_boundaries
+from rapo_trl.core.retrieval_rule import check_json_tools_reach, check_own_step_reach, checked_boundaries
 from rapo_trl.protocol import PLAN_CLOSE, RESULT_TEMPLATE, RETRIEVE_TEMPLATE
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
@@ -36,6 +36,9 @@ class RolloutConfig:
     """How a tool's output is shown to the policy (forced tokens)."""
     retrieve_template: str = RETRIEVE_TEMPLATE
     """How a retrieved step (or the fallback text) is inserted (forced tokens)."""
+    retrieved_step_as_own: bool = False
+    """Insert a stored step as the policy's own step (``protocol.OWN_STEP_TEMPLATE``: no preface, no tags) instead of
+    with ``retrieve_template``; the fallback text, which is no step, keeps ``retrieve_template``."""
     tool_limit_message: str = "Tool-call limit reached; answer with what you have."
     """Shown instead of a result once ``max_tool_calls`` calls have run."""
     max_result_chars: int = 4000
@@ -69,6 +72,11 @@ class RolloutConfig:
             raise ValueError(f"tool_protocol must be one of {TOOL_PROTOCOLS}, got {self.tool_protocol!r}.")
         if self.tool_protocol == "json":
             check_json_tools_reach(self.retrieve_at)
+            if self.retrieved_step_as_own:
+                raise ValueError("retrieved_step_as_own inserts a stored step as tagged text of the policy's own: "
+                                 "it needs tool_protocol 'tags', not JSON tool calls.")
+        if self.retrieved_step_as_own:
+            check_own_step_reach(self.retrieve_at)
         # The table RAPOConfig checks too.
         check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)})
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:

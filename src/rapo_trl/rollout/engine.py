@@ -1,8 +1,9 @@
 """The step-wise hybrid rollout's turn loop (docs/design.md: Steps, Hybrid rollouts, step entropy).
 
-Each turn: generate for every active row until a tool's closing tag (with JSON tools, the end of the turn), the
-answer or the budget; run the turn's tool calls and append their results; at the boundaries the retrieval rule
-names, let hybrid rows retrieve a stored step; go on until every row has finished or run out of budget.
+Before the first turn, with ``retrieve_at: start``, a hybrid row may begin with a stored first step. Each turn:
+generate for every active row until a tool's closing tag (with JSON tools, the end of the turn), the answer or the
+budget; run the turn's tool calls and append their results; at the boundaries the retrieval rule names, let hybrid
+rows retrieve a stored step; go on until every row has finished or run out of budget.
 
 Every row is a token-id sequence that only ever grows by appending ids (``rollout/sequence.py``): the policy's
 sampled ids (mask 1), forced tool results (``rollout/tool_turns.py``) and forced retrieved steps
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from rapo_trl.core.retrieval_rule import (
     RETRIEVAL_BOUNDARIES,
+    boundaries_at_start,
     boundaries_reached,
     holds_plan_turn,
     is_hybrid_row,
@@ -184,10 +186,12 @@ class HybridRolloutEngine:
         tool_steps: Counter[int] = Counter()  # row -> the tool steps it has completed
         stats = RolloutStats()
 
+        if can_retrieve:  # before the policy writes anything: a hybrid row may begin with a stored first step
+            self._retrieve(rows, boundaries_at_start(len(rows), cfg.retrieve_at), prefixes, own, retrieve_prob, stats)
         # Backends that keep per-row state between turns (the transformers KV cache) may do so for this
         # rollout only: the weights do not change until it ends.
         getattr(self.backend, "begin_rollout", lambda: None)()
-        active = list(range(len(rows)))
+        active = [i for i, row in enumerate(rows) if not row.finished and not row.truncated]
         while active:
             stats.turns += 1
             at_plan = plan_turn and stats.turns == 1
@@ -207,9 +211,7 @@ class HybridRolloutEngine:
             tool_steps.update(stepped)
             if can_retrieve:
                 reached = boundaries_reached(planned, {i: tool_steps[i] for i in stepped}, cfg.retrieve_at)
-                start = time.perf_counter()
-                self.retrieval.retrieve(rows, reached, prefixes, own, retrieve_prob)
-                stats.retrieval_seconds += time.perf_counter() - start
+                self._retrieve(rows, reached, prefixes, own, retrieve_prob, stats)
             self._settle_plan_rows(rows, planned, carried)
             active = [i for i in active if not rows[i].finished and not rows[i].truncated]
         getattr(self.backend, "end_rollout", lambda: None)()
@@ -284,6 +286,13 @@ class HybridRolloutEngine:
             text = self.tokenizer.decode(row.completion_ids[step_start:], skip_special_tokens=False)
             return extract_tool_call(text, out.stop_string)
         return ENDED
+
+    def _retrieve(self, rows: list[RolloutRow], reached: dict[int, str], prefixes: list[str],
+                  own: list[str | None], retrieve_prob: float, stats: RolloutStats) -> None:
+        """Let the hybrid rows at the boundaries ``reached`` (row -> boundary) draw a retrieval, timed."""
+        start = time.perf_counter()
+        self.retrieval.retrieve(rows, reached, prefixes, own, retrieve_prob)
+        stats.retrieval_seconds += time.perf_counter() - start
 
     def _run_tool_calls(self, rows: list[RolloutRow], calls: list[TurnCall], tables: list[ToolTable],
                         stats: RolloutStats) -> list[int]:

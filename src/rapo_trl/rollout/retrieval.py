@@ -2,9 +2,10 @@
 ``rapo_trl.core.retrieval_rule``), ask the store for each one's step, and append it as forced tokens with its
 ``RetrievalEvent``.
 
-A query is the row's question and its completion as a store key reads; a plan retrieval asks with the question
-alone. A failing store is retried, then the rows go on without retrieval (``rapo_trl.store.outage``). A block that
-does not fit is skipped, never cut.
+A query is the row's question and its completion as a store key reads; a start or plan retrieval asks with the
+question alone. A failing store is retried, then the rows go on without retrieval (``rapo_trl.store.outage``). A block
+that does not fit is skipped, never cut. With ``retrieved_step_as_own`` a stored step is inserted as the policy's own
+step (no preface, no tags), and one that closes the answer ends its row as the policy's own answer would.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from typing import Any, Protocol
 
 from rapo_trl.core.retrieval_rule import rows_that_retrieve
 from rapo_trl.core.rows import RetrievalEvent, RolloutRow
-from rapo_trl.protocol import encode_retrieved_block
+from rapo_trl.protocol import OWN_STEP_TEMPLATE, encode_retrieved_block
 from rapo_trl.rollout.config import RolloutConfig
-from rapo_trl.rollout.sequence import append_forced
+from rapo_trl.rollout.sequence import append_forced, close_episode
 from rapo_trl.store.outage import StoreOutage
 
 logger = logging.getLogger(__name__)
+
+FIRST_STEP_BOUNDARIES = ("start", "plan")
+"""Boundaries where a row asks for its first step: queried with the question alone."""
 
 
 class StepSelector(Protocol):
@@ -72,10 +76,10 @@ class StepRetrieval:
         chosen = rows_that_retrieve(boundaries, rows, self.rng, retrieve_prob)
         if not chosen:
             return
-        # A plan retrieval asks for the row's first step: stored first steps are keyed by the context before them
-        # (the question), so it queries with that. With the plan in the query, the nearest keys are those of
+        # A start or plan retrieval asks for the row's first step: stored first steps are keyed by the context before
+        # them (the question), so it queries with that. With the plan in the query, the nearest keys are those of
         # second steps (question + first step), i.e. another question's answer step.
-        contexts = [prefixes[i] if boundaries[i] == "plan" else prefixes[i] + self._context_text(rows[i])
+        contexts = [prefixes[i] if boundaries[i] in FIRST_STEP_BOUNDARIES else prefixes[i] + self._context_text(rows[i])
                     for i in chosen]
         # A failing store (server down, timeout) is retried with backoff, then these rows go on without retrieval
         # (counted per row as rapo/store_errors); during an outage one try each, and one warning in all.
@@ -112,7 +116,11 @@ class StepRetrieval:
     def _insert(self, row: RolloutRow, found, boundary: str) -> None:
         """Append the step the store found as forced tokens and record it on the row."""
         cfg = self.config
-        ids, step_span = encode_retrieved_block(self.tokenizer, found.text, cfg.retrieve_template, cfg.result_template)
+        is_fallback = bool(getattr(found, "is_fallback", False))
+        # The fallback text is the environment's note, not a step the policy could have written: always a block.
+        as_own = cfg.retrieved_step_as_own and not is_fallback
+        template = OWN_STEP_TEMPLATE if as_own else cfg.retrieve_template
+        ids, step_span = encode_retrieved_block(self.tokenizer, found.text, template, cfg.result_template)
         # Never cut a retrieved step or end a row because of one (docs/design.md): a block that does not
         # leave the policy room to continue, or exceeds the cap, is skipped and counted.
         room = cfg.max_completion_length - len(row.completion_ids)
@@ -120,21 +128,25 @@ class StepRetrieval:
             row.skipped_retrievals += 1
             return
         start, end = append_forced(row, ids, "retrieved", cfg.max_completion_length)
-        is_fallback = bool(getattr(found, "is_fallback", False))
-        learnable = None if is_fallback or step_span is None else (start + step_span[0], start + step_span[1])
+        steps = row.policy_steps
         row.retrievals.append(
             RetrievalEvent(
-                after_step=len(row.policy_steps) - 1,
+                after_step=len(steps) - 1,
                 start=start,
                 end=end,
                 is_fallback=is_fallback,
                 record_id=getattr(found, "record_id", None),
                 reward=getattr(found, "reward", None),
                 similarity=getattr(found, "similarity", None),
-                entropy_pre=row.policy_steps[-1].entropy,
+                entropy_pre=steps[-1].entropy if steps else None,  # at the start no step comes before it
                 boundary=boundary,
-                step_tokens=learnable,
+                step_tokens=None if is_fallback or step_span is None else (start + step_span[0], start + step_span[1]),
                 text=None if is_fallback else found.text,
                 question_id=getattr(found, "question_id", None),
+                as_own=as_own,
             )
         )
+        if as_own and cfg.answer_stop and cfg.answer_stop in found.text:
+            # A turn of the policy's own that closes the answer ends its row (``answer_stop``); so does this one.
+            row.finished = True
+            close_episode(row, self.tokenizer.eos_token_id, cfg.max_completion_length)

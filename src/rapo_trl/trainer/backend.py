@@ -57,6 +57,7 @@ def rollout_config(args: RAPOConfig, **protocol) -> RolloutConfig:
         max_retrieved_tokens=args.max_retrieved_tokens,
         retrieve_at=tuple(args.retrieve_at),
         retrieve_own_question=args.retrieve_own_question,
+        retrieved_step_as_own=args.retrieved_step_as_own,
     )
 
 

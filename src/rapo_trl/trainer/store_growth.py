@@ -43,8 +43,9 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
 
 def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer,
                outage=None, tag: dict | None = None) -> None:
-    """Add the chosen rows' policy text (retrieved spans removed) as trajectories of their questions, each record
-    with the metadata ``tag`` (the run and step that grew it, ``resilience/growth_rollback.py``) where the store takes it.
+    """Add the chosen rows' policy text (``policy_view``: retrieved blocks removed) as trajectories of their
+    questions, each record with the metadata ``tag`` (the run and step that grew it,
+    ``resilience/growth_rollback.py``) where the store takes it.
 
     A store that cannot be written (its server down) costs this step's additions, not the step: said once per
     outage (``outage``, the rollouts' :class:`~rapo_trl.store.outage.StoreOutage`, also says when it began)."""

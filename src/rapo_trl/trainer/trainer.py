@@ -408,8 +408,9 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         return weighted_rewards(rewards_per_func[start : start + count], self.reward_weights)
 
     def _reward_view(self, rows: list, conversational: bool) -> tuple[list, list[list[int]]]:
-        """What reward functions score: the policy's own text (retrieved spans removed by token span, unless
-        ``score_retrieved_blocks``), as chat messages when the prompts are conversational, and its token ids."""
+        """What reward functions score: the policy's trajectory (``policy_view``: retrieved blocks removed by token
+        span unless ``score_retrieved_blocks``, stored steps inserted as its own kept), as chat messages when the
+        prompts are conversational, and its token ids."""
         policy_ids = [policy_view(row, self.args.score_retrieved_blocks) for row in rows]
         if self.tool_protocol == "json":  # TRL's messages: each turn parsed, each tool result a tool message
             return [copy.deepcopy(row.messages) for row in rows], policy_ids
@@ -430,7 +431,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 "RAPO: _calculate_rewards ran without a pending rollout from rollout_func."
             )
         step.apply_replacements(inputs, prompts)
-        # Reward functions see the policy's own text: retrieved spans removed by token span.
+        # Reward functions see the policy's trajectory: retrieved blocks removed by token span (``_reward_view``).
         conversational = bool(completions) and isinstance(completions[0], list)
         completions, policy_ids = self._reward_view(step.rows, conversational)
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, policy_ids)
