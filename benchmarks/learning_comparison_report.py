@@ -12,7 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import STUDENT_T_95, machine_line, markdown_table, with_notes
-from learning_stages import FRESH, on_policy, rescored_section, screen_section
+from learning_stages import (
+    FRESH,
+    joined_versions,
+    on_policy,
+    rescored_section,
+    same_code_versions,
+    screen_section,
+)
 
 HELDOUT = "heldout_stories"
 SMOOTHING = 5
@@ -23,6 +30,9 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
           rescored: Sequence[dict] = ()) -> None:
     """The report of every record, one table per code version the runs ran on (newest first; ``arms`` in order), with
     the lever screen's decision and the ``rescored`` scores of that version beside it."""
+    same = same_code_versions(records)
+    rescored = [{**r, "code": same.get(r.get("code"), r.get("code"))} for r in rescored]
+    records, joined = joined_versions(records)
     versions = list(dict.fromkeys(r.get("code", "?") for r in reversed(records)))
     lines = ["# RAPO against GRPO and SFT-then-GRPO, seeds side by side", "",
              "`benchmarks/bench_comparison.py` (its docstring says how): each run is `rapo train` on "
@@ -30,10 +40,15 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
              "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. The per-question "
              "differences pair each fresh question's mean@4 with the reference's of the same seed and question, the "
              "interval a bootstrap over questions (a question's seeds resampled together). Runs compare only "
-             "within one code version (the git tree of `src` and the recipe's settings): one table each, newest first.", ""]
+             "within one code version (the git tree of `src` and the recipe's settings): one table each, newest first; "
+             "a later version whose GRPO and SFT-then-GRPO seed 0 repeat an earlier one's step for step joins its "
+             "table.", ""]
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
         lines += _version_section(version, members, arms, png_path if index == 0 else None)
+        lines += [f"Code {later} repeats this version (GRPO and SFT-then-GRPO seed 0: the same reward and loss at "
+                  "every step), so its runs are in this table; where both ran an arm and seed, this version's run is "
+                  "shown." for later in joined.get(version, [])] + ([""] if version in joined else [])
         lines += screen_section(members, markdown_table)
         lines += rescored_section([r for r in rescored if r.get("code", "?") == version], markdown_table,
                                   _per_question)

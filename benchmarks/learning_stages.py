@@ -28,6 +28,52 @@ NOT_LEVERS = ("rapo_guided", "rapo_paper", "rapo_paper_scored_blocks")
 """Arms named like levers that are references or the fidelity check."""
 
 
+REPRODUCED_ARMS = ("grpo", "sft_then_grpo")
+"""The runs a later code version repeats, seed for seed, for its records to count beside an earlier version's."""
+
+
+def same_code_versions(records: Sequence[dict]) -> dict[str, str]:
+    """Later code version -> the earlier one it repeats: its ``REPRODUCED_ARMS`` at the screen's seed logged the same
+    per-step rewards and losses, exactly, as the earlier version's (the options the later code added are off in
+    them, and one torch thread makes a run repeat). Versions in the order their first record was written."""
+    def fingerprint(version: str) -> tuple | None:
+        found = {r["arm"]: r for r in records if r.get("code") == version and r.get("seed") == SCREEN_SEED
+                 and r["arm"] in REPRODUCED_ARMS}
+        if len(found) < len(REPRODUCED_ARMS):
+            return None
+        return tuple((found[arm]["per_step"].get("reward"), found[arm]["per_step"].get("loss"))
+                     for arm in REPRODUCED_ARMS)
+
+    versions = list(dict.fromkeys(r.get("code") for r in records))
+    same, earlier = {}, []
+    for version in versions:
+        mine = fingerprint(version)
+        match = next((v for v, theirs in earlier if mine is not None and theirs == mine), None)
+        if match is not None:
+            same[version] = match
+        else:
+            earlier.append((version, mine))
+    return same
+
+
+def joined_versions(records: Sequence[dict]) -> tuple[list[dict], dict[str, list[str]]]:
+    """The records with each later code version that repeats an earlier one (``same_code_versions``) counted as the
+    earlier, a run the earlier version already has (same arm and seed) left out; and version -> the versions joined
+    into it."""
+    same = same_code_versions(records)
+    joined: dict[str, list[str]] = {}
+    for later, earlier in same.items():
+        joined.setdefault(earlier, []).append(later)
+    kept, seen = [], set()
+    for record in sorted(records, key=lambda r: r.get("code") in same):  # the earlier version's runs first
+        code = same.get(record.get("code"), record.get("code"))
+        if (code, record["arm"], record["seed"]) in seen and record.get("code") in same:
+            continue
+        seen.add((code, record["arm"], record["seed"]))
+        kept.append({**record, "code": code} if code != record.get("code") else record)
+    return kept, joined
+
+
 def reference_of(arm: str) -> str | None:
     """The reference a lever arm is judged against; ``None`` for an arm that is not a lever."""
     if arm in NOT_LEVERS:

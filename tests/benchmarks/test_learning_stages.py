@@ -66,3 +66,42 @@ def test_the_report_prints_the_screen_and_the_rescored_pairs(tmp_path):
     rescored_table = text[text.index("### Rescored"):]
     # per question: (4-0)/4, 0, 0, (1-0)/4 -> mean +0.312 over the 4 questions
     assert "| rapo_guided_token | 0 | 0.500 | +0.312 (" in rescored_table
+
+
+def _on_code(record, code, loss=0.1):
+    return {**record, "code": code, "per_step": {**record["per_step"], "loss": [loss] * 30}}
+
+
+def test_a_later_code_that_repeats_grpo_and_sft_then_grpo_step_for_step_joins_the_earlier_table():
+    stages = load_bench("learning_stages")
+    earlier = [_on_code(_run(arm, fresh), "old") for arm, fresh in
+               (("warm_start", 0.18), ("grpo", 0.227), ("sft_then_grpo", 0.531), ("rapo_guided", 0.25))]
+    repeats = [_on_code(_run(arm, fresh), "new") for arm, fresh in
+               (("grpo", 0.227), ("sft_then_grpo", 0.531), ("rapo_prefix_token_failed", 0.33))]
+    other = [_on_code(_run(arm, fresh), "other", loss=0.2) for arm, fresh in
+             (("grpo", 0.227), ("sft_then_grpo", 0.531), ("rapo_guided_token", 0.4))]  # one loss differs
+    records = earlier + repeats + other
+    assert stages.same_code_versions(records) == {"new": "old"}
+    kept, joined = stages.joined_versions(records)
+    assert joined == {"old": ["new"]}
+    old = [(r["arm"], r["code"]) for r in kept if r["code"] == "old"]
+    assert sorted(old) == sorted([(arm, "old") for arm in ("warm_start", "grpo", "sft_then_grpo", "rapo_guided",
+                                                          "rapo_prefix_token_failed")])  # the repeats shown once
+    verdicts, chosen = stages.screen([r for r in kept if r["code"] == "old"])
+    assert chosen == {"rapo_guided": "rapo_prefix_token_failed"}  # judged against the earlier version's reference
+    assert stages.screen([r for r in kept if r["code"] == "other"])[0][0]["verdict"].startswith("undecided")
+
+
+def test_the_report_shows_a_repeating_code_in_the_earlier_table(tmp_path):
+    load_bench("bench_comparison")
+    report = load_bench("learning_comparison_report")
+    records = [_on_code(_run(arm, fresh), code) for code, arm, fresh in
+               (("old", "warm_start", 0.18), ("old", "grpo", 0.227), ("old", "sft_then_grpo", 0.531),
+                ("old", "rapo_guided", 0.25), ("new", "grpo", 0.227), ("new", "sft_then_grpo", 0.531),
+                ("new", "rapo_prefix_token_failed", 0.33))]
+    md = tmp_path / "learning_comparison.md"
+    report.write(records, md, tmp_path / "plot.png", ["grpo", "sft_then_grpo", "rapo_guided",
+                                                      "rapo_prefix_token_failed"])
+    text = md.read_text()
+    assert "## Code old" in text and "## Code new" not in text and "Code new repeats this version" in text
+    assert "Stage 2 takes: `rapo_prefix_token_failed` (against `rapo_guided`)." in text
