@@ -157,7 +157,9 @@ def train_from_shared_warm_start(output: Path, shared_warm_start: Path, *argumen
 
 
 def newest_whole_checkpoint(output: Path) -> Path | None:
-    """``output``'s newest ``checkpoint-N`` whose ``trainer_state.json`` reads (a save killed part way has none)."""
+    """``output``'s newest ``checkpoint-N`` whose ``trainer_state.json`` reads (a save killed part way has none).
+    The package's ``last_complete_checkpoint`` applies the same test, but a benchmark runs against a worktree's
+    ``src`` fixed at an older commit, where that function lives in another module: the bench keeps its own."""
     folders = sorted((int(path.name.removeprefix("checkpoint-")), path) for path in output.glob("checkpoint-*")
                      if path.name.removeprefix("checkpoint-").isdigit())
     for _, folder in reversed(folders):

@@ -14,6 +14,7 @@ from pathlib import Path
 from common import STUDENT_T_95, machine_line, markdown_table, with_notes
 from learning_stages import (
     FRESH,
+    cell,
     joined_versions,
     on_policy,
     rescored_section,
@@ -104,10 +105,10 @@ def _row(arm: str, members: list[dict], by_arm: dict[str, list[dict]]) -> list[s
             _with_interval(fresh), "-" if arm == "grpo" else _with_interval(paired, signed=True),
             *(_per_question(members, by_arm.get(reference, [])) if arm != reference else "-"
               for reference in ("grpo", "sft_then_grpo")),
-            _pooled(members, FRESH), _pooled(members, HELDOUT), _cell(final),
+            _pooled(members, FRESH), _pooled(members, HELDOUT), cell(final),
             _first_reaching(curve, _final(grpo_curve)),
-            _cell(_mean(_step_values(members, "rapo/retrieved_answer_share"))),
-            _cell(_mean(_step_values(members, "rapo/positive_advantage_share_retrieved")))]
+            cell(_mean(_step_values(members, "rapo/retrieved_answer_share"))),
+            cell(_mean(_step_values(members, "rapo/positive_advantage_share_retrieved")))]
 
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -155,7 +156,7 @@ def _warm_row(record: dict) -> list[str]:
     fresh = record["eval"][FRESH]
     interval = fresh.get("mean@k_ci95") or [None, None]
     return ["warm start", "-", "-", f"{fresh['mean@k']:.3f}",
-            f"{fresh['mean@k']:.3f} ({_cell(interval[0])} to {_cell(interval[1])}, over questions)", "-", "-", "-",
+            f"{fresh['mean@k']:.3f} ({cell(interval[0])} to {cell(interval[1])}, over questions)", "-", "-", "-",
             _pooled([record], FRESH), _pooled([record], HELDOUT), "-", "-", "-", "-"]
 
 
@@ -200,10 +201,6 @@ def _step_values(members: list[dict], name: str) -> list[float]:
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
-
-
-def _cell(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 def _draw(by_arm: dict[str, list[dict]], png_path: Path) -> bool:

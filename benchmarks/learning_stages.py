@@ -158,8 +158,8 @@ def screen_section(records: Sequence[dict], table: Callable[[list[str], list[lis
     verdicts, chosen = screen(records)
     if not verdicts:
         return []
-    rows = [[v["arm"], f"{v['fresh']:.3f}", v["reference"], _cell(v["line"]), _cell(v["paired_on_policy"], signed=True),
-             _cell(v["credit_to_retrieved"]), v["verdict"]] for v in sorted(verdicts, key=lambda v: -v["fresh"])]
+    rows = [[v["arm"], f"{v['fresh']:.3f}", v["reference"], cell(v["line"]), cell(v["paired_on_policy"], signed=True),
+             cell(v["credit_to_retrieved"]), v["verdict"]] for v in sorted(verdicts, key=lambda v: -v["fresh"])]
     lines = [f"### Stage 1: the decision rule at seed {SCREEN_SEED}", ""]
     lines += table(["arm", f"{FRESH} mean@4", "reference", "drop line", "on-policy reward minus reference, steps "
                     f"{PAIRED_STEPS.start + 1}-{PAIRED_STEPS.stop}", "credit to retrieved rows", "verdict"], rows)
@@ -190,7 +190,8 @@ def rescored_section(rescored: Sequence[dict], table: Callable[[list[str], list[
     return lines
 
 
-def _cell(value: float | None, signed: bool = False) -> str:
+def cell(value: float | None, signed: bool = False) -> str:
+    """A table cell: three decimals, ``-`` for none."""
     if value is None:
         return "-"
     return f"{value:+.3f}" if signed else f"{value:.3f}"
