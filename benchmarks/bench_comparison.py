@@ -30,6 +30,10 @@ The levers that make guidance transfer to the unguided policy, each over ``rapo_
                                own step (``PREFIX``: an off-policy prefix, LUFFY and Prefix-RFT) instead of a
                                ``<retrieve>`` block after its plan
     sft_then_rapo_prefix_token_failed  SFT on the store, then ``rapo_prefix_token_failed``
+    rapo_prefix_imitate_failed ``rapo_prefix_token_failed`` with every stored step shown learned, weighted by its
+                               trajectory's reward rather than by its row's advantage (``IMITATE``): a prefixed row
+                               that still fails teaches its stored step too
+    sft_then_rapo_prefix_imitate_failed  SFT on the store, then ``rapo_prefix_imitate_failed``
 
 The fidelity check, beside ``rapo_paper`` of the same seed:
 
@@ -96,6 +100,10 @@ TOKEN_LEARNING = ["--retrieved_token_loss_weight", "2", "--retrieved_token_shapi
 """Learn the stored step's own tokens: at w = 1 a stored token gets ~1/20 of one SFT step's push on this recipe
 (lr 2e-4 against SFT's 1e-3, normalised over ~16 rows' tokens), and LUFFY's shaping divides it by ~4 more; so w = 2
 with log-likelihood."""
+IMITATE = ["--retrieved_token_credit", "stored_reward"]
+"""Learn every stored step shown, at the token-learning weight times its trajectory's reward (1: the store's
+retrieval keeps only trajectories that succeeded), whatever its row scored: with the row's advantage as the gate, the
+token loss of ``rapo_guided_token_failed`` fired in no step where its guided rows all failed again."""
 FAILED_GROUPS = ["--retrieve_failed_groups_max_reward", "0", "--retrieve_prob", "1"]
 """Retrieve only in groups whose on-policy rows all scored at most 0, and always there: groups with on-policy
 signal stay GRPO's."""
@@ -114,6 +122,8 @@ ARMS = {
     "rapo_paper_scored_blocks": ["--score_retrieved_blocks", "true"],
     "rapo_prefix_token_failed": [*PREFIX, *TOKEN_LEARNING, *FAILED_GROUPS],
     "sft_then_rapo_prefix_token_failed": [*PREFIX, *TOKEN_LEARNING, *FAILED_GROUPS, *SFT_ON_STORE],
+    "rapo_prefix_imitate_failed": [*PREFIX, *TOKEN_LEARNING, *IMITATE, *FAILED_GROUPS],
+    "sft_then_rapo_prefix_imitate_failed": [*PREFIX, *TOKEN_LEARNING, *IMITATE, *FAILED_GROUPS, *SFT_ON_STORE],
 }
 """Arm -> the flags it adds to the recipe."""
 COMPARED_ARMS = ("grpo", "rapo_paper", "rapo_guided", "sft_then_grpo")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from rapo_trl.core.advantage_baselines import DEFAULT_BASELINE, checked_baseline
+from rapo_trl.core.objective import checked_retrieved_token_credit
 from rapo_trl.core.retrieval_rule import check_own_step_reach, checked_boundaries, scheduled_retrieve_prob
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
@@ -81,6 +82,12 @@ class RAPOConfig(GRPOConfig):
     retrieved_token_shaping (`float` or `None`, *optional*, defaults to `0.1`):
         gamma of LUFFY's policy shaping f(p) = p / (p + gamma), which keeps the gradient of low-probability
         guided tokens from vanishing. `None`: f(p) = log p, UFT's likelihood term.
+    retrieved_token_credit (`str`, *optional*, defaults to `"advantage"`):
+        What weights that loss on a retrieved step. `"advantage"`: the row's advantage A, only in rows with A > 0
+        (the row's success vouches for the step). `"stored_reward"`: the reward R > 0 of the stored trajectory the
+        step came from, in every row shown it, whatever the row then scored (the store's success vouches for it:
+        supervised learning of the guidance interleaved with RL, as ReLIFT and SRFT), so a guided row that still
+        fails teaches its stored step too.
 
     advantage_baseline (`str`, *optional*, defaults to `"group"`):
         Which rows of a group set the mean and std of the outcome advantage (R - mean) / (std + eps)
@@ -209,6 +216,10 @@ class RAPOConfig(GRPOConfig):
     retrieved_token_shaping: float | None = field(
         default=0.1, metadata={"help": "gamma of f(p) = p / (p + gamma) on retrieved tokens (None: log p)."}
     )
+    retrieved_token_credit: str = field(
+        default="advantage",
+        metadata={"help": "Weight of a retrieved step's token loss: advantage (rows with A > 0) or stored_reward."},
+    )
     advantage_baseline: str = field(
         default="group",
         metadata={"help": "Baseline: group (GRPO) or on_policy."},
@@ -278,6 +289,7 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(f"tool_protocol must be one of ('auto', 'tags', 'json'), got {self.tool_protocol!r}.")
         self._check_guided_retrieval()
         checked_baseline(self.advantage_baseline)
+        checked_retrieved_token_credit(self.retrieved_token_credit)
         if self.advantage_baseline != DEFAULT_BASELINE and (
             self.scale_rewards != "group" or self.multi_objective_aggregation != "sum_then_normalize"
         ):

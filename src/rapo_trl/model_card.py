@@ -28,6 +28,7 @@ RECIPE_FIELDS = (
     ("retrieve_own_question", "retrieve among the row's own question's records where the store has them"),
     ("retrieve_failed_groups_max_reward", "retrieve only in groups whose on-policy rewards are all at or below this (None: every group)"),
     ("retrieved_token_loss_weight", "loss weight on retrieved steps' own tokens (0: masked, the paper)"),
+    ("retrieved_token_credit", "what weights that loss: the row's positive advantage, or the stored trajectory's reward"),
     ("advantage_baseline", "rows whose reward mean and std make the advantage (group: every row, the paper)"),
     ("retrieval_advantage_weight", "retrieval-reward weight on the advantage (a)"),
     ("importance_shaping_weight", "importance shaping weight (m)"),

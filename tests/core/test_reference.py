@@ -25,7 +25,8 @@ STORED = "<think>seven</think>\n<python>print(7)</python>\n<result>\n7\n</result
     (LONG_STEP, dict(importance_shaping_weight=1.0, max_completion_length=192)),
     (STORED, dict(retrieved_token_loss_weight=0.5)),
     (STORED, dict(advantage_baseline="on_policy", retrieved_token_loss_weight=0.5, retrieved_token_shaping=None)),
-], ids=["shaped-and-clipped", "retrieved-token-loss", "on-policy-baseline"])
+    (STORED, dict(retrieved_token_loss_weight=0.5, retrieved_token_credit="stored_reward")),
+], ids=["shaped-and-clipped", "retrieved-token-loss", "on-policy-baseline", "stored-reward-credit"])
 def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp_path, stored, settings):
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(stored), retrieve_prob=1.0,
                            num_hybrid_generations=2, **settings)
@@ -63,8 +64,10 @@ def test_trainer_loss_and_gradients_equal_the_reference_step(tiny_model_dir, tmp
 
 def test_the_coefficients_default_to_the_configs_defaults_and_follow_its_fields(tmp_path):
     assert Coefficients.from_config(RAPOConfig(output_dir=str(tmp_path), use_cpu=True)) == Coefficients()
-    args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True, epsilon=0.1, delta=None, advantage_baseline="on_policy")
-    assert Coefficients.from_config(args) == Coefficients(epsilon_low=0.1, delta=None, advantage_baseline="on_policy")
+    args = RAPOConfig(output_dir=str(tmp_path), use_cpu=True, epsilon=0.1, delta=None, advantage_baseline="on_policy",
+                      retrieved_token_credit="stored_reward")
+    assert Coefficients.from_config(args) == Coefficients(epsilon_low=0.1, delta=None, advantage_baseline="on_policy",
+                                                          retrieved_token_credit="stored_reward")
 
 
 @pytest.mark.parametrize("scale", ["batch", "none", False])

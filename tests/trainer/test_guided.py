@@ -1,5 +1,5 @@
 """Guided retrieval options in the trainer: retrieval only where the group's on-policy rollouts failed, and a loss
-on the retrieved steps' own tokens of rollouts with a positive advantage."""
+on the retrieved steps' own tokens of rollouts with a positive advantage or of stored steps that succeeded."""
 
 from __future__ import annotations
 
@@ -31,6 +31,26 @@ def test_retrieved_token_weights_only_on_step_tokens_of_rows_above_the_group_mea
     assert weights[0].tolist() == pytest.approx([0, 0, 0.05, 0.05, 0.05, 0, 0, 0, 0, 0])
     assert weights[1].tolist() == pytest.approx([0, 0.2, 0.2, 0, 0, 0, 0.2, 0.2, 0.2, 0])
     assert not weights[2].any() and not weights[3].any()  # below the mean; no retrieval
+
+
+def test_stored_reward_credit_teaches_every_shown_stored_step_that_succeeded_whatever_its_row_scored():
+    def row(*events):
+        return RolloutRow(prompt_ids=[1], completion_ids=[0] * 12, retrievals=[
+            RetrievalEvent(after_step=0, start=a - 1, end=b + 1, is_fallback=reward is None, record_id=None,
+                           reward=reward, similarity=1.0, step_tokens=(a, b) if reward is not None else None)
+            for a, b, reward in events])
+
+    rows = [row((2, 5, 1.0)), row((1, 3, 0.5), (6, 9, 0.0)), row((2, 5, 1.0)), row(), row((2, 5, None))]
+    advantages = torch.tensor([0.5, 2.0, -1.0, 3.0, 1.0])
+    weights = retrieved_token_weights(rows, advantages, weight=2.0, width=10, credit="stored_reward")
+    assert weights[0].tolist() == pytest.approx([0, 0, 2, 2, 2, 0, 0, 0, 0, 0])
+    assert weights[1].tolist() == pytest.approx([0, 1, 1, 0, 0, 0, 0, 0, 0, 0])  # a stored failure teaches nothing
+    assert weights[2].tolist() == weights[0].tolist()  # its row fell below the group mean: the store vouches
+    assert not weights[3].any() and not weights[4].any()  # no retrieval; the fallback text
+    by_advantage = retrieved_token_weights(rows, advantages, weight=2.0, width=10)
+    assert not by_advantage[2].any() and by_advantage[0].tolist() == pytest.approx((weights[0] * 0.5).tolist())
+    with pytest.raises(ValueError, match=r"retrieved_token_credit must be one of \('advantage', 'stored_reward'\)"):
+        retrieved_token_weights(rows, advantages, weight=2.0, width=10, credit="always")
 
 
 @pytest.mark.parametrize("shaping", [0.1, None])
@@ -66,6 +86,7 @@ def test_config_checks():
                         "dynamic_sampling_max_rounds"),
                        (dict(retrieved_token_loss_weight=-1.0), "retrieved_token_loss_weight"),
                        (dict(retrieved_token_shaping=0.0), "retrieved_token_shaping"),
+                       (dict(retrieved_token_credit="row"), "retrieved_token_credit must be one of"),
                        (dict(retrieve_at=["plan", "tool_step"], retrieved_step_as_own=True),
                         r"retrieved_step_as_own .* retrieve_at must be among")):
         with pytest.raises(ValueError, match=match):

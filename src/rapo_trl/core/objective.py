@@ -119,13 +119,44 @@ def retrieved_token_mask(rows: Sequence, width: int, device: torch.device | str 
     return mask
 
 
-def retrieved_token_weights(rows: Sequence, advantages: torch.Tensor, weight: float, width: int) -> torch.Tensor:
-    """``weight * A_i`` on the retrieved steps' own tokens of every row whose advantage is positive (reward above the
-    group mean); 0 elsewhere. Shape [len(rows), width]."""
+RETRIEVED_TOKEN_CREDITS = ("advantage", "stored_reward")
+"""What vouches for a retrieved step that the retrieved-token loss trains on (``retrieved_token_credit``)."""
+
+
+def checked_retrieved_token_credit(credit: str) -> str:
+    """``credit`` if it is one of ``RETRIEVED_TOKEN_CREDITS``; a ValueError naming them otherwise."""
+    if credit not in RETRIEVED_TOKEN_CREDITS:
+        raise ValueError(f"retrieved_token_credit must be one of {RETRIEVED_TOKEN_CREDITS}, got {credit!r}.")
+    return credit
+
+
+def retrieved_token_weights(rows: Sequence, advantages: torch.Tensor, weight: float, width: int,
+                            credit: str = "advantage") -> torch.Tensor:
+    """Per-token weights of the retrieved-token loss on the retrieved steps' own tokens, 0 elsewhere; shape
+    [len(rows), width].
+
+    ``credit="advantage"``: ``weight * A_i`` on every retrieved step of a row whose advantage is positive (reward
+    above the group mean), the row's success vouching for the step. ``credit="stored_reward"``: ``weight * R`` on
+    each retrieved step whose stored trajectory scored R > 0, whatever the row then scored: the store's success
+    vouches for it, so a guided row that still fails teaches its stored step too.
+    """
+    if checked_retrieved_token_credit(credit) == "stored_reward":
+        return _stored_reward_token_weights(rows, weight, width, advantages.device)
     weights = retrieved_token_mask(rows, width, advantages.device)
     for i in range(len(rows)):
         advantage = float(advantages[i].max() if advantages.dim() == 2 else advantages[i])
         weights[i] *= weight * advantage if advantage > 0 else 0.0
+    return weights
+
+
+def _stored_reward_token_weights(rows: Sequence, weight: float, width: int,
+                                 device: torch.device | str | None) -> torch.Tensor:
+    weights = torch.zeros(len(rows), width, dtype=torch.float32, device=device)
+    for i, row in enumerate(rows):
+        for event in row.retrievals:
+            if event.step_tokens is not None and event.reward is not None and event.reward > 0:
+                start, end = event.step_tokens
+                weights[i, start:min(end, width)] = weight * float(event.reward)
     return weights
 
 

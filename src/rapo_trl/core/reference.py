@@ -47,6 +47,9 @@ class Coefficients:
     """Weight of the extra loss on retrieved steps' own tokens; 0 leaves it out."""
     retrieved_token_shaping: float | None = 0.1
     """gamma in pi / (pi + gamma) for that extra loss; ``None``: log pi."""
+    retrieved_token_credit: str = "advantage"
+    """What weights that extra loss (``core.objective.retrieved_token_weights``): the row's positive advantage, or the
+    stored trajectory's reward."""
     advantage_baseline: str = DEFAULT_BASELINE
     """Which rows set A_acc's mean and std (``core.advantage_baselines``): the whole group, or its on-policy rows."""
 
@@ -63,6 +66,7 @@ class Coefficients:
             retrieval_advantage_epsilon=args.retrieval_advantage_epsilon,
             retrieved_token_loss_weight=args.retrieved_token_loss_weight,
             retrieved_token_shaping=args.retrieved_token_shaping,
+            retrieved_token_credit=args.retrieved_token_credit,
             advantage_baseline=args.advantage_baseline,
         )
 
@@ -113,7 +117,8 @@ def reference_step(model: torch.nn.Module, rows: Sequence, reward: Callable[[obj
 
     # Extra loss terms, on the same token-mean scale.
     if c.retrieved_token_loss_weight > 0:
-        weights = retrieved_token_weights(rows, advantages, c.retrieved_token_loss_weight, logps.size(1))
+        weights = retrieved_token_weights(rows, advantages, c.retrieved_token_loss_weight, logps.size(1),
+                                          c.retrieved_token_credit)
         loss = loss + retrieved_token_loss(logps, weights, c.retrieved_token_shaping, normalizer)
 
     return StepResult(rewards, z, advantages, retrieved_fractions, loss)

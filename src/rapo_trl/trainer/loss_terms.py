@@ -17,7 +17,7 @@ import torch
 from rapo_trl.core.objective import retrieved_token_loss, retrieved_token_weights
 
 RETRIEVED_WEIGHT_KEY = "rapo_retrieved_token_weight"
-"""Per-token weights ``w * A`` of the retrieved-token loss in the scored batch ([B, T_completion])."""
+"""Per-token weights (``w * A`` or ``w * R_stored``) of the retrieved-token loss in the scored batch ([B, T_completion])."""
 
 
 class LossTerm(Protocol):
@@ -41,8 +41,8 @@ class LossTerm(Protocol):
 
 @dataclass(frozen=True)
 class RetrievedTokenLoss:
-    """A loss on the retrieved steps' own tokens of rollouts with a positive advantage (docs/design.md, Guided
-    retrieval): ``-sum(w * A * f(pi)) / normalizer``."""
+    """A loss on the retrieved steps' own tokens (docs/design.md, Guided retrieval): ``-sum(w * c * f(pi)) /
+    normalizer``, c the row's positive advantage or the stored trajectory's reward (``credit``)."""
 
     key: ClassVar[str] = RETRIEVED_WEIGHT_KEY
     metric: ClassVar[str] = "rapo/retrieved_token_loss"
@@ -50,13 +50,14 @@ class RetrievedTokenLoss:
 
     weight: float
     shaping: float | None
+    credit: str = "advantage"
 
     @classmethod
     def from_config(cls, args) -> RetrievedTokenLoss:
-        return cls(args.retrieved_token_loss_weight, args.retrieved_token_shaping)
+        return cls(args.retrieved_token_loss_weight, args.retrieved_token_shaping, args.retrieved_token_credit)
 
     def batch_field(self, rows, advantages, completion_mask):
-        weights = retrieved_token_weights(rows, advantages, self.weight, completion_mask.size(1))
+        weights = retrieved_token_weights(rows, advantages, self.weight, completion_mask.size(1), self.credit)
         weights = weights * completion_mask  # rows TRL masks (mask_truncated_completions) learn nothing
         return weights, {"rapo/retrieved_tokens_learned": float((weights != 0).sum())}
 
