@@ -21,6 +21,7 @@ from rapo_trl.trainer import RAPOTrainer
 from rapo_trl.trainer.checks import warn_if_nothing_to_retrieve
 from tests.helpers.fakes import EchoTool
 from tests.helpers.trainers import common_args, dataset, rapo_trainer, script, sevens
+from tests.helpers.user_modules import import_fresh
 
 EVALUATION = {"task": "arithmetic", "n": 16, "results": {"base": {"pass@1": 0.125, "format_ok": 0.5},
                                                           "trained": {"pass@1": 0.25, "format_ok": 0.75}}}
@@ -170,7 +171,7 @@ def test_quick_start_imports_every_tool_it_names(tmp_path, monkeypatch):
     (tmp_path / "my_tools.py").write_text('def double(x: int) -> int:\n    """Double it.\n\n    Args:\n'
                                           '        x: a number\n    """\n    return 2 * x\n')
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "my_tools", raising=False)
+    import_fresh(monkeypatch, "my_tools")
     from my_tools import double
 
     trainer = types.SimpleNamespace(rapo_tools=[PythonTool(), FunctionTool(double)])

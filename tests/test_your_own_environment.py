@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 
 import pytest
 
+from tests.helpers.user_modules import import_fresh
 from tests.test_readme import TINY_BUDGET
 from tests.test_your_own_task import CLI_BUDGET, GUIDE, HUB_IDS, blocks
 
@@ -21,7 +21,7 @@ def test_the_environment_guide_runs(tiny_model_dir, tmp_path, monkeypatch, capsy
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "my_env", raising=False)
+    import_fresh(monkeypatch, "my_env")
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     real = rapo_trl.RAPOConfig
     monkeypatch.setattr(rapo_trl, "RAPOConfig", lambda *a, **k: real(*a, **{**k, **TINY_BUDGET}))

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.user_modules import import_fresh
 from tests.test_readme import TINY_BUDGET
 
 GUIDE = Path(__file__).parent.parent / "docs" / "your-own-task.md"
@@ -38,8 +38,7 @@ def test_the_guide_runs(tiny_model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.syspath_prepend(str(tmp_path))  # my_rewards.py and my_tools.py, as from the working directory
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved token: the push block must skip
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    for name in ("my_rewards", "my_tools"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    import_fresh(monkeypatch, "my_rewards", "my_tools")
     real = rapo_trl.RAPOConfig
     monkeypatch.setattr(rapo_trl, "RAPOConfig", lambda *a, **k: real(*a, **{**k, **TINY_BUDGET}))
 

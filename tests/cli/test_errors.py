@@ -3,13 +3,13 @@ raising line) and exits 1; a usage error stays one line, exits 2 and says how to
 
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import pytest
 
 from rapo_trl.cli import main
 from rapo_trl.cli.errors import UsageError, report, user_frames
+from tests.helpers.user_modules import import_fresh
 
 USER_CODE = textwrap.dedent('''
     class Broken:
@@ -30,9 +30,8 @@ def user_module(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv("RAPO_TRACEBACK", raising=False)
-    monkeypatch.delitem(sys.modules, "my_code", raising=False)  # another test's my_code.py, elsewhere
-    yield tmp_path / "my_code.py"
-    sys.modules.pop("my_code", None)  # imported here: not the next test's my_code
+    import_fresh(monkeypatch, "my_code")
+    return tmp_path / "my_code.py"
 
 
 def test_a_tool_that_raises_shows_the_users_frame(user_module, tiny_model_dir, tmp_path, capsys):

@@ -12,6 +12,7 @@ import pytest
 from rapo_trl.cli import evaluate, parse_recipe
 from rapo_trl.cli.common import UsageError
 from rapo_trl.cli.run_record import RUN_RECORD, write_run_record
+from tests.helpers.user_modules import import_fresh
 
 MY_TOOLS = '''
 def unit_price(total: float, count: int) -> float:
@@ -30,6 +31,7 @@ def trained(tmp_path, tiny_model_dir, monkeypatch):
     """A model folder as `rapo train` leaves it (the tiny model, and the record of its tools), and the data."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    import_fresh(monkeypatch, "my_tools")
     (tmp_path / "my_tools.py").write_text(MY_TOOLS)
     (tmp_path / "qa.jsonl").write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)})
                                                + "\n" for i in range(6)))
