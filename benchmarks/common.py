@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -211,6 +212,16 @@ def markdown_table(head: Sequence[str], rows: Iterable[Sequence], align: str | N
 
 STUDENT_T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 """Two-sided 95% quantiles of Student's t by degrees of freedom: intervals of a mean over a handful of seeds."""
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float | None, float | None]:
+    """(mean, low, high): the 95% interval of the mean of a handful of values (seeds), Student's t; no interval for
+    one value."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    half = STUDENT_T_95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
+    return mean, mean - half, mean + half
 
 
 def with_notes(text: str, notes: Path) -> str:

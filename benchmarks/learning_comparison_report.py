@@ -6,12 +6,12 @@ beside the report (``learning_comparison_notes.md``) holds the hand-written read
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from common import STUDENT_T_95, machine_line, markdown_table, with_notes
+from common import machine_line, markdown_table, mean_interval, with_notes
+from learning_goals import goal_section
 from learning_stages import (
     FRESH,
     cell,
@@ -21,6 +21,7 @@ from learning_stages import (
     same_code_versions,
     screen_section,
 )
+from paired_questions import paired_text, per_question_difference
 
 HELDOUT = "heldout_stories"
 SMOOTHING = 5
@@ -51,8 +52,9 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
                   "every step), so its runs are in this table; where both ran an arm and seed, this version's run is "
                   "shown." for later in joined.get(version, [])] + ([""] if version in joined else [])
         lines += screen_section(members, markdown_table)
-        lines += rescored_section([r for r in rescored if r.get("code", "?") == version], markdown_table,
-                                  _per_question)
+        version_rescored = [r for r in rescored if r.get("code", "?") == version]
+        lines += rescored_section(version_rescored, markdown_table, _per_question)
+        lines += goal_section(members, version_rescored, markdown_table)
     lines += [f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at GRPO's "
               f"final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
     md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
@@ -111,45 +113,8 @@ def _row(arm: str, members: list[dict], by_arm: dict[str, list[dict]]) -> list[s
             cell(_mean(_step_values(members, "rapo/positive_advantage_share_retrieved")))]
 
 
-BOOTSTRAP_RESAMPLES = 2000
-
-
-def per_question_difference(members: list[dict], references: list[dict]) -> dict[str, list[float]]:
-    """Question id -> the arm's sampled pass rate minus the reference's on that question, one value per seed both ran
-    (fresh questions; the questions both scored)."""
-    by_seed = {r["seed"]: r["eval"][FRESH] for r in references}
-    differences: dict[str, list[float]] = {}
-    for member in members:
-        scores, reference = member["eval"][FRESH], by_seed.get(member["seed"])
-        if reference is None or not {"sampled_correct_by_question", "question_ids"} <= scores.keys() & reference.keys():
-            continue
-        theirs = dict(zip(reference["question_ids"], reference["sampled_correct_by_question"], strict=True))
-        for question, passes in zip(scores["question_ids"], scores["sampled_correct_by_question"], strict=True):
-            if question in theirs:
-                differences.setdefault(question, []).append(passes / scores["k"] - theirs[question] / reference["k"])
-    return differences
-
-
-def cluster_bootstrap(differences: dict[str, list[float]], resamples: int = BOOTSTRAP_RESAMPLES,
-                      seed: int = 0) -> tuple[float, float, float]:
-    """(mean, 2.5th, 97.5th percentile) of the mean paired difference, resampling questions with all their seeds'
-    values together: a question's seeds are not independent draws."""
-    clusters = list(differences.values())
-    rng = random.Random(seed)
-    means = sorted(_mean_of_clusters(rng.choices(clusters, k=len(clusters))) for _ in range(resamples))
-    return _mean_of_clusters(clusters), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
-
-
-def _mean_of_clusters(clusters: list[list[float]]) -> float:
-    return statistics.fmean(value for cluster in clusters for value in cluster)
-
-
 def _per_question(members: list[dict], references: list[dict]) -> str:
-    differences = per_question_difference(members, references)
-    if not differences:
-        return "-"
-    mean, low, high = cluster_bootstrap(differences)
-    return f"{mean:+.3f} ({low:+.3f} to {high:+.3f}, {len(differences)} questions)"
+    return paired_text(per_question_difference(members, references))
 
 
 def _warm_row(record: dict) -> list[str]:
@@ -163,12 +128,10 @@ def _warm_row(record: dict) -> list[str]:
 def _with_interval(values: list[float], signed: bool = False) -> str:
     if not values:
         return "-"
-    mean = statistics.fmean(values)
-    text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
-    if len(values) < 2:
-        return text
-    half = STUDENT_T_95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{text} ({mean - half:+.3f} to {mean + half:+.3f})" if signed else f"{text} ({mean - half:.3f} to {mean + half:.3f})"
+    mean, low, high = mean_interval(values)
+    if low is None:
+        return cell(mean, signed)
+    return f"{cell(mean, signed)} ({cell(low, signed)} to {cell(high, signed)})"
 
 
 def _pooled(members: list[dict], split: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-FRESH = "reward_only_fresh"
+from paired_questions import FRESH
+
 ON_POLICY = "rapo/reward_on_policy"
 CREDIT_TO_RETRIEVED = "rapo/positive_advantage_share_retrieved"
 SCREEN_SEED = 0

@@ -162,7 +162,7 @@ def _scored(seed, ids, passes):
 
 
 def test_per_question_differences_pair_the_same_question_and_seed_and_resample_questions_whole():
-    report = load_bench("learning_comparison_report")
+    report = load_bench("paired_questions")
     arm = [_scored(0, ["a", "b", "c"], [4, 2, 0]), _scored(1, ["a", "b", "c"], [3, 3, 1])]
     reference = [_scored(0, ["c", "a", "b"], [0, 2, 2]), _scored(1, ["b", "a"], [1, 1]), _scored(2, ["a"], [0])]
     differences = report.per_question_difference(arm, reference)

@@ -1,0 +1,125 @@
+"""The issue's goals, read from the screen's picks over all their paired seeds (stages 2 and 3).
+
+Written before stages 2 and 3 ran (``learning_comparison_notes.md``), so the last stage's reading is the rule's:
+
+- The warm-start pick (the screen's best ``rapo_*`` arm) against GRPO of the same seeds: **met** when at least
+  ``GOAL_SEEDS`` seeds pair, the mean difference of fresh mean@4 is at least ``MIN_GAIN`` and its per-question
+  interval (a bootstrap over questions, a question's seeds resampled together) lies above 0.
+- The SFT pick (the best ``sft_then_rapo_*``) against SFT-then-GRPO: **ahead** when that interval lies above 0,
+  **non-inferior** when its lower bound is above ``-NON_INFERIORITY_MARGIN``; beside it, the difference on the
+  questions SFT-then-GRPO fails. Which questions those are is read, for each seed, from SFT-then-GRPO's other seeds
+  (pass rate below ``FAILS_BELOW``), never from the seed being compared: selecting on the reference's own zeros would
+  hand the pick a gain by regression to the mean.
+
+The scores are the widest rescored set (``bench_comparison.py --rescore``) on which the pick and its reference both
+have every seed they pair on over the runs' own questions; else those 64 questions. The interval over seeds
+(Student's t) is shown beside; the verdict reads the per-question one, as the issue asks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from common import mean_interval
+from learning_stages import cell, screen
+from paired_questions import FRESH, cluster_bootstrap, paired_text, per_question_difference
+
+GOAL_SEEDS = 5
+MIN_GAIN = 0.05
+NON_INFERIORITY_MARGIN = 0.03
+FAILS_BELOW = 0.5
+GOALS = (("rapo_guided", "grpo"), ("sft_then_grpo", "sft_then_grpo"))
+"""(the screen's group, named by its reference; the reference of its goal)."""
+
+
+def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
+    """One dict per pick of the screen: arm, reference, seeds (paired), scored_on, per_seed (differences),
+    per_question (question -> differences), on_failed (the same on the questions the reference fails elsewhere; SFT
+    group only) and verdict."""
+    _, chosen = screen(records)
+    results = []
+    for group, reference in GOALS:
+        arm = chosen.get(group)
+        if arm is None:
+            continue
+        members, references, scored_on = _scores(records, rescored, arm, reference)
+        seeds = _paired_seeds(members, references)
+        by_seed = {r["seed"]: r["eval"][FRESH]["mean@k"] for r in references}
+        per_seed = [m["eval"][FRESH]["mean@k"] - by_seed[m["seed"]] for m in members if m["seed"] in seeds]
+        per_question = per_question_difference(members, references)
+        on_failed = (per_question_difference(members, references, _failed_elsewhere(references))
+                     if reference == "sft_then_grpo" else None)
+        results.append({"arm": arm, "reference": reference, "seeds": sorted(seeds), "scored_on": scored_on,
+                        "per_seed": per_seed, "per_question": per_question, "on_failed": on_failed,
+                        "verdict": _verdict(reference, len(seeds), per_question)})
+    return results
+
+
+def _scores(records: Sequence[dict], rescored: Sequence[dict], arm: str, reference: str
+            ) -> tuple[list[dict], list[dict], str]:
+    own = ([r for r in records if r["arm"] == arm], [r for r in records if r["arm"] == reference])
+    seeds = _paired_seeds(*own)
+    for size in sorted({r["questions"] for r in rescored}, reverse=True):
+        wide = ([r for r in rescored if r["questions"] == size and r["arm"] == arm],
+                [r for r in rescored if r["questions"] == size and r["arm"] == reference])
+        if seeds and seeds <= _paired_seeds(*wide):
+            return *wide, f"{size} fresh questions, rescored"
+    questions = len(own[0][0]["eval"][FRESH].get("question_ids", [])) if own[0] else 0
+    return *own, f"the runs' own {questions} fresh questions"
+
+
+def _paired_seeds(members: Sequence[dict], references: Sequence[dict]) -> set[int]:
+    return {m["seed"] for m in members} & {r["seed"] for r in references}
+
+
+def _failed_elsewhere(references: Sequence[dict]) -> Callable[[int], set[str]]:
+    """seed -> the questions whose pass rate over the reference's other seeds is below ``FAILS_BELOW``."""
+    rates = {r["seed"]: dict(zip(r["eval"][FRESH]["question_ids"],
+                                 (p / r["eval"][FRESH]["k"] for p in r["eval"][FRESH]["sampled_correct_by_question"]),
+                                 strict=True))
+             for r in references if "sampled_correct_by_question" in r["eval"][FRESH]}
+
+    def failed(seed: int) -> set[str]:
+        others = [scores for other, scores in rates.items() if other != seed]
+        questions = set.intersection(*(set(scores) for scores in others)) if others else set()
+        return {q for q in questions if statistics.fmean(scores[q] for scores in others) < FAILS_BELOW}
+
+    return failed
+
+
+def _verdict(reference: str, seeds: int, per_question: dict[str, list[float]]) -> str:
+    if seeds < GOAL_SEEDS:
+        return f"open: {seeds} of {GOAL_SEEDS} paired seeds"
+    mean, low, _ = cluster_bootstrap(per_question)
+    if reference == "grpo":
+        return "met" if mean >= MIN_GAIN and low > 0 else "not met"
+    if low > 0:
+        return "ahead"
+    return "non-inferior" if low > -NON_INFERIORITY_MARGIN else "not met"
+
+
+GOAL_TEXT = {"grpo": f"minus GRPO >= {MIN_GAIN}, interval above 0",
+             "sft_then_grpo": f"minus SFT-then-GRPO: lower bound > -{NON_INFERIORITY_MARGIN} (non-inferior), > 0 (ahead)"}
+
+
+def goal_section(records: Sequence[dict], rescored: Sequence[dict],
+                 table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
+    """The goals' table for one code version; nothing before the screen has picked an arm."""
+    results = goals(records, rescored)
+    if not results:
+        return []
+    rows = []
+    for result in results:
+        mean, low, high = mean_interval(result["per_seed"]) if result["per_seed"] else (None, None, None)
+        over_seeds = cell(mean, signed=True) + (f" ({cell(low, signed=True)} to {cell(high, signed=True)})"
+                                                if low is not None else "")
+        rows.append([result["arm"], result["reference"], str(len(result["seeds"])), result["scored_on"], over_seeds,
+                     paired_text(result["per_question"]),
+                     "-" if result["on_failed"] is None else paired_text(result["on_failed"]),
+                     GOAL_TEXT[result["reference"]], result["verdict"]])
+    lines = ["### The goals: the screen's picks over their paired seeds", ""]
+    lines += table(["pick", "against", "paired seeds", "scored on", "difference over seeds (95% CI)",
+                    "difference per question (95% CI)", f"on questions the reference fails in its other seeds "
+                    f"(pass rate < {FAILS_BELOW})", "goal", "verdict"], rows)
+    return [*lines, ""]
