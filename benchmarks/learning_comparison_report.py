@@ -10,11 +10,12 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from common import machine_line, markdown_table, mean_interval, with_notes
+from common import machine_line, markdown_table, with_notes
 from learning_goals import goal_section
 from learning_stages import (
     FRESH,
     cell,
+    interval_cell,
     joined_versions,
     on_policy,
     rescored_section,
@@ -104,7 +105,7 @@ def _row(arm: str, members: list[dict], by_arm: dict[str, list[dict]]) -> list[s
     curve, grpo_curve = _mean_curve(members), _mean_curve(grpo)
     final = _final(curve)
     return [arm, " ".join(_arm_flags(members[0])) or "-", str(len(members)), " ".join(f"{v:.3f}" for v in fresh),
-            _with_interval(fresh), "-" if arm == "grpo" else _with_interval(paired, signed=True),
+            interval_cell(fresh), "-" if arm == "grpo" else interval_cell(paired, signed=True),
             *(_per_question(members, by_arm.get(reference, [])) if arm != reference else "-"
               for reference in ("grpo", "sft_then_grpo")),
             _pooled(members, FRESH), _pooled(members, HELDOUT), cell(final),
@@ -123,15 +124,6 @@ def _warm_row(record: dict) -> list[str]:
     return ["warm start", "-", "-", f"{fresh['mean@k']:.3f}",
             f"{fresh['mean@k']:.3f} ({cell(interval[0])} to {cell(interval[1])}, over questions)", "-", "-", "-",
             _pooled([record], FRESH), _pooled([record], HELDOUT), "-", "-", "-", "-"]
-
-
-def _with_interval(values: list[float], signed: bool = False) -> str:
-    if not values:
-        return "-"
-    mean, low, high = mean_interval(values)
-    if low is None:
-        return cell(mean, signed)
-    return f"{cell(mean, signed)} ({cell(low, signed)} to {cell(high, signed)})"
 
 
 def _pooled(members: list[dict], split: str) -> str:

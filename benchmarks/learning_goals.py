@@ -21,9 +21,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-from common import mean_interval
-from learning_stages import cell, screen
-from paired_questions import FRESH, cluster_bootstrap, paired_text, per_question_difference
+from learning_stages import interval_cell, screen
+from paired_questions import FRESH, cluster_bootstrap, interval_text, paired_text, per_question_difference
 
 GOAL_SEEDS = 5
 MIN_GAIN = 0.05
@@ -35,7 +34,7 @@ GOALS = (("rapo_guided", "grpo"), ("sft_then_grpo", "sft_then_grpo"))
 
 def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
     """One dict per pick of the screen: arm, reference, seeds (paired), scored_on, per_seed (differences),
-    per_question (question -> differences), on_failed (the same on the questions the reference fails elsewhere; SFT
+    per_question (question -> differences), interval (their bootstrap: mean, low, high), on_failed (the same on the questions the reference fails elsewhere; SFT
     group only) and verdict."""
     _, chosen = screen(records)
     results = []
@@ -48,11 +47,12 @@ def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
         by_seed = {r["seed"]: r["eval"][FRESH]["mean@k"] for r in references}
         per_seed = [m["eval"][FRESH]["mean@k"] - by_seed[m["seed"]] for m in members if m["seed"] in seeds]
         per_question = per_question_difference(members, references)
+        interval = cluster_bootstrap(per_question) if per_question else None
         on_failed = (per_question_difference(members, references, _failed_elsewhere(references))
                      if reference == "sft_then_grpo" else None)
         results.append({"arm": arm, "reference": reference, "seeds": sorted(seeds), "scored_on": scored_on,
-                        "per_seed": per_seed, "per_question": per_question, "on_failed": on_failed,
-                        "verdict": _verdict(reference, len(seeds), per_question)})
+                        "per_seed": per_seed, "per_question": per_question, "interval": interval,
+                        "on_failed": on_failed, "verdict": _verdict(reference, len(seeds), interval)})
     return results
 
 
@@ -88,10 +88,12 @@ def _failed_elsewhere(references: Sequence[dict]) -> Callable[[int], set[str]]:
     return failed
 
 
-def _verdict(reference: str, seeds: int, per_question: dict[str, list[float]]) -> str:
+def _verdict(reference: str, seeds: int, interval: tuple[float, float, float] | None) -> str:
     if seeds < GOAL_SEEDS:
         return f"open: {seeds} of {GOAL_SEEDS} paired seeds"
-    mean, low, _ = cluster_bootstrap(per_question)
+    if interval is None:
+        return "open: no per-question scores"
+    mean, low, _ = interval
     if reference == "grpo":
         return "met" if mean >= MIN_GAIN and low > 0 else "not met"
     if low > 0:
@@ -111,11 +113,10 @@ def goal_section(records: Sequence[dict], rescored: Sequence[dict],
         return []
     rows = []
     for result in results:
-        mean, low, high = mean_interval(result["per_seed"]) if result["per_seed"] else (None, None, None)
-        over_seeds = cell(mean, signed=True) + (f" ({cell(low, signed=True)} to {cell(high, signed=True)})"
-                                                if low is not None else "")
-        rows.append([result["arm"], result["reference"], str(len(result["seeds"])), result["scored_on"], over_seeds,
-                     paired_text(result["per_question"]),
+        per_question = "-" if result["interval"] is None else interval_text(result["interval"],
+                                                                              len(result["per_question"]))
+        rows.append([result["arm"], result["reference"], str(len(result["seeds"])), result["scored_on"],
+                     interval_cell(result["per_seed"], signed=True), per_question,
                      "-" if result["on_failed"] is None else paired_text(result["on_failed"]),
                      GOAL_TEXT[result["reference"]], result["verdict"]])
     lines = ["### The goals: the screen's picks over their paired seeds", ""]

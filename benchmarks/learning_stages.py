@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
+from common import mean_interval
 from paired_questions import FRESH
 
 ON_POLICY = "rapo/reward_on_policy"
@@ -196,3 +197,14 @@ def cell(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "-"
     return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def interval_cell(values: Sequence[float], signed: bool = False) -> str:
+    """A table cell: the mean of a handful of values (seeds) and its 95% interval (Student's t); ``-`` for none."""
+    if not values:
+        return "-"
+    mean, low, high = mean_interval(values)
+    if low is None:
+        return cell(mean, signed)
+    return f"{cell(mean, signed)} ({cell(low, signed)} to {cell(high, signed)})"
+

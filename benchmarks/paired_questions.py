@@ -45,7 +45,10 @@ def _mean_of_clusters(clusters: list[list[float]]) -> float:
 
 def paired_text(differences: dict[str, list[float]]) -> str:
     """The mean per-question difference and its interval as a table cell; ``-`` for no pair."""
-    if not differences:
-        return "-"
-    mean, low, high = cluster_bootstrap(differences)
-    return f"{mean:+.3f} ({low:+.3f} to {high:+.3f}, {len(differences)} questions)"
+    return interval_text(cluster_bootstrap(differences), len(differences)) if differences else "-"
+
+
+def interval_text(interval: tuple[float, float, float], questions: int) -> str:
+    """A ``cluster_bootstrap`` result as a table cell."""
+    mean, low, high = interval
+    return f"{mean:+.3f} ({low:+.3f} to {high:+.3f}, {questions} questions)"

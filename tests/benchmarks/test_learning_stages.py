@@ -107,9 +107,6 @@ def test_the_report_shows_a_repeating_code_in_the_earlier_table(tmp_path):
     assert "Stage 2 takes: `rapo_prefix_token_failed` (against `rapo_guided`)." in text
 
 
-QUESTIONS = ["a", "b", "c", "d"]
-
-
 def _seeds(arm, passes_by_seed):
     """One run per seed, its fresh mean@4 the mean of its per-question passes (k = 4)."""
     return [_run(arm, sum(passes) / 16, seed=seed, passes=passes) for seed, passes in enumerate(passes_by_seed)]

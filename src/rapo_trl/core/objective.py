@@ -21,7 +21,7 @@ functions, and hands the shaped old log-probs to TRL's loss, whose clip for ``lo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
@@ -107,15 +107,16 @@ def token_mean(per_token_loss: torch.Tensor, mask: torch.Tensor, normalizer: tor
     return (per_token_loss * mask).sum() / normalizer
 
 
-def retrieved_token_mask(rows: Sequence, width: int, device: torch.device | str | None = None) -> torch.Tensor:
-    """1 on the retrieved steps' own tokens (each retrieval's ``step_tokens`` span) of every row, 0 elsewhere.
-    Shape [len(rows), width]."""
+def retrieved_token_mask(rows: Sequence, width: int, device: torch.device | str | None = None,
+                         event_weight: Callable[[object], float] = lambda event: 1.0) -> torch.Tensor:
+    """``event_weight(event)`` (1 by default) on each retrieval's own step tokens (its ``step_tokens`` span) in every
+    row, 0 elsewhere. Shape [len(rows), width]."""
     mask = torch.zeros(len(rows), width, dtype=torch.float32, device=device)
     for i, row in enumerate(rows):
         for event in row.retrievals:
             if event.step_tokens is not None:
                 start, end = event.step_tokens
-                mask[i, start:min(end, width)] = 1.0
+                mask[i, start:min(end, width)] = event_weight(event)
     return mask
 
 
@@ -141,22 +142,12 @@ def retrieved_token_weights(rows: Sequence, advantages: torch.Tensor, weight: fl
     vouches for it, so a guided row that still fails teaches its stored step too.
     """
     if checked_retrieved_token_credit(credit) == "stored_reward":
-        return _stored_reward_token_weights(rows, weight, width, advantages.device)
+        return retrieved_token_mask(rows, width, advantages.device,
+                                    lambda event: weight * max(float(event.reward or 0.0), 0.0))
     weights = retrieved_token_mask(rows, width, advantages.device)
     for i in range(len(rows)):
         advantage = float(advantages[i].max() if advantages.dim() == 2 else advantages[i])
         weights[i] *= weight * advantage if advantage > 0 else 0.0
-    return weights
-
-
-def _stored_reward_token_weights(rows: Sequence, weight: float, width: int,
-                                 device: torch.device | str | None) -> torch.Tensor:
-    weights = torch.zeros(len(rows), width, dtype=torch.float32, device=device)
-    for i, row in enumerate(rows):
-        for event in row.retrievals:
-            if event.step_tokens is not None and event.reward is not None and event.reward > 0:
-                start, end = event.step_tokens
-                weights[i, start:min(end, width)] = weight * float(event.reward)
     return weights
 
 
