@@ -34,8 +34,8 @@ GOALS = (("rapo_guided", "grpo"), ("sft_then_grpo", "sft_then_grpo"))
 
 def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
     """One dict per pick of the screen: arm, reference, seeds (paired), scored_on, per_seed (differences),
-    per_question (question -> differences), interval (their bootstrap: mean, low, high), on_failed (the same on the questions the reference fails elsewhere; SFT
-    group only) and verdict."""
+    per_question (question -> differences), interval (their bootstrap: mean, low, high), on_failed (the same on the
+    questions the reference fails elsewhere; SFT group only) and verdict."""
     _, chosen = screen(records)
     results = []
     for group, reference in GOALS:

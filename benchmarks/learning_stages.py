@@ -207,4 +207,3 @@ def interval_cell(values: Sequence[float], signed: bool = False) -> str:
     if low is None:
         return cell(mean, signed)
     return f"{cell(mean, signed)} ({cell(low, signed)} to {cell(high, signed)})"
-
