@@ -394,3 +394,23 @@ def test_the_backend_decodes_inside_the_attention_choice(tiny_model, monkeypatch
     TransformersBackend(model, tok, GREEDY, avoid_cudnn_attention=False).generate([chat(tok, "Hi")], [2], [])
     TransformersBackend(model, tok, GREEDY).generate([chat(tok, "Hi")], [2], [])
     assert seen == [("cpu", False), ("cpu", True)]
+
+
+def test_the_lm_head_reads_contiguous_rows_in_every_forward(tiny_model):
+    """A wide prefill keeps only its last position's logits; the head must get those rows gathered, not a strided
+    view: ``F.linear`` over a strided 3-D input runs a batched matmul on a copy of the head's weight per row (6 s at 16
+    rows in bf16 on a CPU for SmolLM2, against 16 ms)."""
+    model, tok = tiny_model
+    seen = []
+    hook = model.get_output_embeddings().register_forward_pre_hook(
+        lambda module, args: seen.append((tuple(args[0].shape), args[0].is_contiguous()))
+    )
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Name a prime number above 20."), chat(tok, "Say hello.")]
+    try:
+        run_turns(TransformersBackend(model, tok, GREEDY), tok, prompts, [6, 6, 6])
+    finally:
+        hook.remove()
+    wide = [shape for shape, _ in seen if shape[0] > 1]
+    assert wide, "no forward ran more than one row"
+    assert all(contiguous for _, contiguous in seen), seen
+    assert all(shape[1] == 1 for shape, _ in seen)  # one position's logits a row, prefill and decode alike

@@ -28,7 +28,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import split_tensor_dict
 
-from rapo_trl.rollout.backends.kv_decode import cache_argument, unwrapped_model
+from rapo_trl.rollout.backends.kv_decode import cache_argument, last_position, unwrapped_model
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -77,7 +77,7 @@ def score_with_shared_prompt(model, input_ids, attention_mask, logits_to_keep: i
     cache = DynamicCache(config=unwrapped_model(model).config.get_text_config())
     name = cache_argument(model)
     model(input_ids=input_ids[first, :head], attention_mask=attention_mask[first, :head], use_cache=True,
-          logits_to_keep=1, **{name: cache})
+          logits_to_keep=last_position(head, input_ids.device), **{name: cache})
     for layer in cache.layers:  # rows of one prompt share its keys/values; backward sums their gradients
         layer.keys = layer.keys.index_select(0, inverse)
         layer.values = layer.values.index_select(0, inverse)

@@ -56,6 +56,17 @@ if not _is_transformers_generate(_STOCK_GENERATE):  # already replaced at import
     _STOCK_GENERATE = None
 
 
+def last_position(width: int, device) -> torch.Tensor:
+    """``logits_to_keep`` for a forward over ``width`` positions that needs the last one's logits only.
+
+    The int form (``1``) slices a strided view of the hidden states when a batch has more than one row and more
+    than one position; ``F.linear`` then runs the LM head as a batched matmul over a copy of its weight for every
+    row. On a CPU in bf16 that took 6.2 s for SmolLM2's head at 16 rows, against 16 ms on a contiguous copy of the
+    same rows (pytorch/pytorch#151934). A 1-D index tensor (transformers' ``slice_logits_to_keep``) gathers those
+    rows into one."""
+    return torch.tensor([width - 1], device=device)
+
+
 @dataclass(frozen=True)
 class DecodeResult:
     """What one ``KVCacheDecoder.generate`` call sampled.
@@ -289,7 +300,7 @@ class KVCacheDecoder:
         mask = mask.to(device)
         out = model(
             input_ids=input_ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-            use_cache=True, logits_to_keep=1, **{self._cache_argument: cache},
+            use_cache=True, logits_to_keep=last_position(width_p, device), **{self._cache_argument: cache},
         )
         self.stats["prefilled_tokens"] += sum(len(p) for _, _, p in parts)
         self.stats["reused_tokens"] += sum(c for _, c, _ in parts)
