@@ -14,7 +14,7 @@ machine's load falls on both:
 - ``strided view``: ``logits_to_keep=1``, the loop before it gathered them.
 
 Per round: wall seconds, this process's CPU seconds (steadier on a shared machine), the seconds spent in prefill
-forwards, and the share of rows whose greedy completion equals the other variant's (bf16 products summed in
+forwards (and their number), and the share of rows whose greedy completion equals the other variant's (bf16 products summed in
 another order may flip a near-tie). Writes ``benchmarks/results/prefill_head.{json,md}`` with the machine.
 """
 
@@ -44,7 +44,7 @@ GATHERED, STRIDED = "gathered (the loop's)", "strided view (logits_to_keep=1)"
 
 
 def eval_pass(model_path: str, recipe: str, questions: int, batch: int):
-    """A callable running the greedy pass once; returns ``(completions, prefill_seconds)``."""
+    """A callable running the greedy pass once; returns ``(completions, prefill_seconds, prefill_forwards)``."""
     from rapo_trl.cli import parse_recipe
     from rapo_trl.cli.common import build_tools, eval_splits, load_policy, training_rows
     from rapo_trl.evaluation import _run
@@ -62,7 +62,7 @@ def eval_pass(model_path: str, recipe: str, questions: int, batch: int):
                            max_turn_tokens=rapo_args.max_turn_tokens)
     agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch)
     forward = KVCacheDecoder._forward
-    prefill = [0.0]
+    prefill = [0.0, 0]
 
     def timed_forward(self, *args, **kwargs):
         start = time.perf_counter()
@@ -70,15 +70,16 @@ def eval_pass(model_path: str, recipe: str, questions: int, batch: int):
             return forward(self, *args, **kwargs)
         finally:
             prefill[0] += time.perf_counter() - start
+            prefill[1] += 1
 
-    def run() -> tuple[list[str], float]:
-        prefill[0] = 0.0
+    def run() -> tuple[list[str], float, int]:
+        prefill[0], prefill[1] = 0.0, 0
         KVCacheDecoder._forward = timed_forward
         try:
             rollouts = _run(agent, tokenizer, prompts, batch, False, "eval")
         finally:
             KVCacheDecoder._forward = forward
-        return [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts], prefill[0]
+        return [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts], prefill[0], prefill[1]
 
     return run
 
@@ -106,9 +107,10 @@ def main(argv=None) -> None:
             for name, keep in variants.items():
                 kv_decode.last_position = keep
                 wall, cpu = time.perf_counter(), time.process_time()
-                completions, prefill = run()
-                rounds[name].append({"wall_s": round(time.perf_counter() - wall, 1),
-                                     "cpu_s": round(time.process_time() - cpu, 1), "prefill_s": round(prefill, 1)})
+                completions, prefill, forwards = run()
+                rounds[name].append({"wall_s": round(time.perf_counter() - wall, 3),
+                                     "cpu_s": round(time.process_time() - cpu, 3), "prefill_s": round(prefill, 3),
+                                     "prefill_forwards": forwards})
                 texts.setdefault(name, completions)
     finally:
         kv_decode.last_position = gathered

@@ -37,7 +37,7 @@ def test_a_tiny_run_times_both_variants_and_restores_the_loop(tiny_model_dir, tm
     record = json.loads((tmp_path / "results" / "prefill_head.json").read_text())
     assert list(record["rounds"]) == [bench.GATHERED, bench.STRIDED]
     for rounds in record["rounds"].values():
-        assert len(rounds) == 2 and all(r["cpu_s"] > 0 and r["prefill_s"] > 0 for r in rounds)
+        assert len(rounds) == 2 and all(r["cpu_s"] > 0 and r["prefill_forwards"] > 0 for r in rounds)
     # the tiny model's greedy turns are the same whichever way the head reads its rows
     assert record["identical_completions"] == 1.0
     assert "| gathered (the loop's) |" in (tmp_path / "results" / "prefill_head.md").read_text()
