@@ -14,8 +14,8 @@ machine's load falls on both:
 - ``strided view``: ``logits_to_keep=1``, the loop before it gathered them.
 
 Per round: wall seconds, this process's CPU seconds (steadier on a shared machine), the seconds spent in prefill
-forwards (and their number), and the share of rows whose greedy completion equals the other variant's (bf16 products summed in
-another order may flip a near-tie). Writes ``benchmarks/results/prefill_head.{json,md}`` with the machine.
+forwards and their number; then the share of rows whose greedy completion equals the other variant's (bf16 products
+summed in another order may flip a near-tie). Writes ``benchmarks/results/prefill_head.{json,md}`` with the machine.
 """
 
 from __future__ import annotations
