@@ -89,7 +89,7 @@ PY
   timed 150 "gpu-marked tests" "${PYTEST[@]}" -m gpu --junitxml="$WORK/junit_gpu_a.xml" tests
   # The suite's device-sensitive files with the GPU visible (the rule then picks CUDA where a test does not pin it).
   timed 180 "CUDA-visible suite: trainer, rollout, hardware" "${PYTEST[@]}" "${XDIST[@]}" -m "not vllm and not server" \
-    --junitxml="$WORK/junit_cuda_a.xml" tests/trainer tests/rollout tests/test_hardware.py tests/test_objective.py \
+    --junitxml="$WORK/junit_cuda_a.xml" tests/trainer tests/rollout tests/test_hardware.py tests/core \
     tests/test_padding.py tests/test_evaluation.py tests/test_grpo_baseline.py tests/test_internals.py
   finish env.txt ;;
 b)

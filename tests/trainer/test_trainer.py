@@ -47,6 +47,14 @@ def test_no_retrieval_equals_agentic_grpo(tiny_model_dir, tmp_path):
         assert torch.allclose(rapo_grads[name], grpo_grads[name], atol=1e-7), name
 
 
+def test_the_reference_model_is_frozen(tiny_model_dir, tmp_path):
+    """beta > 0 without an adapter: TRL builds a separate reference model, which no backward may reach."""
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, beta=0.04)
+    assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
+    assert not any(p.requires_grad for p in trainer.ref_model.parameters())
+    assert all(p.requires_grad for p in trainer.model.parameters())
+
+
 def test_shaped_ratio_is_clipped_and_forced_tokens_carry_no_gradient(tiny_model_dir, tmp_path):
     m = 1.0
     # A long retrieved step (F_ret > 0.28) that still leaves the policy room to continue.

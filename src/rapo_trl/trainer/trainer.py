@@ -165,6 +165,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             peft_config=peft_config,
             **({"tools": tools, "environment_factory": environment_factory} if json_tools else {}),
         )
+        if self.ref_model is not None:
+            # TRL reads the reference only under no_grad but leaves its parameters trainable; frozen, no backward (a
+            # callback's, a custom loss term's) can reach it or leave gradients on it.
+            self.ref_model.requires_grad_(False)
         self.trace_store = trace_store
         check_store_growth(trace_store, args, self.accelerator.num_processes)
         protocol = (
