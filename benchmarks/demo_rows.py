@@ -14,9 +14,12 @@ PAGE = RESULTS.parent.parent / "docs" / "benchmarks.md"
 ROW_START = "| `make demo`"
 """What the demo's rows of the page's tables begin with."""
 
-MODELS = {"warm_start": "warm start", "sft_same_time": "equal-time SFT", "grpo_same_rollouts": "GRPO baseline",
-          "trained": "trained"}
+MODELS = {"warm_start": "warm start", "sft_on_store": "SFT on the store", "sft_same_time": "equal-time SFT",
+          "grpo_same_rollouts": "GRPO baseline", "trained": "trained"}
 """The models `rapo eval` scores beside the base, as the page names them, in its order."""
+SFT_RUNS = {"warm_start_sft": "warm-start SFT", "sft_on_store_sft": "SFT on the store",
+            "sft_same_time_sft": "equal-time SFT"}
+"""The SFT runs' histories an eval report carries, as the page names them."""
 SETS = {"reward_only_fresh": "fresh reward-only questions", "heldout_stories": "held-out stories",
         "heldout_shapes": "held-out templates"}
 
@@ -53,10 +56,10 @@ def demo_rows(report: dict, markdown: str) -> list[str]:
     outcome = (f"{SETS.get(primary, primary)} (n = {report['sets'][primary]['n']}) mean@{k} at T = {temperature}: "
                f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {_verdict(rows)}")
     seconds = report["run_seconds"]
+    sft_runs = ", ".join(f"{label} {report[key]['steps']} steps {report[key]['seconds']} s"
+                         for key, label in SFT_RUNS.items() if key in report)
     time = (f"{seconds['total']} s (build-store {seconds['build_store']} s, train {seconds['train']} s, eval "
-            f"{seconds['eval']} s); warm-start SFT {report['warm_start_sft']['steps']} steps "
-            f"{report['warm_start_sft']['seconds']} s, equal-time SFT {report['sft_same_time_sft']['steps']} steps "
-            f"{report['sft_same_time_sft']['seconds']} s")
+            f"{seconds['eval']} s); {sft_runs}")
     training = "; ".join(
         f"{'RAPO' if name == 'trained' else MODELS.get(name, name)} {len(steps)} steps, reward per step "
         + " ".join(f"{step['reward']:.3f}" for step in steps)

@@ -22,3 +22,17 @@ def test_eval_prints_its_count_and_records_the_question_ids(tmp_path, capsys):
     saved = json.loads((tmp_path / "report.json").read_text())
     asked = list(load_questions(script, "eval")["question_id"])
     assert saved["question_ids"] == asked and saved["sets"]["eval"]["question_ids"] == asked
+
+
+def test_eval_scores_every_model_train_left_beside_the_trained_one(tmp_path):
+    """SFT on the store (`sft_store_steps`) is scored as a model of its own, in the order the runs were made."""
+    target = tmp_path / "out"
+    for folder in ("sft-warm-start", "sft-on-store", "grpo-same-rollouts"):
+        (target / folder).mkdir(parents=True)
+        (target / folder / "adapter_config.json").write_text("{}")
+    (target / "sft-same-time").mkdir()  # no adapter in it: a run stopped before it was saved is not scored
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"warm_start": str(target / "sft-warm-start"), "sft_on_store": str(target / "sft-on-store"),
+                      "grpo_same_rollouts": str(target / "grpo-same-rollouts"), "trained": str(target)}
+    assert list(models) == [name for name in evaluate.MODEL_NAMES if name in models]

@@ -115,8 +115,8 @@ class RAPOScriptArguments:
     )
     eval_sampled_models: list[str] | None = field(
         default=None,
-        metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_same_time, "
-                  "grpo_same_rollouts, trained (default: all)."},
+        metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_on_store, "
+                  "sft_same_time, grpo_same_rollouts, trained (default: all)."},
     )
     tools: list[str] | None = field(
         default=None,

@@ -1,7 +1,7 @@
 """``rapo eval``: pass@1 with a 95% interval (plus F1 / EM) with tools and without retrieval.
 
-Side by side on the same eval questions: the base model, the SFT warm start and the equal-time SFT
-baseline when ``rapo train`` made them, and the trained model.
+Side by side on the same eval questions: the base model, then those ``rapo train`` made beside the trained model (the
+SFT warm start, SFT on the store, the equal-time SFT baseline, the GRPO baseline), and the trained model.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from rapo_trl.cli.common import (
 from rapo_trl.cli.model_folder import model_folder_problem
 from rapo_trl.cli.run_record import refuse_what_eval_cannot_run, use_trained_tools
 from rapo_trl.cli.training_report import training_steps, training_table
-from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, WARM_START_DIR
+from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
-MODEL_NAMES = ("base", "warm_start", "sft_same_time", "grpo_same_rollouts", "trained")
-BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
+MODEL_NAMES = ("base", "warm_start", "sft_on_store", "sft_same_time", "grpo_same_rollouts", "trained")
+BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_on_store": SFT_ON_STORE_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
                     "grpo_same_rollouts": GRPO_SAME_ROLLOUTS_DIR}
 """The models ``rapo train`` leaves inside its output_dir beside the trained one, by name."""
 
@@ -65,8 +65,8 @@ def _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numer
 
 
 def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
-    """``name -> folder``: base, warm start, equal-time SFT, the GRPO baseline (those that exist), then the trained
-    model."""
+    """``name -> folder``: base, warm start, SFT on the store, equal-time SFT, the GRPO baseline (those that exist),
+    then the trained model."""
     models: dict[str, str] = {}
     if script.eval_base:
         base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path,
@@ -158,7 +158,8 @@ def run(script, rapo_args, model_args) -> dict:
                                "question_ids": list(rows["question_id"])}
                         for name, rows in sets.items()},
                "training": training, "eval_seconds": round(time.perf_counter() - start, 1)}
-    for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
+    for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_on_store_sft", SFT_ON_STORE_DIR),
+                         ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
         history = Path(target) / folder / "sft_history.json"
         if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
             payload[name] = json.loads(history.read_text())
