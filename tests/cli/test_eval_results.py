@@ -36,3 +36,47 @@ def test_eval_scores_every_model_train_left_beside_the_trained_one(tmp_path):
     assert models == {"warm_start": str(target / "sft-warm-start"), "sft_on_store": str(target / "sft-on-store"),
                       "grpo_same_rollouts": str(target / "grpo-same-rollouts"), "trained": str(target)}
     assert list(models) == [name for name in evaluate.MODEL_NAMES if name in models]
+
+
+def test_models_scored_in_processes_score_as_they_do_one_after_another(tiny_model_dir, tmp_path, capsys):
+    """eval_processes 2: two models, each in a spawned process, give the scores and texts (greedy and sampled) the
+    models give one after another in this process, at the same torch thread count."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = tmp_path / "out"
+    shutil.copytree(tiny_model_dir, target)
+    warm_start = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    torch.manual_seed(1)
+    with torch.no_grad():  # another model than the trained one, so the two processes' texts differ
+        for parameter in warm_start.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))
+    warm_start.save_pretrained(target / "sft-warm-start")
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(target / "sft-warm-start")
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(12)))
+    reports = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers get 1 // 2 -> 1 thread each: the same kernels as here
+    try:
+        for processes in (1, 2):
+            argv = ["--task", "dataset", "--dataset_path", str(data), "--eval_fraction", "0.5", "--eval_model",
+                    str(target), "--eval_base", "false", "--max_completion_length", "12", "--max_turn_tokens", "12",
+                    "--eval_samples", "2", "--eval_batch_size", "4", "--eval_processes", str(processes),
+                    "--eval_report", str(tmp_path / f"report-{processes}.json")]
+            evaluate.run(*parse_recipe("eval", argv))
+            reports[processes] = json.loads((tmp_path / f"report-{processes}.json").read_text())
+    finally:
+        torch.set_num_threads(threads)
+    assert "Scoring 2 models in 2 processes, 1 torch thread(s) each." in capsys.readouterr().out
+    one_by_one, in_processes = reports[1], reports[2]
+    assert list(in_processes["rows"]) == ["warm_start", "trained"]
+    assert in_processes["samples"] == one_by_one["samples"]
+    assert in_processes["samples"]["warm_start"] != in_processes["samples"]["trained"]
+    for model in ("warm_start", "trained"):
+        scores = {key: value for key, value in one_by_one["rows"][model].items() if key != "seconds"}
+        assert "mean@k" in scores and "pass@1" in scores
+        assert {key: value for key, value in in_processes["rows"][model].items() if key != "seconds"} == scores

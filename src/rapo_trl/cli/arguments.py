@@ -167,6 +167,11 @@ class RAPOScriptArguments:
     )
     eval_base: bool = field(default=True, metadata={"help": "eval: also evaluate the base model, side by side."})
     eval_batch_size: int = field(default=32, metadata={"help": "eval: rows generated together."})
+    eval_processes: int = field(
+        default=1,
+        metadata={"help": "eval: models scored at once, each in a process of its own with an equal share of this "
+                  "process's torch threads (1: one model after another, here). Each process holds one model."},
+    )
     eval_report: str | None = field(
         default=None, metadata={"help": "eval: also write the results JSON (and a .md table) to this path."}
     )

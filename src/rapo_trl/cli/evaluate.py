@@ -19,22 +19,24 @@ from rapo_trl.cli.common import (
     check_quantization,
     check_script_arguments,
     count_line,
-    eval_splits,
     load_policy,
-    model_init_kwargs,
-    name_list,
     resolve_model_path,
     tool_names,
-    training_rows,
     write_json,
 )
 from rapo_trl.cli.model_folder import model_folder_problem
+from rapo_trl.cli.model_scoring import (  # noqa: F401 - MODEL_NAMES is re-exported
+    MODEL_NAMES,
+    eval_sets,
+    sampling,
+    score_loaded,
+    score_models,
+)
 from rapo_trl.cli.run_record import refuse_what_eval_cannot_run, use_trained_tools
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
 
-MODEL_NAMES = ("base", "warm_start", "sft_on_store", "sft_same_time", "grpo_same_rollouts", "trained")
 BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_on_store": SFT_ON_STORE_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
                     "grpo_same_rollouts": GRPO_SAME_ROLLOUTS_DIR}
 """The models ``rapo train`` leaves inside its output_dir beside the trained one, by name."""
@@ -52,16 +54,7 @@ def evaluate_model(path: str, rows, tools, rapo_args, batch_size: int, device: s
     """Scores of the model (or adapter) folder ``path``, loaded with ``load`` (`load_policy`'s keyword
     arguments); see `rapo_trl.evaluation.evaluate_policy`."""
     model, tokenizer = load_policy(path, device=device, **(load or {}))
-    return _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling)
-
-
-def _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling) -> dict:
-    from rapo_trl.evaluation import evaluate_policy
-
-    return evaluate_policy(
-        model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
-        max_turn_tokens=rapo_args.max_turn_tokens, numeric=numeric, batch_size=batch_size, desc=desc, **sampling,
-    )
+    return score_loaded(model, tokenizer, rows, tools, rapo_args, batch_size, numeric, desc, **sampling)
 
 
 def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
@@ -101,6 +94,8 @@ def check(script, rapo_args, model_args) -> None:
     refuse_what_eval_cannot_run(script, _target(script, rapo_args))
     if script.eval_samples < 0:
         raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
+    if script.eval_processes < 1:
+        raise UsageError(f"eval_processes must be >= 1 (1: one model after another), got {script.eval_processes}")
     if script.eval_base and model_args.model_name_or_path:
         check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
@@ -108,36 +103,23 @@ def check(script, rapo_args, model_args) -> None:
 
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)
-    from trl import get_quantization_config
-
     target = _target(script, rapo_args)
     if target in MODEL_ALIASES:  # `tiny`: an untrained tiny model, a smoke test of the whole command
         target = resolve_model_path(target)
-    load = dict(quantization_config=get_quantization_config(model_args), **model_init_kwargs(model_args, rapo_args))
     start = time.perf_counter()
     use_trained_tools(script, target)  # the agent that was trained, not the task's default tools
     tools = build_tools(script)
-    sets = {name: training_rows(script, name, tools) for name in eval_splits(script)}
+    sets = eval_sets(script, tools)
     print(count_line("Evaluating on", script, sets))
-    numeric = script.task in NUMERIC_TASKS
-    k = script.eval_samples
-    temperature = rapo_args.temperature if script.eval_temperature is None else script.eval_temperature
-    sampling = dict(samples=k, sample_questions=script.eval_sample_size, temperature=temperature,
-                    seed=rapo_args.seed)
+    k, temperature = script.eval_samples, sampling(script, rapo_args)["temperature"]
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
-    sampled_sets = name_list(script.eval_sampled_splits, sets)
-    sampled_models = name_list(script.eval_sampled_models, MODEL_NAMES)
     models = models_to_evaluate(script, model_args, target)
-    for model_name, path in models.items():
-        model = None  # the previous model goes before the next one loads: never two in memory
-        model, tokenizer = load_policy(path, device=script.device, **load)  # once per model, for every set
-        for set_name, rows in sets.items():
-            sampled = sampling if model_name in sampled_models and set_name in sampled_sets else {**sampling, "samples": 0}
-            metrics = _evaluate_loaded(model, tokenizer, rows, tools, rapo_args, script.eval_batch_size, numeric,
-                                       f"eval {model_name} on {set_name}", **sampled)
-            samples[set_name][model_name] = metrics.pop("texts")[:3]
-            results[set_name][model_name] = metrics
+    for model_name, (metrics_by_set, texts_by_set) in score_models(script, rapo_args, model_args, models, sets,
+                                                                   tools).items():
+        for set_name in sets:
+            results[set_name][model_name] = metrics_by_set[set_name]
+            samples[set_name][model_name] = texts_by_set[set_name]
     tables = []
     for set_name, rows in sets.items():
         sampled = k and any("mean@k" in m for m in results[set_name].values())
