@@ -108,7 +108,7 @@ def run_arm(arm: str, recipe: str, steps: int, rollouts_file: str, out_file: str
     from rapo_trl.cli import parse_recipe
     from rapo_trl.cli.common import build_tools, open_store, resolve_model_path, training_rows
     from rapo_trl.cli.rewards import training_rewards
-    from rapo_trl.cli.train import warm_policy
+    from rapo_trl.cli.trainer_build import warm_policy
     from rapo_trl.hardware import frozen_weights_dtype
     from rapo_trl.trainer import RAPOTrainer
 

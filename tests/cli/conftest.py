@@ -17,6 +17,22 @@ from tests.cli.runs import CliRuns, Run
 TRAIN_SIZE = 6
 EVAL_SIZE = 2
 
+BASELINE_REWARDS = """
+import multiprocessing
+
+
+def varied(completions, **kwargs):
+    # the tiny model never answers right; this differs between a group's completions, so the steps update the policy
+    return [float(sum(map(ord, str(completion))) % 7) for completion in completions]
+
+
+def fails_in_a_second_process(completions, **kwargs):
+    if multiprocessing.parent_process() is not None:
+        raise RuntimeError("this reward fails in the GRPO baseline's process")
+    return [0.0 for _ in completions]
+"""
+"""``baseline_rewards.py`` in the runs' folder: rewards the GRPO baseline runs name by import path."""
+
 
 def recipe(tiny_model_dir, work) -> dict:
     """A complete tiny recipe: the YAML a user would write, sized for seconds on a CPU."""
@@ -127,6 +143,11 @@ def cli_runs(request, cli_work):
     wanted = {name for item in request.session.items for mark in item.iter_markers("rapo_runs")
               for name in mark.args}
     recipe_yaml = work / "recipe.yaml"
+    (work / "baseline_rewards.py").write_text(BASELINE_REWARDS)
+    # the same run with the GRPO baseline trained after RAPO, and alongside it on one core (one torch thread in each
+    # process, as the run after RAPO has: OMP_NUM_THREADS=1)
+    grpo_run = ("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_batch_size", "2",
+                "--grpo_same_rollouts", "true", "--max_steps", "2", "--reward", "baseline_rewards.varied")
     table = {
         # the chain: store -> LoRA training with retrieval from it -> evaluation beside the base model
         "build-store": Run(("build-store", "--config", recipe_yaml), side=False),
@@ -150,6 +171,15 @@ def cli_runs(request, cli_work):
         "train-full": Run(("train", "--config", recipe_yaml, "--use_peft", "false", "--retrieve_prob", "0",
                            "--store_path", work / "never-built", "--output_dir", work / "model-full",
                            "--closeness_weight", "0.5")),
+        "train-grpo-after": Run((*grpo_run, "--output_dir", work / "grpo-after"), after="build-store"),
+        "train-grpo-alongside": Run((*grpo_run, "--grpo_alongside", "true", "--output_dir", work / "grpo-alongside"),
+                                    after="build-store", one_core=True),
+        # no store needed: retrieval off, no warm start
+        "train-grpo-alongside-fails": Run(("train", "--config", recipe_yaml, "--retrieve_prob", "0",
+                                           "--grpo_same_rollouts", "true", "--grpo_alongside", "true",
+                                           "--reward", "baseline_rewards.fails_in_a_second_process",
+                                           "--store_path", work / "never-built",
+                                           "--output_dir", work / "grpo-alongside-fails")),
         **bad_input_runs(work, base),
     }
     runs = CliRuns(table, cwd=work, wanted=wanted)

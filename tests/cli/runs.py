@@ -36,6 +36,20 @@ def rapo_argv(*args) -> list[str]:
     return [sys.executable, "-m", "rapo_trl.cli", *map(str, args)]
 
 
+ON_ONE_CORE = ("import os, sys\n"
+               "if hasattr(os, 'sched_setaffinity'):\n"
+               "    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+               "from rapo_trl.cli import main\n"
+               "sys.exit(main(sys.argv[1:]))")
+"""``rapo`` on one core of those this process may use, where the system lets a process choose (Linux): every process
+it starts inherits the core, so torch computes with one thread throughout."""
+
+
+def rapo_argv_on_one_core(*args) -> list[str]:
+    """`rapo_argv` on one core (`ON_ONE_CORE`); as long, so ``run.args[3:]`` are the arguments after ``rapo``."""
+    return [sys.executable, "-c", ON_ONE_CORE, *map(str, args)]
+
+
 def rapo(*args, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run one ``rapo`` command line and wait for it."""
     return subprocess.run(rapo_argv(*args), cwd=cwd, env=rapo_env(), capture_output=True, text=True,
@@ -57,6 +71,8 @@ class Run:
     after: str | None = None
     side: bool = True
     """Side runs share ``CliRuns.side_slots``; chain runs (``side=False``) start as soon as they can."""
+    one_core: bool = False
+    """Run on one core (`rapo_argv_on_one_core`)."""
     future: Future | None = field(default=None, repr=False)
 
 
@@ -95,11 +111,12 @@ class CliRuns:
                 raise RuntimeError(f"'{name}' needs '{run.after}', which failed:\n{describe(needed)}")
         if run.side:
             with self._side:
-                return self._spawn(run.args)
-        return self._spawn(run.args)
+                return self._spawn(run)
+        return self._spawn(run)
 
-    def _spawn(self, args: tuple) -> subprocess.CompletedProcess:
-        argv = rapo_argv(*(arg() if callable(arg) else arg for arg in args))
+    def _spawn(self, run: Run) -> subprocess.CompletedProcess:
+        args = (arg() if callable(arg) else arg for arg in run.args)
+        argv = rapo_argv_on_one_core(*args) if run.one_core else rapo_argv(*args)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the test session ended before this run started")

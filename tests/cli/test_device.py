@@ -169,7 +169,7 @@ def test_eval_command_line_device_reaches_the_loader(monkeypatch, loads, tiny_mo
 
 
 def test_the_trainer_config_is_a_copy_and_the_recipe_stays_as_parsed(tmp_path):
-    from rapo_trl.cli.train import with_values
+    from rapo_trl.cli.trainer_build import with_values
     from rapo_trl.config import RAPOConfig
 
     recipe = RAPOConfig(output_dir=str(tmp_path), num_generations=2, per_device_train_batch_size=2,

@@ -6,9 +6,9 @@ import argparse
 import logging
 import os
 import sys
-import warnings
 
 from rapo_trl import __version__
+from rapo_trl.cli.console import configure_console
 from rapo_trl.cli.errors import TRACEBACK_ENV, report
 from rapo_trl.cli.parsing import ArgumentParser
 from rapo_trl.cli.recipe import RECIPE_COMMANDS, parse_recipe, read_recipe
@@ -50,10 +50,7 @@ def _wants_traceback() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    # TRL's configs default `gradient_checkpointing`, which transformers now warns is a deprecated alias:
-    # noise on every command that says nothing about the user's recipe.
-    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
+    configure_console()
     if argv and argv[0] in RECIPE_COMMANDS:
         command, rest = argv[0], argv[1:]
         try:

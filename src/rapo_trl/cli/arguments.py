@@ -185,6 +185,13 @@ class RAPOScriptArguments:
                   "the same warm start, seed and questions, with as many rollouts and steps, saved in "
                   "grpo-same-rollouts/: the baseline that says whether retrieval helped."},
     )
+    grpo_alongside: bool = field(
+        default=False,
+        metadata={"help": "train, with grpo_same_rollouts: train the GRPO baseline in a second process while RAPO "
+                  "trains, from the same start (neither SFT stage runs twice), each process with half of the CPU "
+                  "cores as torch threads; on a GPU both share it. The baseline trains the recipe's max_steps (or "
+                  "epochs), not the steps RAPO took: it cannot know them in advance."},
+    )
     device: str | None = field(
         default=None,
         metadata={"help": "eval, build-store: where the model runs (cuda, cuda:N, mps, cpu). Default: the GPU when "

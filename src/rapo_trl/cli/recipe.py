@@ -40,7 +40,7 @@ HELP_GROUPS = {
         ("store", ("store_path", "store_collection", "store_server")),
         (RAPO, ()),
         ("SFT warm start", ("sft_warmup_steps", "sft_learning_rate", "sft_batch_size", "sft_retrieved_share")),
-        ("baselines", ("sft_same_time", "grpo_same_rollouts", "sft_store_steps")),
+        ("baselines", ("sft_same_time", "grpo_same_rollouts", "grpo_alongside", "sft_store_steps")),
         ("training", ("output_dir", "max_steps", "num_train_epochs", "learning_rate", "per_device_train_batch_size",
                       "gradient_accumulation_steps", "steps_per_generation", "num_generations", "max_completion_length",
                       "temperature", "reward_weights", "use_vllm", "use_cpu", "device", "bf16", "fp16", "seed",

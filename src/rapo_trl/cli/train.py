@@ -2,39 +2,31 @@
 
 from __future__ import annotations
 
-import copy
+from contextlib import nullcontext
 from pathlib import Path
 
 from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
-    GRPO_SAME_ROLLOUTS_DIR,
     UsageError,
-    build_tools,
     check_model,
     check_quantization,
     check_script_arguments,
     check_store_location,
     count_line,
     eval_splits,
-    model_init_kwargs,
     open_store,
-    resolve_model_path,
     task_split,
     tool_names,
     training_rows,
     warm_start_collection,
 )
-from rapo_trl.cli.environment import (
-    check_environment,
-    environment_factory,
-    environment_rewards,
-    environment_rows,
-)
-from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
+from rapo_trl.cli.environment import check_environment
+from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
+from rapo_trl.cli.grpo_baseline import train_grpo_baseline
+from rapo_trl.cli.rewards import training_rewards
 from rapo_trl.cli.run_record import write_run_record
-
-RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
-"""RAPOConfig values that make the trainer GRPO: no row may retrieve."""
+from rapo_trl.cli.saved_history import save_history_and_plots
+from rapo_trl.cli.trainer_build import build_trainer, load_policy_source, load_training_data
 
 
 def _wants_store(script, rapo_args) -> bool:
@@ -75,41 +67,26 @@ def check(script, rapo_args, model_args) -> None:
     if not 0.0 <= script.sft_retrieved_share <= 1.0:
         raise UsageError(f"sft_retrieved_share is a share of the warm start's questions: 0 to 1, not "
                          f"{script.sft_retrieved_share}")
+    check_grpo_alongside(script)
     if _wants_store(script, rapo_args):
         check_store_location(script, must_exist=True)
 
 
 def run(script, rapo_args, model_args) -> dict:
-    from transformers import AutoTokenizer
-    from trl import get_peft_config, get_quantization_config
-
     from rapo_trl.hardware import check_trainer_device
-    from rapo_trl.rollout.agent import tokenizer_kwargs
-    from rapo_trl.trainer import RAPOTrainer
 
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
     resume = resume_from(rapo_args.resume_from_checkpoint, rapo_args.output_dir)  # before anything loads
-    environment = environment_factory(script) if script.environment_factory else None
-    if environment is None:
-        reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
-    else:
-        reward_funcs, reward_weights = environment_rewards(script, rapo_args.reward_weights)
-    tools = build_tools(script) if script.tools is not None or environment is None else []
-    rows = training_rows(script, "train", tools) if environment is None else environment_rows(script, "train")
-    rows = with_reward_columns(rows, dict(zip(reward_names(script), reward_funcs)))
+    data = load_training_data(script, rapo_args)
+    rows = data.rows
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
-    eval_rows = None
-    if str(getattr(rapo_args.eval_strategy, "value", rapo_args.eval_strategy)) != "no":
+    if data.eval_rows is not None:
         # TRL evaluates during training on eval_dataset: the held-out questions rapo eval asks, never trained on.
-        held_out = eval_splits(script)[0]
-        eval_rows = (training_rows(script, held_out, tools) if environment is None
-                     else environment_rows(script, held_out))
-        eval_rows = with_reward_columns(eval_rows, dict(zip(reward_names(script), reward_funcs)))
-        print(count_line("Evaluating during training on", script, {held_out: eval_rows}))
+        print(count_line("Evaluating during training on", script, {eval_splits(script)[0]: data.eval_rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
-    demo_rows = (rows if same else training_rows(script, "demo", tools)) if script.sft_warmup_steps > 0 else None
+    demo_rows = (rows if same else training_rows(script, "demo", data.tools)) if script.sft_warmup_steps > 0 else None
     if demo_rows is not None and not same:
         print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
@@ -119,22 +96,19 @@ def run(script, rapo_args, model_args) -> dict:
     demo_store = store
     if demo_rows is not None and warm_start_collection(script) != script.store_collection:
         demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
-    # Only now, every input checked: the model (SmolLM2 is converted from its GGUF on first use, a minute).
-    model_path = resolve_model_path(model_args.model_name_or_path, model_args.model_revision)
-    init_kwargs = model_init_kwargs(model_args, rapo_args)
-    tokenizer = AutoTokenizer.from_pretrained(model_path, **tokenizer_kwargs(init_kwargs))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    base_path = model_path  # the model the warm start begins from: the pushed adapter's base
+    # Only now, every input checked: the model.
+    source = load_policy_source(rapo_args, model_args)
+    model_path = source.path  # the model the warm start begins from: the pushed adapter's base
     from rapo_trl.cli.push import base_model_name
 
-    pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, base_path)
-    peft_config, warm = get_peft_config(model_args), None
+    pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, model_path)
+    peft_config, warm = source.peft_config, None
     lora_run = peft_config is not None
-    sft = dict(tokenizer=tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
+    sft = dict(tokenizer=source.tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
                min_reward=1.0, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
-               fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=init_kwargs, lora=peft_config)
+               fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=source.init_kwargs,
+               lora=peft_config)
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
@@ -151,76 +125,51 @@ def run(script, rapo_args, model_args) -> dict:
                           store=store, steps=script.sft_store_steps, folder=SFT_ON_STORE_DIR,
                           start_adapter=warm if lora_run else None, **sft)
 
-    def build_trainer(args, trace_store) -> RAPOTrainer:
-        """A trainer of a freshly loaded policy: the warm start, else the model (each arm starts from the same one)."""
-        policy, peft = model_path, peft_config
-        if warm is not None:
-            policy, peft = warm_policy(model_path, warm, peft_config, rapo_args, model_args, init_kwargs)
-        # The push is done here, once, from a folder made for it (`rapo_trl.cli.push`): TRL's would upload output_dir
-        # as it is, at every save, the warm start included. A loaded policy takes no init kwargs (TRL warns).
-        return RAPOTrainer(
-            policy,
-            reward_funcs,
-            args=with_values(args, reward_weights=reward_weights, push_to_hub=False,
-                             model_init_kwargs=init_kwargs if isinstance(policy, str) else None),
-            train_dataset=rows,
-            eval_dataset=eval_rows,
-            processing_class=tokenizer,
-            quantization_config=get_quantization_config(model_args) if isinstance(policy, str) else None,
-            peft_config=peft,
-            trace_store=trace_store,
-            tools=tools,
-            environment_factory=environment,
-        )
+    # Each arm starts from a freshly loaded `warm` (the warm start, or SFT on the store), else the model itself.
+    alongside = grpo_alongside(script, rapo_args, model_args, warm) if script.grpo_alongside else nullcontext()
+    with alongside:
+        trainer = build_trainer(data, source, warm, rapo_args, store)
+        if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained
+            write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
+                             script.environment_factory, script.task, base_model=pushed_base)
+        result = trainer.train(resume_from_checkpoint=resume)
+        trainer.save_model(rapo_args.output_dir)
+        if script.sft_same_time:
+            from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
-    trainer = build_trainer(rapo_args, store)
-    if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained too
-        write_run_record(rapo_args.output_dir, tool_names(script) if tools else [], trainer.tool_protocol,
-                         script.environment_factory, script.task, base_model=pushed_base)
-    result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(rapo_args.output_dir)
-    if script.sft_same_time:
-        from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
+            # The fair baseline: RL's starting point trained further by SFT for as long as RAPO trained; only
+            # evaluated. With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
+            warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store,
+                       steps=script.sft_warmup_steps, max_seconds=result.metrics["train_runtime"],
+                       folder=SFT_SAME_TIME_DIR, start_adapter=warm if lora_run else None,
+                       retrieved_share=script.sft_retrieved_share, **sft)
+        save_history_and_plots(trainer, rapo_args.output_dir)
+        # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
+        from rapo_trl.model_card import base_model_hub_id
 
-        # The fair baseline: RL's starting point trained further by SFT for as long as RAPO trained; only evaluated.
-        # With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
-        warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store, steps=script.sft_warmup_steps,
-                   max_seconds=result.metrics["train_runtime"], folder=SFT_SAME_TIME_DIR,
-                   start_adapter=warm if lora_run else None, retrieved_share=script.sft_retrieved_share, **sft)
-    _save_history_and_plots(trainer, rapo_args.output_dir)
-    # RAPO's card (paper, recipe, base model by hub id or the name given) in place of PEFT's adapter template.
-    from rapo_trl.model_card import base_model_hub_id
-
-    trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
-    trainer.create_model_card()
+        trainer.base_model_id = script.base_model_name or base_model_hub_id(model_args.model_name_or_path)
+        trainer.create_model_card()
+    # Alongside, the baseline has finished here: a failed push (retried with `rapo push`) cannot cost it.
     if rapo_args.push_to_hub and trainer.is_world_process_zero():
         _push(script, rapo_args, pushed_base)
     print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
-    if script.grpo_same_rollouts:
+    if script.grpo_same_rollouts and not script.grpo_alongside:
         steps = trainer.state.global_step
         del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
-        _train_grpo_same_rollouts(build_trainer, rapo_args, steps)
+        _train_grpo_after_rapo(data, source, warm, rapo_args, steps)
     return result.metrics
 
 
-def _train_grpo_same_rollouts(build_trainer, rapo_args, steps: int) -> None:
-    """The GRPO baseline: the same recipe with retrieval off (no hybrid rows), from the same start, seed, questions,
-    rollouts per step and ``steps`` as the RAPO run, saved with its history and plots in ``GRPO_SAME_ROLLOUTS_DIR``."""
+def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int) -> None:
+    """The GRPO baseline in this process, once RAPO's policy is freed, for as many ``steps`` as RAPO trained."""
     import gc
 
     from rapo_trl.memory import release_freed_memory
 
     gc.collect()
     release_freed_memory()
-    folder = str(Path(rapo_args.output_dir) / GRPO_SAME_ROLLOUTS_DIR)
-    args = with_values(rapo_args, output_dir=folder, max_steps=steps, resume_from_checkpoint=None, **RETRIEVAL_OFF)
-    trainer = build_trainer(args, None)
-    result = trainer.train()
-    trainer.save_model(folder)
-    _save_history_and_plots(trainer, folder)
-    print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
-          f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")
+    train_grpo_baseline(data, source, warm, rapo_args, steps)
 
 
 def resume_from(value, output_dir: str) -> str | None:
@@ -245,37 +194,6 @@ def resume_from(value, output_dir: str) -> str | None:
         raise UsageError(str(error)) from None
 
 
-def with_values(rapo_args, **values):
-    """A copy of ``rapo_args`` with ``values`` set: the trainer's config, while the recipe's stays as parsed. A copy,
-    not ``dataclasses.replace``, which would run TRL's checks again on values they already derived."""
-    unknown = [name for name in values if not hasattr(rapo_args, name)]
-    if unknown:
-        raise AttributeError(f"{type(rapo_args).__name__} has no field {unknown}.")
-    args = copy.copy(rapo_args)
-    for name, value in values.items():
-        setattr(args, name, value)
-    return args
-
-
-def warm_policy(model_path: str, warm: str, peft_config, rapo_args, model_args, init_kwargs: dict | None = None):
-    """What RAPO trains after a warm start, and the peft_config it is handed: with LoRA, the base loaded as the run
-    would load it (its half type, its quantization, ``init_kwargs``, by default the recipe's ``model_init_kwargs``)
-    with the warm start's adapter on it, trainable; otherwise the merged warm start by path."""
-    if peft_config is None:
-        return warm, None
-    from trl import get_quantization_config
-
-    from rapo_trl.cli.warm_start import load_adapter_for_training
-    from rapo_trl.hardware import half_frozen_init_kwargs
-
-    quantization = get_quantization_config(model_args)
-    init_kwargs = rapo_args.model_init_kwargs if init_kwargs is None else init_kwargs
-    init_kwargs = half_frozen_init_kwargs(model_path, init_kwargs, rapo_args, peft_config, quantization)
-    kwargs = {**(init_kwargs or {}), **({"quantization_config": quantization} if quantization is not None else {})}
-    policy = load_adapter_for_training(model_path, warm, kwargs, getattr(peft_config, "lora_dropout", None))
-    return policy, None
-
-
 def _push(script, rapo_args, base: str) -> None:
     from rapo_trl.cli.push import push_run
 
@@ -289,18 +207,3 @@ def _push(script, rapo_args, base: str) -> None:
                            f"{rapo_args.output_dir}: retry with `rapo push {rapo_args.output_dir} --hub_model_id "
                            f"{repo_id}`") from error
     print(f"Pushed to https://huggingface.co/{repo} (adapter base: {base}).")
-
-
-def _save_history_and_plots(trainer, output_dir: str) -> None:
-    """``trainer_state.json`` (the logged history ``rapo plot`` redraws from) and the PNGs beside the model."""
-    trainer.save_state()
-    if not trainer.is_world_process_zero():
-        return
-    from rapo_trl.plots import PLOTS_DIR, plot_run
-
-    try:
-        plot_run(output_dir)
-    except ValueError as error:  # nothing was logged (e.g. logging_steps beyond max_steps): say so, go on
-        print(f"No plots written: {error}")
-        return
-    print(f"Plots in {output_dir}/{PLOTS_DIR}/ (redraw with `rapo plot {output_dir}`).")

@@ -1,0 +1,14 @@
+"""The logging and warning filters every ``rapo`` process runs with (the command's, and the GRPO baseline's second
+process under ``grpo_alongside``)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+
+def configure_console() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # TRL's configs default `gradient_checkpointing`, which transformers now warns is a deprecated alias:
+    # noise on every command that says nothing about the user's recipe.
+    warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)

@@ -1,0 +1,32 @@
+"""``grpo_same_rollouts``: the GRPO baseline of a ``rapo train`` run, the same recipe with retrieval off, trained from
+the same start, seed, questions and rollouts per step, saved with its history and plots in ``GRPO_SAME_ROLLOUTS_DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.saved_history import save_history_and_plots
+from rapo_trl.cli.trainer_build import PolicySource, TrainingData, build_trainer, with_values
+
+RETRIEVAL_OFF = {"num_hybrid_generations": 0, "retrieve_prob": 0.0}
+"""RAPOConfig values that make the trainer GRPO: no row may retrieve."""
+
+
+def grpo_baseline_folder(rapo_args) -> str:
+    return str(Path(rapo_args.output_dir) / GRPO_SAME_ROLLOUTS_DIR)
+
+
+def train_grpo_baseline(data: TrainingData, source: PolicySource, start: str | None, rapo_args,
+                        steps: int | None) -> None:
+    """Train and save the baseline of the run ``rapo_args`` configures, for ``steps`` steps (None: the recipe's
+    max_steps, or its epochs)."""
+    folder = grpo_baseline_folder(rapo_args)
+    max_steps = rapo_args.max_steps if steps is None else steps
+    args = with_values(rapo_args, output_dir=folder, max_steps=max_steps, resume_from_checkpoint=None, **RETRIEVAL_OFF)
+    trainer = build_trainer(data, source, start, args, None)
+    result = trainer.train()
+    trainer.save_model(folder)
+    save_history_and_plots(trainer, folder)
+    print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
+          f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")
