@@ -90,6 +90,14 @@ def cpu_computes_bf16() -> bool:
     return bool(capabilities.get("avx512_bf16") or capabilities.get("amx_bf16"))
 
 
+def threads_per_process(processes: int) -> int:
+    """An equal share of this process's torch threads among ``processes`` processes run at once (at least one each).
+    torch's count already follows the CPU affinity (``taskset``) and ``OMP_NUM_THREADS``."""
+    import torch
+
+    return max(1, torch.get_num_threads() // processes)
+
+
 def frozen_weights_dtype(bf16: bool, fp16: bool) -> str | None:
     """The dtype to load a LoRA run's frozen base weights in: the mixed precision's half type, or None (fp32).
 

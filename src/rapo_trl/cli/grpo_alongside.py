@@ -30,23 +30,16 @@ def check_grpo_alongside(script) -> None:
                          f"{processes})")
 
 
-def cpu_cores() -> int:
-    """The cores this process may run on (its affinity, which taskset sets), where the system says."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def share_cpu_threads(use_cpu: bool) -> None:
-    """On the CPU, half of the cores as this process's torch threads: RAPO's process and the baseline's each take
-    one half. On a GPU both share the device and nothing changes."""
-    from rapo_trl.hardware import trainer_device
+    """On the CPU, half of the torch threads as this process's: RAPO's process and the baseline's each take one
+    half. On a GPU both share the device and nothing changes."""
+    from rapo_trl.hardware import threads_per_process, trainer_device
 
     if trainer_device(use_cpu) != "cpu":
         return
     import torch
 
-    torch.set_num_threads(max(1, cpu_cores() // 2))
+    torch.set_num_threads(threads_per_process(2))
 
 
 def end_with_parent() -> None:

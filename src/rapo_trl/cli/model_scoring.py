@@ -76,9 +76,9 @@ def score_models(script, rapo_args, model_args, models: dict[str, str], sets: di
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    import torch
+    from rapo_trl.hardware import threads_per_process
 
-    threads = max(1, torch.get_num_threads() // processes)
+    threads = threads_per_process(processes)
     print(f"Scoring {len(models)} models in {processes} processes, {threads} torch thread(s) each.")
     # spawn: a fork would copy this process's torch and tokenizer threads' state into the children
     context = multiprocessing.get_context("spawn")
