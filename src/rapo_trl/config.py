@@ -73,8 +73,8 @@ class RAPOConfig(GRPOConfig):
         `"plan"` (a stored step opens with a plan of its own) nor with JSON tool calls.
     retrieve_failed_groups_max_reward (`float` or `None`, *optional*, defaults to `None`):
         `None`: every group may retrieve (the paper). A value: retrieve only in groups whose on-policy rollouts all
-        failed, i.e. scored at or below this reward (BREAD, Guide-GRPO); those are rolled out and scored first. Not
-        with dynamic sampling.
+        failed, i.e. scored at or below this reward (BREAD, Guide-GRPO). Every row rolls out on-policy first, in one
+        batch; the hybrid rows of failed groups then roll out again, retrieving. Not with dynamic sampling.
     retrieved_token_loss_weight (`float`, *optional*, defaults to `0.0`):
         w of a loss `-w * A * f(pi(token))` on the retrieved steps' own tokens in rollouts with A > 0 (UFT,
         LUFFY), normalized like DAPO's token mean; the behaviour probability is taken as 1, so the ratio is pi

@@ -93,21 +93,30 @@ def test_config_checks():
             config(**bad)
 
 
-@pytest.mark.parametrize("threshold, guided", [(0.0, False), (2.0, True)])
+@pytest.mark.parametrize("threshold, guided", [(2.0, False), (3.0, True)])
 def test_group_failed_retrieves_only_when_the_on_policy_rows_failed(tiny_model_dir, tmp_path, threshold, guided):
     store = FixedStore()
     trainer = rapo_trainer(tiny_model_dir, tmp_path, store=store, retrieve_prob=1.0,
                            retrieve_failed_groups_max_reward=threshold)
-    script(trainer)  # rows 2-3 (on-policy) roll out first and draw the first two scripts: rewards 1 and 2
+    # Every row rolls out on-policy in one engine call (scripts 0-3 in row order); the on-policy rows 2-3 score 3 and
+    # 0 (the "7"s of scripts 2 and 3). Only a failed group's hybrid rows 0-1 roll out again, retrieving (scripts 4-5).
+    again = [[Turn("<python>4</python>", 8), Turn("<answer>7777</answer>", 2), Turn("<|im_end|>")],
+             [Turn("<python>5</python>", 8), Turn("<answer>77777</answer>", 2), Turn("<|im_end|>")]]
+    script(trainer, SCRIPTS + again)
+    calls = []
+    roll_out = trainer.rollout_engine.roll_out
+    trainer.rollout_engine.roll_out = lambda prompt_ids, *args, **kwargs: calls.append(len(prompt_ids)) or roll_out(
+        prompt_ids, *args, **kwargs)
     trainer.model.train()
     trainer._generate_and_score_completions(batch_inputs())
     rows = trainer.last_rollout.rows
+    assert calls == ([4, 2] if guided else [4])
     assert not rows[2].retrievals and not rows[3].retrievals
-    # hybrid rows roll out next (scripts 2 and 3; script 3 calls no tool, so has no boundary to retrieve at)
-    assert bool(rows[0].retrievals) == guided and rows[0].is_hybrid == rows[1].is_hybrid == guided
+    assert bool(rows[0].retrievals) == bool(rows[1].retrievals) == guided
+    assert rows[0].is_hybrid == rows[1].is_hybrid == guided
     assert trainer._metrics["train"]["rapo/guided_group_share"][-1] == float(guided)
-    # rewards of the step are the rows' own: the on-policy rows scored 1 and 2 (the "7"s of scripts 0 and 1)
-    assert trainer.last_rollout.rewards[2:].tolist() == [1.0, 2.0]
+    # rewards of the step are the rows' own: a guided row's answer comes from its second rollout
+    assert trainer.last_rollout.rewards.tolist() == ([4.0, 5.0] if guided else [1.0, 2.0]) + [3.0, 0.0]
 
 
 def test_retrieved_token_loss_is_added_to_the_policy_loss(tiny_model_dir, tmp_path):

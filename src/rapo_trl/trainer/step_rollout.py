@@ -1,8 +1,8 @@
 """The step's rollout stage: which rows roll out how, in one function that knows nothing of TRL.
 
 One of three ways, chosen by the config: plain (every row in one engine call); guided for failed groups
-(``retrieve_failed_groups_max_reward``: the on-policy rows first, scored, then the hybrid rows, retrieving only in groups whose
-on-policy rows all failed; BREAD, Guide-GRPO); and, after either, DAPO's dynamic sampling (flat groups replaced by
+(``retrieve_failed_groups_max_reward``: every row on-policy first, the on-policy rows scored, then the hybrid rows of
+groups whose on-policy rows all failed again, retrieving; BREAD, Guide-GRPO); and, after either, DAPO's dynamic sampling (flat groups replaced by
 groups of prompts drawn from the training set, `rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
 (scoring, gathering, drawing and rolling out prompts) comes in as ``StepHooks``, so every process runs the same
 collective calls in the same order whatever its rows hold.
@@ -99,24 +99,29 @@ def _need(inputs, option: str) -> Sequence[dict]:
 
 def _guided_for_failed_groups(engine: HybridRolloutEngine, inputs, prompt_ids, prefixes, hybrid, group_size, offset,
                               threshold, retrieve_prob: float, hooks: StepHooks) -> StepRollout:
+    # Every row rolls out on-policy in one batch (a batch of 2n rows decodes in about the time of n on a CPU). Only
+    # the on-policy rows' rewards decide whether a group failed, so a hybrid row of a group that did not fail is an
+    # on-policy rollout independent of that verdict, as it would be if rolled out after it; the hybrid rows of failed
+    # groups roll out again, guided.
     own = [i for i, flag in enumerate(hybrid) if not flag]
     mixed = [i for i, flag in enumerate(hybrid) if flag]
-    on_policy = engine.roll_out([prompt_ids[i] for i in own], [prefixes[i] for i in own], [False] * len(own),
-                                retrieval_enabled=False, retrieve_prob=retrieve_prob)
-    first = on_policy.rows
+    on_policy = engine.roll_out(prompt_ids, prefixes, [False] * len(hybrid), retrieval_enabled=False,
+                                retrieve_prob=retrieve_prob)
+    rows = list(on_policy.rows)
     # Each process holds whole groups with on-policy rows (RAPOConfig checks), so each has rows to score here.
     rewards = torch.full((len(hybrid),), float("nan"))
-    rewards[own] = hooks.score([inputs[i] for i in own], first).float().cpu()
+    rewards[own] = hooks.score([inputs[i] for i in own], [rows[i] for i in own]).float().cpu()
     # The threshold at the rewards' own precision (float32), as a tensor comparison would take it.
     threshold = torch.tensor(threshold, dtype=rewards.dtype).item()
     failed = failed_groups(hooks.gather(rewards).tolist(), group_size, threshold)
-    guided = guided_flags(failed, mixed, offset, group_size)
-    ids = question_ids(inputs)
-    guided_rollout = engine.roll_out([prompt_ids[i] for i in mixed], [prefixes[i] for i in mixed], guided,
-                                     retrieval_enabled=True, question_ids=[ids[i] for i in mixed],
-                                     retrieve_prob=retrieve_prob)
-    rows: list[RolloutRow] = [None] * len(hybrid)  # type: ignore[list-item]
-    for index, row in zip(own + mixed, first + guided_rollout.rows):
-        rows[index] = row
-    return StepRollout(rows, summed_stats(on_policy.stats, [guided_rollout.stats]),
-                       metrics={"rapo/guided_group_share": float(torch.tensor(failed).float().mean())})
+    again = [i for i, guided in zip(mixed, guided_flags(failed, mixed, offset, group_size)) if guided]
+    stats = on_policy.stats
+    if again:  # rollouts are not collective (vLLM runs at tensor parallel size 1), so a process may skip this call
+        ids = question_ids(inputs)
+        guided_rollout = engine.roll_out([prompt_ids[i] for i in again], [prefixes[i] for i in again],
+                                         [True] * len(again), retrieval_enabled=True,
+                                         question_ids=[ids[i] for i in again], retrieve_prob=retrieve_prob)
+        for index, row in zip(again, guided_rollout.rows):
+            rows[index] = row
+        stats = summed_stats(stats, [guided_rollout.stats])
+    return StepRollout(rows, stats, metrics={"rapo/guided_group_share": float(torch.tensor(failed).float().mean())})
