@@ -28,13 +28,20 @@ def _interval(low_high) -> str:
     return f"{low_high[0]:.3f}-{low_high[1]:.3f}"
 
 
-def _verdict(rows: dict) -> str:
-    """Where the trained model's mean@k stands against each baseline, by whether their 95% intervals meet."""
-    trained = rows["trained"]["mean@k_ci95"]
-    above = [MODELS[m] for m in MODELS if m != "trained" and "mean@k_ci95" in rows.get(m, {})
-             and trained[0] > rows[m]["mean@k_ci95"][1]]
-    below = [MODELS[m] for m in MODELS if m != "trained" and "mean@k_ci95" in rows.get(m, {})
-             and trained[1] < rows[m]["mean@k_ci95"][0]]
+def _scored_by(rows: dict, k) -> tuple[str, str]:
+    """The score models are compared on, and its interval's key: mean@k where the eval sampled, else greedy pass@1."""
+    if k and any("mean@k" in row for row in rows.values()):
+        return "mean@k", "mean@k_ci95"
+    return "pass@1", "pass@1_ci95"
+
+
+def _verdict(rows: dict, interval: str) -> str:
+    """Where the trained model stands against each baseline, by whether their 95% intervals (``interval``) meet."""
+    trained = rows["trained"][interval]
+    above = [MODELS[m] for m in MODELS if m != "trained" and interval in rows.get(m, {})
+             and trained[0] > rows[m][interval][1]]
+    below = [MODELS[m] for m in MODELS if m != "trained" and interval in rows.get(m, {})
+             and trained[1] < rows[m][interval][0]]
     if not above and not below:
         return "**No difference beyond noise.**"
     parts = ([f"above {', '.join(above)}"] if above else []) + ([f"below {', '.join(below)}"] if below else [])
@@ -44,17 +51,22 @@ def _verdict(rows: dict) -> str:
 def demo_rows(report: dict, markdown: str) -> list[str]:
     """The page's `make demo` rows for the eval report ``report`` and its markdown ``markdown``."""
     primary, k = report["split"], report["k"]
-    temperature = re.search(rf"{primary}, n=\d+, mean@{k} at T=([\d.]+)", markdown).group(1)
     rows = report["sets"][primary]["rows"]
+    score, interval = _scored_by(rows, k)
+    if score == "mean@k":
+        temperature = re.search(rf"{primary}, n=\d+, mean@{k} at T=([\d.]+)", markdown).group(1)
+        scored = f"mean@{k} at T = {temperature}"
+    else:
+        scored = "greedy pass@1"
     models = [m for m in MODELS if m in rows]
-    means = ", ".join(f"{MODELS[m]} {rows[m]['mean@k']:.3f} ({_interval(rows[m]['mean@k_ci95'])})" for m in models)
+    means = ", ".join(f"{MODELS[m]} {rows[m][score]:.3f} ({_interval(rows[m][interval])})" for m in models)
     greedy = "; ".join(
         f"{SETS.get(name, name)} greedy " + ", ".join(f"{s['rows'][m]['correct']}/{s['n']}" for m in models)
         for name, s in report["sets"].items())
     base = {s["rows"]["base"]["correct"] for s in report["sets"].values() if "base" in s["rows"]}
     base_text = "; base 0 everywhere" if base == {0} else ""
-    outcome = (f"{SETS.get(primary, primary)} (n = {report['sets'][primary]['n']}) mean@{k} at T = {temperature}: "
-               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {_verdict(rows)}")
+    outcome = (f"{SETS.get(primary, primary)} (n = {report['sets'][primary]['n']}) {scored}: "
+               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {_verdict(rows, interval)}")
     seconds = report["run_seconds"]
     sft_runs = ", ".join(f"{label} {report[key]['steps']} steps {report[key]['seconds']} s"
                          for key, label in SFT_RUNS.items() if key in report)

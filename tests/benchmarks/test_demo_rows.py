@@ -32,3 +32,19 @@ def test_a_new_result_changes_the_rows_and_the_rewrite_puts_them_in_place():
     rewritten = rows.rewrite(page, new)
     assert [line for line in rewritten.splitlines() if line.startswith(rows.ROW_START)] == new
     assert len(rewritten.splitlines()) == len(page.splitlines())
+
+
+def test_a_greedy_only_result_is_read_on_pass_at_1_and_its_intervals():
+    rows = load_bench("demo_rows")
+    report = json.loads((rows.RESULTS / "demo_eval.json").read_text())
+    greedy = copy.deepcopy(report)
+    greedy["k"] = 0
+    for result in greedy["sets"].values():
+        for row in result["rows"].values():
+            for key in ("mean@k", "mean@k_ci95", "k"):
+                row.pop(key, None)
+    primary = greedy["sets"][greedy["split"]]["rows"]
+    primary["trained"]["pass@1"], primary["trained"]["pass@1_ci95"] = 0.9, [0.8, 0.95]
+    outcome = rows.demo_rows(greedy, "")[0]
+    assert "(n = 64) greedy pass@1: warm start " in outcome and "trained 0.900 (0.800-0.950)" in outcome
+    assert "**Trained above warm start, equal-time SFT, GRPO baseline beyond noise**" in outcome

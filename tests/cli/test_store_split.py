@@ -91,6 +91,42 @@ def test_demo_store_holds_rl_questions_and_the_warm_start_the_demonstrated_ones_
         assert leaked == [], f"{name} questions in the store or the warm start: {leaked[:2]}"
 
 
+def test_the_two_collections_filled_at_once_hold_what_one_after_the_other_gives(tmp_path, monkeypatch):
+    """The scripted expert fills the store and the warm start's collection in two threads; their records (ids,
+    keys, values, rewards) are those of a build that fills them one after the other."""
+
+    class OneAfterTheOther:
+        def __init__(self, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, fn, items):
+            return [fn(item) for item in items]
+
+    def records(folder):
+        script = _demo(folder, size=6)[0]
+        found = {}
+        for collection in (script.store_collection, warm_start_collection(script)):
+            rows = open_store(script, must_exist=True, collection=collection).to_dataset(include_embeddings=False)
+            found[collection] = sorted(zip(rows["id"], rows["key"], rows["value"], rows["reward"]))
+        return found
+
+    threads = []
+    real = build_store.ThreadPoolExecutor
+    monkeypatch.setattr(build_store, "ThreadPoolExecutor", lambda **kw: threads.append(kw) or real(**kw))
+    build_store.run(*_demo(tmp_path / "at-once", size=6))
+    assert threads and threads[0]["max_workers"] == 2
+    monkeypatch.setattr(build_store, "ThreadPoolExecutor", OneAfterTheOther)
+    build_store.run(*_demo(tmp_path / "in-turn", size=6))
+    at_once, in_turn = records(tmp_path / "at-once"), records(tmp_path / "in-turn")
+    assert all(at_once.values()) and at_once == in_turn
+
+
 def test_a_store_of_other_questions_is_refused_not_mixed_into(tmp_path):
     """A store built before store_split (the demonstrated stories) would keep them beside RL's questions on resume."""
     build_store.run(*_demo(tmp_path, "build-store", "--store_split", "demonstrated", "--sft_warmup_steps", "0", size=4))
@@ -158,6 +194,6 @@ def test_sft_on_store_imitates_rl_questions_from_the_warm_start_with_one_sft_see
     assert on_store["store"].collection.name == "traces"  # the collection retrieval reads: RL's own questions
     assert set(on_store["rows"]["question_id"]) == set(load_questions(script, "train")["question_id"])
     assert on_store["start_adapter"] == str(tmp_path / "model" / "sft-warm-start")
-    assert on_store["folder"] == "sft-on-store" and on_store["steps"] == 5 and warm["steps"] == 60
+    assert on_store["folder"] == "sft-on-store" and on_store["steps"] == 5 and warm["steps"] == script.sft_warmup_steps
     assert warm["seed"] == on_store["seed"] == 7
     assert len(warm_start_examples(on_store["rows"], on_store["store"], min_reward=1.0)) > 0

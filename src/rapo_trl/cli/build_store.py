@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from concurrent.futures import ThreadPoolExecutor
 
 from rapo_trl.cli.common import (
     DEMO_TASKS,
@@ -99,11 +100,12 @@ def _check_holds_only(store, rows, source: str, split: str, collection: str) -> 
                          "split or size?); delete the store folder or set another store_path")
 
 
-def _fill(script, rapo_args, agent, rows, reward, collection: str, split: str, what: str, tool_tags) -> dict:
-    """``collection`` filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and holds."""
+def _fill(script, rapo_args, agent, rows, reward, store, split: str, what: str, tool_tags) -> dict:
+    """``store`` (a collection) filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and
+    holds."""
     from rapo_trl.store.agent import stored_question_ids
 
-    store = open_store(script, must_exist=False, collection=collection)
+    collection = store.collection_name
     source = f"agent:{script.agent}"
     _check_holds_only(store, rows, source, split, collection)
     added = store.build_from_agent(
@@ -152,12 +154,29 @@ def run(script, rapo_args, model_args) -> dict:
         def agent(rows):
             return model
     tags = [tool.tag for tool in tools]
-    result = _fill(script, rapo_args, agent, sets["store"], reward, script.store_collection,
-                   task_split(script, "store"), "the store", tags)
+    fills = {"store": (script.store_collection, "the store")}
     if "demo" in sets:
         name = warm_start_collection(script)
-        result["warm_start"] = _fill(script, rapo_args, agent, sets["demo"], reward, name, task_split(script, "demo"),
-                                     f"the warm start's collection '{name}'", tags)
+        fills["demo"] = (name, f"the warm start's collection '{name}'")
+
+    # Opened here, one after the other: Chroma's client for a folder is made once per process, not under a lock.
+    stores = {role: open_store(script, must_exist=False, collection=collection) for role, (collection, _) in fills.items()}
+
+    def fill(role):
+        return _fill(script, rapo_args, agent, sets[role], reward, stores[role], task_split(script, role), fills[role][1],
+                     tags)
+
+    if script.agent == "expert" and len(fills) > 1:
+        # The scripted expert's time is its sandboxed tool calls and the embedder, both outside the GIL: its two
+        # collections fill at once, one thread each (writes to the folder take the process's one writer lock). A model
+        # agent fills them one after the other, its generation having the cores to itself.
+        with ThreadPoolExecutor(max_workers=len(fills), thread_name_prefix="build-store") as pool:
+            filled = dict(zip(fills, pool.map(fill, fills)))
+    else:
+        filled = {role: fill(role) for role in fills}
+    result = filled["store"]
+    if "demo" in filled:
+        result["warm_start"] = filled["demo"]
     return result
 
 
