@@ -48,6 +48,12 @@ def _verdict(rows: dict, interval: str) -> str:
     return f"**Trained {' and '.join(parts)} beyond noise** (95% intervals apart)."
 
 
+def verdict(report: dict) -> str:
+    """Where the trained model stands against the others on the report's primary set (what README states)."""
+    rows = report["sets"][report["split"]]["rows"]
+    return _verdict(rows, _scored_by(rows, report["k"])[1])
+
+
 def demo_rows(report: dict, markdown: str) -> list[str]:
     """The page's `make demo` rows for the eval report ``report`` and its markdown ``markdown``."""
     primary, k = report["split"], report["k"]
@@ -66,7 +72,7 @@ def demo_rows(report: dict, markdown: str) -> list[str]:
     base = {s["rows"]["base"]["correct"] for s in report["sets"].values() if "base" in s["rows"]}
     base_text = "; base 0 everywhere" if base == {0} else ""
     outcome = (f"{SETS.get(primary, primary)} (n = {report['sets'][primary]['n']}) {scored}: "
-               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {_verdict(rows, interval)}")
+               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {verdict(report)}")
     seconds = report["run_seconds"]
     sft_runs = ", ".join(f"{label} {report[key]['steps']} steps {report[key]['seconds']} s"
                          for key, label in SFT_RUNS.items() if key in report)

@@ -22,29 +22,30 @@ def test_a_new_result_changes_the_rows_and_the_rewrite_puts_them_in_place():
     markdown = (rows.RESULTS / "demo_eval.md").read_text()
     changed = copy.deepcopy(report)
     changed["run_seconds"]["total"] = 1234
-    trained = changed["sets"][changed["split"]]["rows"]["trained"]
-    trained["mean@k"], trained["mean@k_ci95"] = 0.5, [0.4, 0.6]
+    scored = changed["sets"][changed["split"]]["rows"]
+    scored["trained"]["pass@1"], scored["trained"]["pass@1_ci95"] = 0.5, [0.4, 0.6]
+    scored["grpo_same_rollouts"]["pass@1_ci95"] = [0.2, 0.39]
     new = rows.demo_rows(changed, markdown)
     assert new != rows.demo_rows(report, markdown)
     assert "1234 s (build-store" in new[1] and "trained 0.500 (0.400-0.600)" in new[0]
-    assert "**Trained above warm start, equal-time SFT, GRPO baseline beyond noise**" in new[0]
+    assert "**Trained above warm start, SFT on the store, GRPO baseline beyond noise**" in new[0]
     page = (ROOT / "docs" / "benchmarks.md").read_text()
     rewritten = rows.rewrite(page, new)
     assert [line for line in rewritten.splitlines() if line.startswith(rows.ROW_START)] == new
     assert len(rewritten.splitlines()) == len(page.splitlines())
 
 
-def test_a_greedy_only_result_is_read_on_pass_at_1_and_its_intervals():
+def test_a_sampled_result_is_read_on_mean_at_k_and_its_intervals():
     rows = load_bench("demo_rows")
     report = json.loads((rows.RESULTS / "demo_eval.json").read_text())
-    greedy = copy.deepcopy(report)
-    greedy["k"] = 0
-    for result in greedy["sets"].values():
-        for row in result["rows"].values():
-            for key in ("mean@k", "mean@k_ci95", "k"):
-                row.pop(key, None)
-    primary = greedy["sets"][greedy["split"]]["rows"]
-    primary["trained"]["pass@1"], primary["trained"]["pass@1_ci95"] = 0.9, [0.8, 0.95]
-    outcome = rows.demo_rows(greedy, "")[0]
-    assert "(n = 64) greedy pass@1: warm start " in outcome and "trained 0.900 (0.800-0.950)" in outcome
-    assert "**Trained above warm start, equal-time SFT, GRPO baseline beyond noise**" in outcome
+    sampled = copy.deepcopy(report)
+    sampled["k"] = 4
+    primary = sampled["sets"][sampled["split"]]["rows"]
+    for name, row in primary.items():
+        row["mean@k"], row["mean@k_ci95"] = (0.9, [0.8, 0.95]) if name == "trained" else (0.1, [0.05, 0.2])
+    title = f"| model (word_problems, {sampled['split']}, n=64, mean@4 at T=0.7) | pass@1 |"
+    outcome = rows.demo_rows(sampled, title)[0]
+    assert "(n = 64) mean@4 at T = 0.7: warm start 0.100 (0.050-0.200)" in outcome
+    assert "trained 0.900 (0.800-0.950)" in outcome
+    assert "**Trained above warm start, SFT on the store, GRPO baseline beyond noise**" in outcome
+    assert rows.verdict(sampled) != rows.verdict(report)
