@@ -109,7 +109,7 @@ def test_the_two_collections_filled_at_once_hold_what_one_after_the_other_gives(
             return [fn(item) for item in items]
 
     def records(folder):
-        script = _demo(folder, size=6)[0]
+        script = _demo(folder, size=3)[0]
         found = {}
         for collection in (script.store_collection, warm_start_collection(script)):
             rows = open_store(script, must_exist=True, collection=collection).to_dataset(include_embeddings=False)
@@ -119,10 +119,10 @@ def test_the_two_collections_filled_at_once_hold_what_one_after_the_other_gives(
     threads = []
     real = build_store.ThreadPoolExecutor
     monkeypatch.setattr(build_store, "ThreadPoolExecutor", lambda **kw: threads.append(kw) or real(**kw))
-    build_store.run(*_demo(tmp_path / "at-once", size=6))
+    build_store.run(*_demo(tmp_path / "at-once", size=3))
     assert threads and threads[0]["max_workers"] == 2
     monkeypatch.setattr(build_store, "ThreadPoolExecutor", OneAfterTheOther)
-    build_store.run(*_demo(tmp_path / "in-turn", size=6))
+    build_store.run(*_demo(tmp_path / "in-turn", size=3))
     at_once, in_turn = records(tmp_path / "at-once"), records(tmp_path / "in-turn")
     assert all(at_once.values()) and at_once == in_turn
 
