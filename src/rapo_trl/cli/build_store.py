@@ -160,11 +160,12 @@ def run(script, rapo_args, model_args) -> dict:
         fills["demo"] = (name, f"the warm start's collection '{name}'")
 
     # Opened here, one after the other: Chroma's client for a folder is made once per process, not under a lock.
-    stores = {role: open_store(script, must_exist=False, collection=collection) for role, (collection, _) in fills.items()}
+    stores = {role: open_store(script, must_exist=False, collection=collection)
+              for role, (collection, _) in fills.items()}
 
     def fill(role):
-        return _fill(script, rapo_args, agent, sets[role], reward, stores[role], task_split(script, role), fills[role][1],
-                     tags)
+        what = fills[role][1]
+        return _fill(script, rapo_args, agent, sets[role], reward, stores[role], task_split(script, role), what, tags)
 
     if script.agent == "expert" and len(fills) > 1:
         # The scripted expert's time is its sandboxed tool calls and the embedder, both outside the GIL: its two

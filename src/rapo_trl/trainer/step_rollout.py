@@ -2,8 +2,9 @@
 
 One of three ways, chosen by the config: plain (every row in one engine call); guided for failed groups
 (``retrieve_failed_groups_max_reward``: every row on-policy first, the on-policy rows scored, then the hybrid rows of
-groups whose on-policy rows all failed again, retrieving; BREAD, Guide-GRPO); and, after either, DAPO's dynamic sampling (flat groups replaced by
-groups of prompts drawn from the training set, `rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
+groups whose on-policy rows all failed again, retrieving; BREAD, Guide-GRPO); and, after either, DAPO's dynamic
+sampling (flat groups replaced by groups of prompts drawn from the training set,
+`rapo_trl.trainer.dynamic_sampling`). What it needs from the trainer
 (scoring, gathering, drawing and rolling out prompts) comes in as ``StepHooks``, so every process runs the same
 collective calls in the same order whatever its rows hold.
 
