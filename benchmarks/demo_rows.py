@@ -72,7 +72,7 @@ def demo_rows(report: dict, markdown: str) -> list[str]:
     base = {s["rows"]["base"]["correct"] for s in report["sets"].values() if "base" in s["rows"]}
     base_text = "; base 0 everywhere" if base == {0} else ""
     outcome = (f"{SETS.get(primary, primary)} (n = {report['sets'][primary]['n']}) {scored}: "
-               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {verdict(report)}")
+               f"{means}; {greedy} ({', '.join(MODELS[m] for m in models)}){base_text}. {_verdict(rows, interval)}")
     seconds = report["run_seconds"]
     sft_runs = ", ".join(f"{label} {report[key]['steps']} steps {report[key]['seconds']} s"
                          for key, label in SFT_RUNS.items() if key in report)

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 DEMO_EVAL_MD = ROOT / "benchmarks" / "results" / "demo_eval.md"
+DEMO_EVAL_JSON = DEMO_EVAL_MD.with_suffix(".json")
 MAKEFILE = ROOT / "Makefile"
 README_MAX_LINES = 150  # a newcomer reads it in five minutes; the rest lives in docs/
 
@@ -93,7 +94,7 @@ def test_readme_result_tables_are_the_committed_demo_results():
     score_tables = [table for table in tables(DEMO_EVAL_MD.read_text()) if table[0].startswith("| model (")]
     assert set(rows) <= set(committed), "copy the tables of benchmarks/results/demo_eval.md exactly"
     assert score_tables and all(set(table) <= set(rows) for table in score_tables), "copy every score table"
-    report = json.loads(DEMO_EVAL_MD.with_suffix(".json").read_text())
+    report = json.loads(DEMO_EVAL_JSON.read_text())
     verdict = re.search(r"\*\*(.+?)\*\*", load_bench("demo_rows").verdict(report)).group(1)
     assert verdict in measured, f"say plainly what the committed result shows: {verdict!r}"
     assert "benchmarks/results/demo_plots/summary.png" in measured
@@ -142,7 +143,7 @@ def test_sandbox_table_says_calls_share_a_uid_without_namespaces():
 
 def test_readme_says_how_long_the_demo_takes_and_what_it_replaces():
     """The time is the committed run's own (run_seconds), and the user is told their run overwrites the results."""
-    total = json.loads((ROOT / "benchmarks" / "results" / "demo_eval.json").read_text())["run_seconds"]["total"]
+    total = json.loads(DEMO_EVAL_JSON.read_text())["run_seconds"]["total"]
     quickstart = " ".join(section(README.read_text(), "## Two commands").split())
     assert f"`make demo` takes about {round(total / 60 / 5) * 5} minutes" in quickstart
     assert f"{total} s" in quickstart and "replacing the committed ones" in quickstart
