@@ -11,10 +11,13 @@ retrieved step stops before its results.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from rapo_trl.core.rows import RolloutRow
 from rapo_trl.protocol import RESULT_TEMPLATE
 from rapo_trl.store.steps import StepRecord, preprocess_context, record_id, trajectory_id
+
+if TYPE_CHECKING:  # the row's module imports torch, which a process that only reads or writes a store never needs
+    from rapo_trl.core.rows import RolloutRow
 
 
 def turn_results(row: RolloutRow) -> list[list[str]]:

@@ -1,0 +1,46 @@
+"""The protocol's queue: its lanes name runs the bench can make, records are copied once, and the warm-start check
+reads a differing step."""
+
+from __future__ import annotations
+
+from tests.helpers.benchmarks import load_bench
+
+
+def _record(arm, seed, recorded, code="v"):
+    return {"arm": arm, "seed": seed, "code": code, "recorded": recorded}
+
+
+def test_the_lanes_name_arms_the_bench_knows_and_no_run_twice():
+    queue, bench = load_bench("learning_queue"), load_bench("bench_comparison")
+    runs = [run for lane in queue.LANES for run in lane]
+    assert {arm for arm, _ in runs} <= set(bench.ARMS)
+    assert len(runs) == len(set(runs))
+    assert queue.WARM_START_DIR == bench.WARM_START_DIR
+
+
+def test_a_sync_copies_the_records_this_checkout_lacks_once_and_in_order():
+    queue = load_bench("learning_queue")
+    ours = {"comparison": [_record("grpo", 0, "t0")]}
+    theirs = {"comparison": [_record("grpo", 0, "t0"), _record("sft_then_grpo", 2, "t2"), _record("grpo", 3, "t3")],
+              "rescored": [{**_record("grpo", 0, "t4"), "questions": 128}]}
+    assert queue.merged(ours, theirs) == 3
+    assert [r["recorded"] for r in ours["comparison"]] == ["t0", "t2", "t3"]
+    assert ours["rescored"][0]["questions"] == 128
+    assert queue.merged(ours, theirs) == 0
+    assert len(ours["comparison"]) == 3
+
+
+def test_the_warm_start_check_names_each_step_that_differs_from_the_record():
+    queue = load_bench("learning_queue")
+    record = {"per_step": {"reward": [0.1875, 0.375, 0.5], "loss": [0.01, -0.02, 0.03]}}
+    same = [{"reward": 0.1875, "loss": 0.01}, {"reward": 0.375, "loss": -0.02}]
+    assert queue.check_steps(same, record, 2) == []
+    other_loss = [{"reward": 0.1875, "loss": 0.01}, {"reward": 0.375, "loss": -0.0201}]
+    assert queue.check_steps(other_loss, record, 2) == ["step 2 loss: -0.0201 here, -0.02 in the record"]
+    assert queue.check_steps(same[:1], record, 2) == ["the check run logged 1 steps, not 2"]
+
+
+def test_the_recorded_run_found_is_of_the_asked_code():
+    queue = load_bench("learning_queue")
+    records = [_record("grpo", 0, "t0", code="old"), _record("grpo", 0, "t1", code=queue.PROTOCOL_CODE)]
+    assert queue.recorded_run(records, "grpo", 0, queue.PROTOCOL_CODE)["recorded"] == "t1"
