@@ -1,7 +1,8 @@
-"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one step where rank 0's group is flat (all
-rewards 0) and rank 1's is not. ``dynamic_sampling``: rank 0's group is replaced, and rank 1 joins each round's
-scoring with no rows of its own. ``group_failed`` (retrieve_failed_groups_max_reward): only rank 0's hybrid rows may
-retrieve, judged from rewards gathered over both ranks. Each rank dumps what it computed."""
+"""A scenario of tests/test_multiprocess.py, run under `torchrun --nproc_per_node 2` (by `multiprocess_scenarios.py`,
+or alone): one step where rank 0's group is flat (all rewards 0) and rank 1's is not. ``dynamic_sampling``: rank 0's
+group is replaced, and rank 1 joins each round's scoring with no rows of its own. ``group_failed``
+(retrieve_failed_groups_max_reward): only rank 0's hybrid rows may retrieve, judged from rewards gathered over both
+ranks. Each rank dumps what it computed."""
 
 import os
 import sys
@@ -15,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
-from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
+from tests.helpers.multiprocess import dump_rank, finish  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
 
 
@@ -46,8 +47,9 @@ def main(model_dir: str, out_dir: str, mode: str) -> None:
         "hybrid": [row.is_hybrid for row in trainer.last_rollout.rows],
         "guided_group_share": metrics.get("rapo/guided_group_share"),
     }
-    dump_and_finish(out_dir, rank, dump)
+    dump_rank(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "dynamic_sampling")
+    finish()

@@ -1,5 +1,6 @@
-"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: one RAPO scoring
-pass where a group of 4 rollouts straddles the two processes. Each rank dumps what it computed."""
+"""A scenario of tests/test_multiprocess.py, run under `torchrun --nproc_per_node 2` (by `multiprocess_scenarios.py`,
+or alone): one RAPO scoring pass where a group of 4 rollouts straddles the two processes. Each rank dumps what it
+computed."""
 
 import os
 import sys
@@ -13,7 +14,7 @@ from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.core.objective import trajectory_retrieval_reward  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from tests.helpers.fakes import EchoTool, FixedStore  # noqa: E402
-from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
+from tests.helpers.multiprocess import dump_rank, finish  # noqa: E402
 from tests.helpers.scripted import ScriptedGenerate  # noqa: E402
 from tests.helpers.trainers import SCRIPTS, dataset, sevens  # noqa: E402
 
@@ -45,8 +46,9 @@ def main(model_dir: str, out_dir: str) -> None:
                          for name in ("rapo/reward_hybrid_retrieved", "rapo/reward_on_policy")
                          if name in trainer._metrics["train"]},
     }
-    dump_and_finish(out_dir, rank, dump)
+    dump_rank(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     main(sys.argv[1], sys.argv[2])
+    finish()

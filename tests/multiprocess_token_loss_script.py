@@ -1,6 +1,7 @@
-"""Run by tests/test_multiprocess.py under `torchrun --nproc_per_node 2`: the retrieved-token loss on a micro-batch
-where rank 0 holds retrieved tokens to learn and rank 1 none. Both ranks must compute the term and join its gather
-(rank 1's term is zero). Each rank dumps its loss, its term and the logged metric."""
+"""A scenario of tests/test_multiprocess.py, run under `torchrun --nproc_per_node 2` (by `multiprocess_scenarios.py`,
+or alone): the retrieved-token loss on a micro-batch where rank 0 holds retrieved tokens to learn and rank 1 none.
+Both ranks must compute the term and join its gather (rank 1's term is zero). Each rank dumps its loss, its term and
+the logged metric."""
 
 import os
 import sys
@@ -15,7 +16,7 @@ from rapo_trl.config import RAPOConfig  # noqa: E402
 from rapo_trl.trainer import RAPOTrainer  # noqa: E402
 from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY  # noqa: E402
 from tests.helpers.fakes import EchoTool  # noqa: E402
-from tests.helpers.multiprocess import dump_and_finish  # noqa: E402
+from tests.helpers.multiprocess import dump_rank, finish  # noqa: E402
 from tests.trainer.test_dynamic_sampling import answer_reward, dataset  # noqa: E402
 
 
@@ -42,8 +43,9 @@ def main(model_dir: str, out_dir: str) -> None:
     loss.backward()
     metric = trainer._metrics["train"]["rapo/retrieved_token_loss"]
     dump = {"loss": loss.item(), "metric": metric[-1] if metric else None}
-    dump_and_finish(out_dir, rank, dump)
+    dump_rank(out_dir, rank, dump)
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     main(sys.argv[1], sys.argv[2])
+    finish()

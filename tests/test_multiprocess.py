@@ -11,22 +11,37 @@ import torch
 
 from rapo_trl.core.objective import group_normalize
 
+SCENARIOS = {
+    "straddling": ("multiprocess_rollout_script",),
+    "dynamic_sampling": ("multiprocess_dynamic_sampling_script", "dynamic_sampling"),
+    "group_failed": ("multiprocess_dynamic_sampling_script", "group_failed"),
+    "token_loss": ("multiprocess_token_loss_script",),
+    "both_flat": ("multiprocess_dynamic_sampling_script", "both_flat"),
+}
+"""Scenario -> ``tests/<script>.py`` and its extra arguments."""
 
-def run_on_two_processes(script_name: str, port: int, tiny_model_dir, tmp_path, *extra: str,
-                         timeout: float = 600) -> list[dict]:
-    """What each rank of ``tests/<script_name>`` dumped."""
-    script = Path(__file__).with_name(script_name)
-    # torchrun: accelerate reads its WORLD_SIZE/RANK and runs MULTI_CPU with gloo.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(script), str(tiny_model_dir), str(tmp_path), *extra]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+@pytest.fixture(scope="module")
+def two_processes(tiny_model_dir, tmp_path_factory) -> dict[str, list[dict]]:
+    """What each rank dumped in each scenario. One torchrun runs them all in turn (accelerate reads its
+    WORLD_SIZE/RANK and runs MULTI_CPU with gloo): each process imports torch, transformers and TRL once."""
+    out = tmp_path_factory.mktemp("two-processes")
+    scenarios = []
+    for name, (script, *extra) in SCENARIOS.items():
+        (out / name).mkdir()
+        scenarios.append([script, str(out / name), *extra])
+    runner = Path(__file__).with_name("multiprocess_scenarios.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29577",
+           str(runner), str(tiny_model_dir), json.dumps(scenarios)]
+    # A rank that hangs in a collective (a term gathered on one rank only) ends here, not in CI's limit.
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return {name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in (0, 1)] for name in SCENARIOS}
 
 
 @pytest.mark.slow
-def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
-    ranks = run_on_two_processes("multiprocess_rollout_script.py", 29577, tiny_model_dir, tmp_path)
+def test_group_straddling_two_processes(two_processes):
+    ranks = two_processes["straddling"]
     assert ranks[0]["hybrid"] == [True, True] and ranks[1]["hybrid"] == [False, False]
     assert ranks[0]["hybrid_share"] == ranks[1]["hybrid_share"] == 0.5  # gathered over both processes
     # rank 0 holds the hybrid rows (rewards 1, 2; both retrieved), rank 1 the on-policy rows (3, 0): both log both
@@ -44,8 +59,8 @@ def test_group_straddling_two_processes(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins_each_round(tiny_model_dir, tmp_path):
-    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29578, tiny_model_dir, tmp_path)
+def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins_each_round(two_processes):
+    ranks = two_processes["dynamic_sampling"]
     assert ranks[0]["replaced"] == [0, 1, 2, 3] and ranks[1]["replaced"] == []
     assert len(set(ranks[0]["answers"])) == 1 and ranks[0]["answers"][0].startswith("vary:")
     assert ranks[0]["answers"][0] != "vary:1" and ranks[1]["answers"] == ["vary:1"] * 4
@@ -60,27 +75,25 @@ def test_dynamic_sampling_replaces_one_processs_flat_group_while_the_other_joins
 
 
 @pytest.mark.slow
-def test_group_failed_guides_only_the_group_whose_on_policy_rows_failed(tiny_model_dir, tmp_path):
-    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29579, tiny_model_dir, tmp_path,
-                                 "group_failed")
+def test_group_failed_guides_only_the_group_whose_on_policy_rows_failed(two_processes):
+    ranks = two_processes["group_failed"]
     # G = 4, rows 0-1 of each group hybrid; rank 0's prompt scores 0 everywhere (failed), rank 1's scores > 0
     assert ranks[0]["hybrid"] == [True, True, False, False] and ranks[1]["hybrid"] == [False] * 4
     assert ranks[0]["guided_group_share"] == ranks[1]["guided_group_share"] == 0.5  # gathered over both ranks
 
 
 @pytest.mark.slow
-def test_retrieved_token_loss_joins_the_gather_on_every_process(tiny_model_dir, tmp_path):
+def test_retrieved_token_loss_joins_the_gather_on_every_process(two_processes):
     # Rank 0 has retrieved tokens to learn, rank 1 none: a term gathered only where it is non-zero hangs rank 0.
-    ranks = run_on_two_processes("multiprocess_token_loss_script.py", 29580, tiny_model_dir, tmp_path, timeout=240)
+    ranks = two_processes["token_loss"]
     assert ranks[0]["metric"] == ranks[1]["metric"] != 0  # the mean over both ranks, logged on each
     assert all(rank["loss"] == rank["loss"] for rank in ranks)  # finite on both
 
 
 @pytest.mark.slow
-def test_dynamic_sampling_never_gives_two_processes_the_same_prompt(tiny_model_dir, tmp_path):
+def test_dynamic_sampling_never_gives_two_processes_the_same_prompt(two_processes):
     # Both ranks' groups are flat and two prompts of the training set have signal: one each, never the same one.
-    ranks = run_on_two_processes("multiprocess_dynamic_sampling_script.py", 29582, tiny_model_dir, tmp_path,
-                                 "both_flat")
+    ranks = two_processes["both_flat"]
     assert ranks[0]["replaced"] == ranks[1]["replaced"] == [0, 1, 2, 3]
     assert ranks[0]["replacement_prompts"] != ranks[1]["replacement_prompts"]
     assert {*ranks[0]["replacement_prompts"], *ranks[1]["replacement_prompts"]} == {"vary:2", "vary:3"}

@@ -10,6 +10,8 @@ from rapo_trl.cli import build_store
 from rapo_trl.cli.arguments import RAPOScriptArguments
 from rapo_trl.store import TraceStore
 
+SAMPLES = 2
+"""Trajectories per question: the expert's best of two is kept."""
 ARGS = SimpleNamespace(max_completion_length=64, max_turn_tokens=32, temperature=1.0, use_cpu=True, seed=0)
 
 
@@ -27,7 +29,7 @@ def _record_ids(path) -> list[str]:
 
 def test_a_resumed_build_stores_the_same_records(tmp_path, monkeypatch):
     def script(name):
-        return RAPOScriptArguments(task="arithmetic", train_size=12, num_samples=4, keep_top_k=2,
+        return RAPOScriptArguments(task="arithmetic", train_size=12, num_samples=SAMPLES, keep_top_k=1,
                                    expert_error_rate=0.5, store_path=str(tmp_path / name))  # fmt: skip
 
     build_store.run(script("whole"), ARGS, None)
@@ -39,7 +41,7 @@ def test_a_resumed_build_stores_the_same_records(tmp_path, monkeypatch):
 
         def counted(prompt):
             calls.append(prompt)
-            if len(calls) > 10 * 4:  # in the second batch of 8 questions
+            if len(calls) > 10 * SAMPLES:  # in the second batch of 8 questions
                 raise Killed
             return agent(prompt)
 

@@ -216,27 +216,32 @@ def test_a_finished_warm_start_is_reused_and_a_changed_one_retrained(tiny_model_
     assert json.loads(history.read_text())["examples"] == 3
 
 
-KEY_IN_A_FRESH_PROCESS = """
-import sys
-from peft import LoraConfig
+TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+KEY_IN_A_FRESH_PROCESS = f"""
+import json, sys
 from rapo_trl.cli.warm_start import warm_start_key
-lora = LoraConfig(r=16, lora_alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                      "up_proj", "down_proj"])
-print(warm_start_key(sys.argv[1], [{"prompt": "p", "completion": "c"}], steps=3, lora=lora.to_dict()))
+lora = {{"r": 16, "lora_alpha": 32, "target_modules": set({TARGET_MODULES!r})}}
+print(json.dumps({{"order": list(lora["target_modules"]),
+                  "key": warm_start_key(sys.argv[1], [{{"prompt": "p", "completion": "c"}}], steps=3, lora=lora)}}))
 """
 
 
 def test_the_warm_start_key_is_the_same_in_processes_with_different_hash_seeds(tmp_path):
     # LoraConfig keeps target_modules as a set, whose order follows each process's string hash seed: a key that
     # wrote it as it iterates never matched in the next process, so every run trained its warm start again.
+    import json
     import os
     import subprocess
     import sys
 
-    keys = set()
+    from peft import LoraConfig
+
+    assert isinstance(LoraConfig(target_modules=TARGET_MODULES).to_dict()["target_modules"], set)
+    seen = []
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         done = subprocess.run([sys.executable, "-c", KEY_IN_A_FRESH_PROCESS, str(tmp_path)], env=env,
                               capture_output=True, text=True, check=True)
-        keys.add(done.stdout.strip().splitlines()[-1])
-    assert len(keys) == 1
+        seen.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert len({tuple(process["order"]) for process in seen}) > 1  # the set's order did differ between them
+    assert len({process["key"] for process in seen}) == 1
