@@ -144,10 +144,12 @@ def cli_runs(request, cli_work):
               for name in mark.args}
     recipe_yaml = work / "recipe.yaml"
     (work / "baseline_rewards.py").write_text(BASELINE_REWARDS)
-    # the same run with the GRPO baseline trained after RAPO, and alongside it on one core (one torch thread in each
-    # process, as the run after RAPO has: OMP_NUM_THREADS=1)
-    grpo_run = ("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_batch_size", "2",
-                "--grpo_same_rollouts", "true", "--max_steps", "2", "--reward", "baseline_rewards.varied")
+    # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start) -> the GRPO baseline
+    # (retrieval off) from the same warm start, trained after RAPO; and the same run with the baseline alongside
+    # RAPO on one core (one torch thread in each process, as the run after RAPO has: OMP_NUM_THREADS=1)
+    sft_run = ("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_batch_size", "2",
+               "--sft_same_time", "true", "--grpo_same_rollouts", "true", "--max_steps", "2",
+               "--reward", "baseline_rewards.varied")
     table = {
         # the chain: store -> LoRA training with retrieval from it -> evaluation beside the base model
         "build-store": Run(("build-store", "--config", recipe_yaml), side=False),
@@ -156,11 +158,8 @@ def cli_runs(request, cli_work):
         "store-stats": Run(("store", "stats", base["store_path"]), after="build-store"),
         "store-query": Run(("store", "query", base["store_path"], first_train_question, "--top_k", "3"),
                            after="build-store"),
-        # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start), all evaluated
-        # ... and the GRPO baseline (retrieval off) from the same warm start
-        "train-sft": Run(("train", "--config", recipe_yaml, "--sft_warmup_steps", "1", "--sft_same_time", "true",
-                          "--grpo_same_rollouts", "true", "--sft_batch_size", "2", "--output_dir", work / "model-sft"),
-                         after="build-store"),
+        # the SFT-started run and its baselines (sft_run), all evaluated
+        "train-sft": Run((*sft_run, "--output_dir", work / "model-sft"), after="build-store"),
         # ... with mean@2 on two questions at a temperature of its own, for the trained model only
         "eval-sft": Run(("eval", "--config", recipe_yaml, "--output_dir", work / "model-sft", "--eval_base", "false",
                          "--eval_splits", "eval", "--eval_samples", "2", "--eval_sample_size", "2",
@@ -171,8 +170,7 @@ def cli_runs(request, cli_work):
         "train-full": Run(("train", "--config", recipe_yaml, "--use_peft", "false", "--retrieve_prob", "0",
                            "--store_path", work / "never-built", "--output_dir", work / "model-full",
                            "--closeness_weight", "0.5")),
-        "train-grpo-after": Run((*grpo_run, "--output_dir", work / "grpo-after"), after="build-store"),
-        "train-grpo-alongside": Run((*grpo_run, "--grpo_alongside", "true", "--output_dir", work / "grpo-alongside"),
+        "train-grpo-alongside": Run((*sft_run, "--grpo_alongside", "true", "--output_dir", work / "grpo-alongside"),
                                     after="build-store", one_core=True),
         # no store needed: retrieval off, no warm start
         "train-grpo-alongside-fails": Run(("train", "--config", recipe_yaml, "--retrieve_prob", "0",

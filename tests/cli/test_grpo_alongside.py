@@ -52,7 +52,7 @@ def test_the_baseline_alongside_is_saved_whole_trained_with_retrieval_off_from_t
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins a run to one core")
-@pytest.mark.rapo_runs("train-grpo-after", "train-grpo-alongside")
+@pytest.mark.rapo_runs("train-sft", "train-grpo-alongside")
 def test_the_baseline_alongside_trains_exactly_as_the_baseline_after_rapo(cli_runs, cli_work):
     """Both runs compute with one torch thread in every process (the run after RAPO by OMP_NUM_THREADS=1, the run
     alongside on one core, whose half is one thread), so the same seed gives the same rollouts, rewards, losses,
@@ -60,16 +60,16 @@ def test_the_baseline_alongside_trains_exactly_as_the_baseline_after_rapo(cli_ru
     max_completion_length, and GRPO's loss of equally long rows is their advantages' mean, 0 within each group); the
     gradient norm and the saved weights carry the update."""
     work, _ = cli_work
-    after, alongside = cli_runs["train-grpo-after"], cli_runs["train-grpo-alongside"]
+    after, alongside = cli_runs["train-sft"], cli_runs["train-grpo-alongside"]
     assert after.returncode == 0, describe(after)
     assert alongside.returncode == 0, describe(alongside)
     keys = ("step", "reward", "reward_std", "loss", "grad_norm", "rapo/hybrid_share")
     for folder in (BASELINE, "."):  # the baseline's run, and RAPO's beside it
-        after_log = [{key: entry[key] for key in keys} for entry in _logged_steps(work / "grpo-after" / folder)]
+        after_log = [{key: entry[key] for key in keys} for entry in _logged_steps(work / "model-sft" / folder)]
         alongside_log = [{key: entry[key] for key in keys} for entry in _logged_steps(work / "grpo-alongside" / folder)]
         assert alongside_log == after_log, folder
         assert any(entry["grad_norm"] > 0 for entry in after_log), after_log  # the steps updated the policy
-        after_weights, alongside_weights = (_adapter(work / run / folder) for run in ("grpo-after", "grpo-alongside"))
+        after_weights, alongside_weights = (_adapter(work / run / folder) for run in ("model-sft", "grpo-alongside"))
         assert after_weights.keys() == alongside_weights.keys()
         assert all(after_weights[name].equal(alongside_weights[name]) for name in after_weights), folder
 
