@@ -18,6 +18,8 @@ import numpy as np
 
 DEFAULT_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_EMBEDDER_DIMENSION = 384
+"""all-MiniLM-L6-v2's vector size, known before it loads: what a store records and checks on reopen."""
 
 
 def _hub_offline() -> bool:
@@ -157,14 +159,44 @@ def embed_newest(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return newest(texts) if newest is not None else embedder.embed(texts)
 
 
-_DEFAULT: SentenceTransformerEmbedder | None = None
+class DefaultEmbedder:
+    """all-MiniLM-L6-v2, loaded at its first embedding rather than when a store opens: the name and dimension a
+    store checks are known without the model, so a process that opens a store and never embeds (``rapo store
+    stats``, the warm start reading the store's trajectories) never imports sentence-transformers or loads it."""
+
+    name = DEFAULT_EMBEDDER_NAME
+    dimension = DEFAULT_EMBEDDER_DIMENSION
+
+    def __init__(self):
+        self._model: SentenceTransformerEmbedder | None = None
+
+    @property
+    def model(self) -> SentenceTransformerEmbedder:
+        """The loaded encoder (loaded here the first time)."""
+        if self._model is None:
+            model = SentenceTransformerEmbedder()
+            if model.dimension != self.dimension:
+                raise RuntimeError(f"{DEFAULT_EMBEDDER_NAME} loaded from {default_embedder_source()} gives vectors "
+                                   f"of {model.dimension} dimensions, not {self.dimension}: not the model stores "
+                                   "record under that name")
+            self._model = model
+        return self._model
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.embed(texts)
+
+    def embed_newest(self, texts: Sequence[str]) -> np.ndarray:
+        return self.model.embed_newest(texts)
 
 
-def default_embedder() -> SentenceTransformerEmbedder:
-    """The process-wide all-MiniLM-L6-v2 embedder (loaded once; ~1 s)."""
+_DEFAULT: DefaultEmbedder | None = None
+
+
+def default_embedder() -> DefaultEmbedder:
+    """The process-wide all-MiniLM-L6-v2 embedder (loaded once, at its first embedding; ~1 s)."""
     global _DEFAULT
     if _DEFAULT is None:
-        _DEFAULT = SentenceTransformerEmbedder()
+        _DEFAULT = DefaultEmbedder()
     return _DEFAULT
 
 

@@ -40,3 +40,22 @@ def test_default_minilm_store_retrieves_by_meaning(tmp_path):
         store.collection.metadata["embedder"] == "all-MiniLM-L6-v2"
         and store.collection.metadata["dimension"] == 384
     )
+
+
+def test_a_store_opens_with_the_default_embedder_unloaded_and_embeds_with_the_model_once_asked(tmp_path):
+    from rapo_trl.embeddings import DEFAULT_EMBEDDER_DIMENSION, DefaultEmbedder, SentenceTransformerEmbedder
+
+    embedder = DefaultEmbedder()
+    store = TraceStore(tmp_path / "lazy", embedder=embedder, config=StoreConfig(show_progress=False))
+    assert embedder._model is None  # the collection was created and checked on the name and dimension alone
+    store.add_trajectories(["<python>print(3 * 24)</python><result>72</result><answer>\\boxed{72}</answer>"], [1.0],
+                           ["bake"], prompts=["How many cupcakes with 3 bags?"])
+    loaded = embedder._model
+    assert isinstance(loaded, SentenceTransformerEmbedder) and loaded.dimension == DEFAULT_EMBEDDER_DIMENSION
+    store.close()
+    other = DefaultEmbedder()
+    reopened = TraceStore(tmp_path / "lazy", embedder=other, config=StoreConfig(show_progress=False))
+    assert len(reopened) == 2 and other._model is None  # counting the records embeds nothing
+    got = reopened.select(["<|im_start|>user\nCupcakes from 3 bags of flour?<|im_end|>"], top_k=1)
+    assert got[0].question_id == "bake" and other._model is not None
+    reopened.close()
