@@ -168,18 +168,23 @@ class DefaultEmbedder:
     dimension = DEFAULT_EMBEDDER_DIMENSION
 
     def __init__(self):
+        import threading
+
         self._model: SentenceTransformerEmbedder | None = None
+        # build-store fills two collections in two threads with this one embedder: the model loads once.
+        self._loading = threading.Lock()
 
     @property
     def model(self) -> SentenceTransformerEmbedder:
         """The loaded encoder (loaded here the first time)."""
-        if self._model is None:
-            model = SentenceTransformerEmbedder()
-            if model.dimension != self.dimension:
-                raise RuntimeError(f"{DEFAULT_EMBEDDER_NAME} loaded from {default_embedder_source()} gives vectors "
-                                   f"of {model.dimension} dimensions, not {self.dimension}: not the model stores "
-                                   "record under that name")
-            self._model = model
+        with self._loading:
+            if self._model is None:
+                model = SentenceTransformerEmbedder()
+                if model.dimension != self.dimension:
+                    raise RuntimeError(f"{DEFAULT_EMBEDDER_NAME} loaded from {default_embedder_source()} gives "
+                                       f"vectors of {model.dimension} dimensions, not {self.dimension}: not the model "
+                                       "stores record under that name")
+                self._model = model
         return self._model
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
