@@ -7,6 +7,7 @@ A sitting's files go with its machine, so the steps rebuild whatever is missing 
 
     .venv/bin/python benchmarks/learning_queue.py prepare      # worktree, its venv, the store, the warm start and
                                                                # GRPO seed 0's first two steps against its record
+    mkdir -p runs
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 0 >> runs/queue-0.log 2>&1 < /dev/null &
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 1 >> runs/queue-1.log 2>&1 < /dev/null &
     .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records and redraw, at any time
