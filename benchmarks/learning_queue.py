@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_comparison import JSON_PATH, WARM_START_DIR  # noqa: E402
 from common import update_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,9 +38,8 @@ WORKTREE = ROOT.parent / "rapo-protocol"
 """The worktree at ``PROTOCOL_COMMIT``, beside this checkout, with a venv of its own (its ``src`` installed)."""
 WORKDIR = "runs/comparison"
 """The bench's working folder inside the worktree: store, warm start, runs."""
-WARM_START_DIR = "sft-warm-start"
-"""The shared warm start's folder in ``WORKDIR`` (``bench_comparison.WARM_START_DIR``)."""
-RESULTS = Path("benchmarks/results/learning.json")
+RESULTS = JSON_PATH.relative_to(ROOT)
+"""``learning.json`` inside a checkout: this one's, or the worktree's."""
 LISTS = ("comparison", "rescored")
 """The lists of ``learning.json`` a run or a rescore appends to."""
 LANES = (
@@ -88,7 +88,7 @@ def prepare() -> None:
     if not (WORKTREE / ".git").exists():
         git("worktree", "add", "--detach", str(WORKTREE), PROTOCOL_COMMIT)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=WORKTREE, check=True)
-    steps = worktree_python(CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True)
+    steps = worktree_python("-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True)
     logged = json.loads(steps.strip().splitlines()[-1])
     record = recorded_run(load_records(ROOT / RESULTS)["comparison"], "grpo", 0, PROTOCOL_CODE)
     differences = check_steps(logged, record, CHECK_STEPS)
@@ -139,8 +139,7 @@ def run_lane(lane: tuple[tuple[str, int], ...]) -> None:
         raise SystemExit("learning_queue: no warm start in the worktree yet; run `learning_queue.py prepare` first "
                          "(two lanes would otherwise build the store and the warm start twice, at once)")
     for arm, seed in lane:
-        worktree_python_script("benchmarks/bench_comparison.py", "--workdir", WORKDIR, "--arms", arm,
-                               "--seeds", str(seed))
+        worktree_python("benchmarks/bench_comparison.py", "--workdir", WORKDIR, "--arms", arm, "--seeds", str(seed))
         sync()
 
 
@@ -175,11 +174,8 @@ def identity(record: dict) -> tuple:
     return record["arm"], record["seed"], record.get("code"), record["recorded"]
 
 
-def worktree_python(code: str, capture: bool = False) -> str:
-    return worktree_python_script("-c", code, capture=capture)
-
-
-def worktree_python_script(*arguments: str, capture: bool = False) -> str:
+def worktree_python(*arguments: str, capture: bool = False) -> str:
+    """The worktree's own Python (its ``src`` installed) with ``arguments``, one torch thread; stdout if captured."""
     environment = {**os.environ, **THREADS}
     done = subprocess.run([str(WORKTREE / ".venv/bin/python"), *arguments], cwd=WORKTREE, env=environment, check=True,
                           stdout=subprocess.PIPE if capture else None, text=True)
