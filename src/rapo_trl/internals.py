@@ -8,6 +8,7 @@ or, worse, quietly training as plain GRPO.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -145,7 +146,9 @@ def _resolve(owner: str):
     return getattr(importlib.import_module(module), name)
 
 
+@functools.cache
 def _source(function) -> str:
+    # Reading a class's source parses its whole module; several internals read the same class or module.
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):

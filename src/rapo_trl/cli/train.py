@@ -47,7 +47,7 @@ def check_store_not_empty(store, script, rapo_args) -> None:
 
 
 def check(script, rapo_args, model_args) -> None:
-    """Every input train can check without loading anything (also before TRL is imported)."""
+    """Every input train can check before TRL, torch or a model loads."""
     check_script_arguments("train", script)
     check_batch_shape(rapo_args)
     check_report_to(rapo_args)
@@ -70,6 +70,16 @@ def check(script, rapo_args, model_args) -> None:
     check_grpo_alongside(script)
     if _wants_store(script, rapo_args):
         check_store_location(script, must_exist=True)
+        check_store_collections(script, rapo_args)
+
+
+def check_store_collections(script, rapo_args) -> None:
+    """The collections train reads exist, and the one it retrieves from is not empty. Chroma opens a store in well
+    under a second, so a wrong ``store_collection`` answers before TRL, torch and the model load."""
+    with open_store(script, must_exist=True) as store:
+        check_store_not_empty(store, script, rapo_args)
+    if script.sft_warmup_steps > 0 and warm_start_collection(script) != script.store_collection:
+        open_store(script, must_exist=True, collection=warm_start_collection(script)).close()
 
 
 def run(script, rapo_args, model_args) -> dict:
