@@ -45,6 +45,17 @@ def test_a_reader_of_a_built_store_is_refused_a_collection_that_is_not_there(tmp
     assert len(TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder, must_exist=True)) == 3
 
 
+@pytest.mark.parametrize("folder", ["empty", "missing"])
+def test_a_reader_pointed_at_a_folder_without_a_store_makes_nothing_there(tmp_path, embedder, folder):
+    path = tmp_path / folder
+    if folder == "empty":
+        path.mkdir()
+    there = "it holds no chroma.sqlite3" if folder == "empty" else "the folder does not exist"
+    with pytest.raises(MissingCollectionError, match=rf"has no collection 'traces' \({there}\)\. Build it"):
+        TraceStore(path, embedder=embedder, must_exist=True)
+    assert (list(path.iterdir()) == []) if folder == "empty" else not path.exists()  # no database, no lock file
+
+
 _KILLED_BUILD = textwrap.dedent(
     """
     import os, sys

@@ -17,8 +17,16 @@ def add_parser(subparsers) -> None:
         sub.add_argument("path", help="Store folder (embedded Chroma).")
         sub.add_argument("--collection", default="traces", help="Collection inside the store.")
     query.add_argument("text", help="Context to retrieve for (question plus the trajectory so far).")
-    query.add_argument(*option_names("top_k"), type=int, default=None,
+    query.add_argument(*option_names("top_k"), type=positive_int, default=None,
                        help="Neighbours considered; the best stored reward among them wins (default: the store's).")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int of at least 1 (a neighbour count), refused while the command line is parsed."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -31,7 +39,8 @@ def run(args: argparse.Namespace) -> dict:
         raise UsageError(f"store path '{args.path}' is a file, not a store folder")
     if not Path(args.path).is_dir():
         raise UsageError(f"store path '{args.path}' does not exist")
-    store = TraceStore(args.path, collection=args.collection)
+    # must_exist: a misspelled --collection is refused by name; it is never created, empty, in the store it looks into
+    store = TraceStore(args.path, collection=args.collection, must_exist=True)
     if args.store_command == "stats":
         stats = store.stats()
         print(json.dumps(stats, indent=2, default=str))

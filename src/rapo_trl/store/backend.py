@@ -23,6 +23,8 @@ STORE_FORMAT = 2
 """Bumped whenever stored keys would no longer match the queries made of them. 2: keys and queries past the
 embedder's token limit are embedded from their newest end (format 1 embedded their start)."""
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+DATABASE_FILE = "chroma.sqlite3"
+"""The file embedded Chroma keeps a store in, inside the store's folder."""
 
 
 def _settings():
@@ -43,7 +45,7 @@ def prepare_store_dir(path: str | os.PathLike) -> bool:
         raise StorePathError(f"Cannot create the trace store directory {path}: {error}") from error
     if not os.access(path, os.W_OK | os.X_OK):
         raise StorePathError(f"Trace store directory {path} is not writable.")
-    database = path / "chroma.sqlite3"
+    database = path / DATABASE_FILE
     if database.exists():
         with open(database, "rb") as handle:
             header = handle.read(len(_SQLITE_MAGIC))
@@ -92,6 +94,16 @@ def collection_metadata(embedder, config: StoreConfig) -> dict:
         "key_max_chars": int(config.key_max_chars),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def require_database(path: Path, collection: str) -> None:
+    """Refuse a folder that holds no store database (:class:`MissingCollectionError`) before anything is made in it,
+    so that a reader pointed at the wrong folder leaves neither a database nor a lock file there."""
+    if not (path / DATABASE_FILE).is_file():
+        there = "the folder does not exist" if not path.exists() else f"it holds no {DATABASE_FILE}"
+        raise MissingCollectionError(
+            f"The trace store at {path} has no collection {collection!r} ({there}). Build it with `rapo build-store`, "
+            f"or give the folder a build wrote.")
 
 
 def require_collection(client, name: str, where: str) -> None:

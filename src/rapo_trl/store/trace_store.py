@@ -33,6 +33,7 @@ from rapo_trl.store.backend import (
     open_persistent_client,
     prepare_store_dir,
     require_collection,
+    require_database,
 )
 from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.import_export import ImportExport
@@ -68,6 +69,8 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
                  must_exist: bool = False):
         # Absolute: the lock (and Chroma's per-folder client) must not depend on a later chdir.
         path = Path(path).expanduser().absolute()
+        if must_exist and not path.is_file():  # a file is prepare_store_dir's to name
+            require_database(path, collection)
         # Embedded Chroma is single-process: lock the folder (shared to read; exclusive to write or
         # create) before Chroma touches it. See rapo_trl.store.lock.
         token = object()
