@@ -8,6 +8,7 @@ from __future__ import annotations
 
 # name: (lowest allowed, highest allowed, why the bound, if it needs saying); None is unbounded.
 RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
+    "learning_rate": (0.0, None, None),
     "num_generations": (2, None, "GRPO compares each completion with its group"),
     "max_completion_length": (1, None, None),
     "num_hybrid_generations": (0, None, None),

@@ -58,6 +58,10 @@ EARLY_CASES = {
     "build_store_file": ("build-store", {"store_path": "FILE", "agent": "MODEL"}, ["is a file, not a store folder"]),
     "train_size_zero": ("train", {"train_size": 0}, ["train_size must be >= 1"]),
     "build_store_train_size_zero": ("build-store", {"train_size": 0}, ["train_size must be >= 1"]),
+    # 0 builds nothing; on a store built before, the command would end as if it had succeeded
+    "build_store_num_samples_zero": ("build-store", {"num_samples": 0}, ["num_samples must be >= 1", "got 0"]),
+    "build_store_keep_top_k_zero": ("build-store", {"keep_top_k": 0}, ["keep_top_k must be >= 1", "got 0"]),
+    "learning_rate_negative": ("train", {"learning_rate": -1.0}, ["learning_rate must be >= 0.0", "got -1.0"]),
     "eval_size_zero": ("eval", {"eval_size": 0}, ["eval_size must be >= 1"]),
     "num_generations_zero": ("train", {"num_generations": 0}, ["num_generations must be >= 2"]),
     "max_completion_negative": ("train", {"max_completion_length": -5}, ["max_completion_length must be >= 1"]),

@@ -29,6 +29,10 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         value = getattr(script, name)
         if value is not None and value < 1:
             raise UsageError(f"{name} must be >= 1 (a cap on the questions; unset: every row), got {value}")
+    if command == "build-store":
+        for name in ("num_samples", "keep_top_k"):  # 0 would build nothing, and a resumed build would say it succeeded
+            if getattr(script, name) < 1:
+                raise UsageError(f"{name} must be >= 1 (trajectories a question), got {getattr(script, name)}")
     if script.task not in TASK_NAMES:
         from rapo_trl.cli.parsing import closest
 
