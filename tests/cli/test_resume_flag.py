@@ -32,8 +32,14 @@ def test_the_bare_flag_and_true_resume_from_the_newest_whole_checkpoint(run_dir,
     assert resume_from(args.resume_from_checkpoint, args.output_dir) == str(run_dir / "checkpoint-1")
 
 
-def test_false_and_unset_resume_nothing(run_dir):
-    assert resume_from(None, str(run_dir)) is None and resume_from("false", str(run_dir)) is None
+def test_false_resumes_nothing_and_unset_refuses_to_start_over_an_earlier_runs_checkpoints(run_dir, tmp_path):
+    assert resume_from("false", str(run_dir)) is None and resume_from(False, str(run_dir)) is None
+    with pytest.raises(UsageError, match=r"holds checkpoint-1 of an earlier run: pass --resume_from_checkpoint to go "
+                                         r"on .*, or --resume_from_checkpoint false to train from the start"):
+        resume_from(None, str(run_dir))
+    half = tmp_path / "half"
+    (half / "checkpoint-4").mkdir(parents=True)  # a save cut before its trainer_state.json: nothing to go on from
+    assert resume_from(None, str(half)) is None and resume_from(None, str(tmp_path / "new")) is None
 
 
 def test_nothing_to_resume_from_is_refused_in_one_line(tmp_path):

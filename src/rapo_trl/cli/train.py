@@ -184,10 +184,19 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int) -> None:
 
 def resume_from(value, output_dir: str) -> str | None:
     """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
-    Trainer's ``True``; ``false`` none; a folder must exist and be whole. Refused in one line before anything loads."""
-    from rapo_trl.trainer.resilience.checkpoint import checked_resume
+    Trainer's ``True``; ``false`` none; a folder must exist and be whole. Unset, it is none when ``output_dir`` holds
+    no whole checkpoint: a run started over would save its own checkpoints over an earlier run's (and rotate them
+    away), so that needs ``false``. Refused in one line before anything loads."""
+    from rapo_trl.trainer.resilience.checkpoint import checked_resume, last_complete_checkpoint
 
-    if value is None or isinstance(value, bool):
+    if value is None:
+        earlier = last_complete_checkpoint(output_dir, resuming=False)
+        if earlier is not None:
+            raise UsageError(f"output_dir {output_dir} holds {Path(earlier).name} of an earlier run: pass "
+                             f"--resume_from_checkpoint to go on from its newest whole checkpoint, or "
+                             f"--resume_from_checkpoint false to train from the start (its checkpoints are replaced)")
+        return None
+    if isinstance(value, bool):
         value = value or None
     elif value.strip().lower() in ("true", "yes", "1"):
         value = True
