@@ -63,6 +63,10 @@ EARLY_CASES = {
     "build_store_keep_top_k_zero": ("build-store", {"keep_top_k": 0}, ["keep_top_k must be >= 1", "got 0"]),
     "learning_rate_negative": ("train", {"learning_rate": -1.0}, ["learning_rate must be >= 0.0", "got -1.0"]),
     "eval_size_zero": ("eval", {"eval_size": 0}, ["eval_size must be >= 1"]),
+    "eval_batch_size_zero": ("eval", {"eval_batch_size": 0}, ["eval_batch_size must be >= 1", "got 0"]),
+    # no question would be sampled, and mean@k would read 0.000 (0.000-0.000)
+    "eval_sample_size_zero": ("eval", {"eval_samples": 2, "eval_sample_size": 0}, ["eval_sample_size must be >= 1"]),
+    "eval_temperature_zero": ("eval", {"eval_samples": 2, "eval_temperature": 0.0}, ["eval_temperature must be > 0"]),
     "num_generations_zero": ("train", {"num_generations": 0}, ["num_generations must be >= 2"]),
     "max_completion_negative": ("train", {"max_completion_length": -5}, ["max_completion_length must be >= 1"]),
     "closeness_negative": ("train", {"closeness_weight": -0.5}, ["closeness_weight must be >= 0", "got -0.5"]),

@@ -80,9 +80,27 @@ def _target(script, rapo_args) -> str:
     return script.eval_model or rapo_args.output_dir or "trainer_output"
 
 
+def check_sampling_settings(script) -> None:
+    """Refuse eval's counts and temperature where they would fail after a model loads, or score nothing as 0."""
+    if script.eval_samples < 0:
+        raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
+    if script.eval_processes < 1:
+        raise UsageError(f"eval_processes must be >= 1 (1: one model after another), got {script.eval_processes}")
+    if script.eval_batch_size < 1:
+        raise UsageError(f"eval_batch_size must be >= 1 (rows generated together), got {script.eval_batch_size}")
+    if script.eval_sample_size is not None and script.eval_sample_size < 1:
+        # 0 questions would report mean@k as 0.000 with an interval of 0.000-0.000
+        raise UsageError(f"eval_sample_size must be >= 1 (questions scored by mean@k; unset: eval_size), got "
+                         f"{script.eval_sample_size}")
+    if script.eval_temperature is not None and script.eval_temperature <= 0:
+        raise UsageError(f"eval_temperature must be > 0 (mean@k samples at it; eval_samples 0 scores greedily), got "
+                         f"{script.eval_temperature}")
+
+
 def check(script, rapo_args, model_args) -> None:
     """Every input eval can check without loading anything (also before TRL is imported)."""
     check_script_arguments("eval", script)
+    check_sampling_settings(script)
     if script.eval_model in MODEL_ALIASES:
         check_model(script.eval_model)
     elif not Path(_target(script, rapo_args)).is_dir():
@@ -92,10 +110,6 @@ def check(script, rapo_args, model_args) -> None:
     elif script.eval_base and not model_args.model_name_or_path and _base_of(_target(script, rapo_args)):
         check_model(_base_of(_target(script, rapo_args)))  # the adapter's base, evaluated first
     refuse_what_eval_cannot_run(script, _target(script, rapo_args))
-    if script.eval_samples < 0:
-        raise UsageError(f"eval_samples must be >= 0 (0: greedy pass@1 only), got {script.eval_samples}")
-    if script.eval_processes < 1:
-        raise UsageError(f"eval_processes must be >= 1 (1: one model after another), got {script.eval_processes}")
     if script.eval_base and model_args.model_name_or_path:
         check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
