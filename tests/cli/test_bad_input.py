@@ -62,6 +62,11 @@ EARLY_CASES = {
     "build_store_num_samples_zero": ("build-store", {"num_samples": 0}, ["num_samples must be >= 1", "got 0"]),
     "build_store_keep_top_k_zero": ("build-store", {"keep_top_k": 0}, ["keep_top_k must be >= 1", "got 0"]),
     "learning_rate_negative": ("train", {"learning_rate": -1.0}, ["learning_rate must be >= 0.0", "got -1.0"]),
+    "sft_batch_size_zero": ("train", {"sft_warmup_steps": 1, "sft_batch_size": 0}, ["sft_batch_size must be >= 1"]),
+    "sft_learning_rate_negative": ("train", {"sft_warmup_steps": 1, "sft_learning_rate": -1.0},
+                                   ["sft_learning_rate must be >= 0", "got -1.0"]),
+    # Trainer would take one step at a learning rate of 0 and call the run trained
+    "max_steps_zero": ("train", {"max_steps": 0}, ["max_steps must be >= 1, or -1", "got 0"]),
     "eval_size_zero": ("eval", {"eval_size": 0}, ["eval_size must be >= 1"]),
     "eval_batch_size_zero": ("eval", {"eval_batch_size": 0}, ["eval_batch_size must be >= 1", "got 0"]),
     # no question would be sampled, and mean@k would read 0.000 (0.000-0.000)
