@@ -350,8 +350,9 @@ class RAPOConfig(GRPOConfig):
                                  f"num_hybrid_generations ({self.num_hybrid_generations}) must be below "
                                  f"num_generations ({self.num_generations}).")
             self._require_whole_groups("retrieve_failed_groups_max_reward judges whole groups")
-        if self.retrieved_token_shaping is not None and self.retrieved_token_shaping <= 0:
-            raise ValueError(f"retrieved_token_shaping must be > 0 or None, got {self.retrieved_token_shaping}.")
+        shaping = self.retrieved_token_shaping
+        if shaping is not None and (isinstance(shaping, bool) or not isinstance(shaping, (int, float)) or shaping <= 0):
+            raise ValueError(f"retrieved_token_shaping must be a number > 0 or None, got {shaping!r}.")
 
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps: constant, or decayed to ``retrieve_prob_final``."""
