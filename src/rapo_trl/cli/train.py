@@ -68,7 +68,7 @@ def check(script, rapo_args, model_args) -> None:
         raise UsageError(f"sft_batch_size must be >= 1 (trajectories an SFT step), got {script.sft_batch_size}")
     if script.sft_learning_rate < 0:
         raise UsageError(f"sft_learning_rate must be >= 0, got {script.sft_learning_rate}")
-    if getattr(rapo_args, "max_steps", -1) == 0:
+    if rapo_args.max_steps == 0:
         # Trainer would take one step at a learning rate of 0 and report a trained run
         raise UsageError("max_steps must be >= 1, or -1 to train num_train_epochs, got 0")
     if not 0.0 <= script.sft_retrieved_share <= 1.0:
