@@ -9,6 +9,7 @@ from __future__ import annotations
 # name: (lowest allowed, highest allowed, why the bound, if it needs saying); None is unbounded.
 RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "learning_rate": (0.0, None, None),
+    "temperature": (0.0, None, "GRPO compares sampled completions: at 0 every row of a group is the same"),
     "num_generations": (2, None, "GRPO compares each completion with its group"),
     "max_completion_length": (1, None, None),
     "num_hybrid_generations": (0, None, None),
@@ -29,6 +30,10 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
 }
 
 
+# Fields whose lowest value is itself refused.
+ABOVE_LOWEST: frozenset[str] = frozenset({"temperature"})
+
+
 def out_of_range(values: dict, unbounded: tuple[str, ...] = ()) -> str | None:
     """One line naming the first value of ``values`` (field -> value) outside its range, or None. Fields the table
     does not hold or ``unbounded`` names, ``None`` and values that are no number are left alone."""
@@ -40,8 +45,10 @@ def out_of_range(values: dict, unbounded: tuple[str, ...] = ()) -> str | None:
             number = float(value)
         except (TypeError, ValueError):
             continue  # a wrong type is the parser's to report
-        if (low is not None and number < low) or (high is not None and number > high):
-            bounds = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        above_lowest = name in ABOVE_LOWEST
+        below = low is not None and (number <= low if above_lowest else number < low)
+        if below or (high is not None and number > high):
+            bounds = f"in [{low}, {high}]" if high is not None else f"{'>' if above_lowest else '>='} {low}"
             return f"{name} must be {bounds}{f' ({why})' if why else ''}, got {value}"
     if _exceeds(values, "num_hybrid_generations", "num_generations"):
         return (f"num_hybrid_generations ({values['num_hybrid_generations']}) must be between 0 and "

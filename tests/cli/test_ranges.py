@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rapo_trl.ranges import RAPO_RANGES, out_of_range
+from rapo_trl.ranges import ABOVE_LOWEST, RAPO_RANGES, out_of_range
 
 STEP = {float: 0.5, int: 1}
 
@@ -30,10 +30,20 @@ def test_each_bound_is_rapoconfigs(name):
         assert out_of_range({name: value}) is not None
         with pytest.raises(ValueError, match=name):
             _config(**{**extra, name: value})
-        if name != "num_generations" or bound != low:  # a bound itself is allowed
+        if name in ABOVE_LOWEST and bound == low:
+            assert out_of_range({name: kind(bound)}) is not None
+            with pytest.raises(ValueError, match=name):
+                _config(**{**extra, name: kind(bound)})
+        elif name != "num_generations" or bound != low:  # a bound itself is allowed
             assert out_of_range({name: kind(bound)}) is None
 
 
 def test_hybrid_rollouts_cannot_outnumber_the_group():
     assert "num_hybrid_generations (5)" in out_of_range({"num_generations": 4, "num_hybrid_generations": 5})
     assert out_of_range({"num_generations": 4, "num_hybrid_generations": 4}) is None
+
+
+def test_a_temperature_of_zero_is_refused_by_name_and_why():
+    refused = out_of_range({"temperature": 0})
+    assert refused.startswith("temperature must be > 0.0") and "every row of a group is the same" in refused
+    assert out_of_range({"temperature": 0.01}) is None
