@@ -38,8 +38,10 @@ def test_score_texts_counts_numeric_equivalence_and_format():
     assert scores["correct_by_question"] == [1, 1, 0, 0]  # in the texts' order, to pair models per question
     lo, hi = scores["pass@1_ci95"]
     assert lo < 0.5 < hi
-    # exact match only when the task is not numeric
-    assert score_texts([answer("12.0")], ["12"], numeric=False)["correct"] == 0
+    # exact match only when the task is not numeric: one number written two ways, not an equal expression
+    assert score_texts([answer("12.0")], ["12"], numeric=False)["correct"] == 1
+    assert score_texts([answer("1/2")], ["0.5"], numeric=False)["correct"] == 0
+    assert score_texts([answer("1/2")], ["0.5"], numeric=True)["correct"] == 1
 
 
 def test_format_table_shows_counts_and_interval():

@@ -8,13 +8,12 @@ completion has no answer.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from typing import Any
 
 from rapo_trl.rewards.format import mask_results
 from rapo_trl.rewards.parsing import completion_text, extract_prediction, strip_retrieved_blocks
-from rapo_trl.rewards.scoring import best_over_golds, exact_match, golds_from_kwargs, token_f1
+from rapo_trl.rewards.scoring import best_over_golds, exact_match, golds_from_kwargs, plain_number, token_f1
 
 
 def _predictions(completions) -> list[str | None]:
@@ -29,12 +28,14 @@ def _score_all(metric, completions, kwargs: dict[str, Any]) -> list[float]:
 
 
 def exact_match_reward(prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float]:
-    """1.0 when the boxed answer equals a gold answer after SQuAD normalisation, else 0.0."""
+    """1.0 when the boxed answer equals a gold answer after normalisation (``normalize_answer``: SQuAD's, numbers
+    kept whole), else 0.0."""
     return _score_all(exact_match, completions, kwargs)
 
 
 def f1_reward(prompts=None, completions=None, completion_ids=None, **kwargs: Any) -> list[float]:
-    """Token F1 (SQuAD normalisation) of the boxed answer, best over the gold answers."""
+    """Token F1 (``normalize_answer``: SQuAD's normalisation, numbers kept whole) of the boxed answer, best over the
+    gold answers."""
     return _score_all(token_f1, completions, kwargs)
 
 
@@ -61,17 +62,15 @@ def math_equivalence_reward(
     return _score_all(math_equivalent, completions, kwargs)
 
 
-_NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
 DEFAULT_CLOSENESS_DECADES = 1.0
 
 
 def _number(text: str) -> float | None:
-    """The value of ``text`` when it is one plain number (``1,250``, ``-3``, ``12.5``), else None."""
-    text = text.strip().rstrip(".")
-    if not _NUMBER_RE.fullmatch(text):
+    """``plain_number`` as a float, or None for no plain number or one beyond a float's range."""
+    value = plain_number(text)
+    if value is None or not math.isfinite(float(value)):
         return None
-    value = float(text.replace(",", ""))
-    return value if math.isfinite(value) else None
+    return float(value)
 
 
 def _check_decades(decades: float) -> None:

@@ -1,4 +1,4 @@
-"""Answer comparison with SQuAD normalisation, and reading gold answers from TRL's kwargs."""
+"""Answer comparison with SQuAD normalisation (numbers kept whole), and reading gold answers from TRL's kwargs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from rapo_trl.rewards.parsing import last_boxed
@@ -15,12 +16,43 @@ GOLD_COLUMNS = ("answer", "answers", "solution")
 
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
+# A number standing on its own: a sign, thousands commas, a decimal part, a denominator.
+_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d[\d,]*)?(?![\w]|\.\d)")
+
+
+def plain_number(text: str) -> Decimal | None:
+    """The value of ``text`` when it is one plain number (``1,250``, ``-3``, ``12.50``, a closing ``.`` allowed),
+    else None."""
+    text = str(text).strip().rstrip(".")
+    if "/" in text or not _NUMBER_RE.fullmatch(text):
+        return None
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def _canonical_number(match: re.Match) -> str:
+    # 18.00 and 18 are one answer, as 2.5 and 25 or -3 and 3 are two: the sign, the decimal point and the fraction
+    # bar are kept, which SQuAD's punctuation rule would drop.
+    parts = [Decimal(part.replace(",", "")) for part in match.group().split("/")]
+    return " " + "/".join("0" if part == 0 else format(part.normalize(), "f") for part in parts) + " "
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lowercase, drop punctuation and the articles a/an/the, squeeze spaces."""
-    text = str(text).lower().translate(_PUNCTUATION)
-    return " ".join(_ARTICLES_RE.sub(" ", text).split())
+    """SQuAD normalisation (lowercase, drop punctuation and the articles a/an/the, squeeze spaces), with each number
+    kept whole and written one way: ``18.00`` -> ``18``, ``1,250`` -> ``1250``, ``-3``, ``2.5`` and ``1/2`` as they
+    are."""
+    pieces = []
+    last = 0
+    text = str(text)
+    for match in _NUMBER_RE.finditer(text):
+        pieces.append(text[last:match.start()].lower().translate(_PUNCTUATION))
+        pieces.append(_canonical_number(match))
+        last = match.end()
+    pieces.append(text[last:].lower().translate(_PUNCTUATION))
+    return " ".join(_ARTICLES_RE.sub(" ", "".join(pieces)).split())
 
 
 def token_f1(prediction: str, gold: str) -> float:
