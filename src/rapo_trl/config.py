@@ -144,8 +144,9 @@ class RAPOConfig(GRPOConfig):
     dynamic_sampling_max_rounds (`int`, *optional*, defaults to `0`):
         DAPO's dynamic sampling (arXiv 2503.14476; `max_num_gen_batches` there), up to this many extra rollout
         rounds per step; 0 turns it off. A group whose rewards are all equal has zero advantage and teaches
-        nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset` (seeded by
-        `seed`, the step, the process and the round; never a prompt already in the step) are rolled out, scored by
+        nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset` (one draw for
+        all processes, seeded by `seed`, the step and the round, each process taking its slice; never a prompt
+        already in the step) are rolled out, scored by
         the reward functions, and a replacement group with unequal rewards takes the flat group's rows, prompt and
         dataset row (so its own answer columns score it). Groups still flat after the last round are kept (zero
         advantage). Each round costs one more rollout per flat group. Needs each process's generation batch to hold

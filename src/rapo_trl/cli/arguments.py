@@ -228,8 +228,8 @@ class RAPOScriptArguments:
     )
     push_warm_start: bool = field(
         default=False,
-        metadata={"help": "train, push_to_hub: also upload sft-warm-start/ (the merged warm-start model, a full copy) "
-                  "and sft-same-time/. The pushed adapter carries the warm start either way."},
+        metadata={"help": "train, push_to_hub: also upload sft-warm-start/ (the warm start's adapter, or its merged "
+                  "model without LoRA) and sft-same-time/. The pushed adapter carries the warm start either way."},
     )
 
 

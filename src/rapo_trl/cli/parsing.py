@@ -20,8 +20,8 @@ SYNONYMS = {"lora_rank": "lora_r", "rank": "lora_r", "lr": "learning_rate", "bat
 _STORE_SETTING = ("was moved to the trace store's own settings: StoreConfig.{0} ({1}), set where the store is made "
                   "(TraceStore(path, config=StoreConfig({0}=...))); the trainer uses the store as given")
 REPLACED = {
-    "retrieve_when": "was replaced by retrieve_at (where a hybrid rollout retrieves: tool_step, plan, "
-                     "first_tool_step) and retrieve_failed_groups_max_reward (retrieve only in groups whose on-policy "
+    "retrieve_when": "was replaced by retrieve_at (where a hybrid rollout retrieves: start, tool_step, "
+                     "plan, first_tool_step) and retrieve_failed_groups_max_reward (retrieve only in groups whose on-policy "
                      "rollouts failed)",
     "retrieve_prob_schedule": "was replaced by retrieve_prob_final (unset: p constant; a value: p decays linearly "
                               "from retrieve_prob to it at the last step)",
