@@ -132,7 +132,8 @@ def test_hybrid_rollouts_without_a_store_warn_and_p_zero_does_not(tiny_model_dir
                      retrieve_prob=0.5))
         warn_if_nothing_to_retrieve_of(rapo_trainer(tiny_model_dir, tmp_path / "b", num_hybrid_generations=2,
                      retrieve_prob=0.0))
-    messages = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer"]
+    # The helper's prompts teach no tool tag, which the trainer also warns about; that warning is not counted here.
+    messages = [r.getMessage() for r in caplog.records if r.name == "rapo_trl.trainer" and "teach" not in r.getMessage()]
     assert len(messages) == 1 and "no trace_store" in messages[0]
 
 

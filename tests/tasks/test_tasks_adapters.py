@@ -97,6 +97,25 @@ def test_missing_columns_are_named():
         to_rapo_rows({"train": QA}, tools=[])
 
 
+@pytest.mark.parametrize("answer", [None, "", "  ", [], [None], True, {"answer_start": [3]}])
+def test_a_row_without_a_gold_answer_is_named(answer):
+    # A null gold scored every completion 0 and an empty one rewarded an empty \boxed{}: refused while rows are made.
+    with pytest.raises(ValueError, match="row 0: column 'answer' must hold a gold answer"):
+        to_rapo_rows(Dataset.from_list([{"question": "q?", "answer": answer}]), tools=[])
+    with pytest.raises(ValueError, match="row 1: column 'answer' must hold a gold answer"):
+        to_rapo_rows(Dataset.from_list([{"question": "q?", "answer": "1"}, {"question": "r?", "answer": None}]),
+                     tools=[])
+
+
+def test_squad_answers_score_by_their_texts():
+    squad = {"text": ["Denver Broncos", "the Broncos"], "answer_start": [177, 181]}
+    rows = to_rapo_rows(Dataset.from_list([{"question": "Who won?", "answers": squad}]), answer_column="answers",
+                        tools=[])
+    completion = "<think>ok</think>\n<answer>\\boxed{Denver Broncos}</answer>"
+    assert rapo_outcome_reward(prompts=rows["prompt"], completions=[completion], completion_ids=[[0]],
+                               answer=rows["answer"]) == [1.0]
+
+
 def test_demo_rows_through_the_reward_as_trl_would_pass_them():
     rows = to_rapo_rows(load_task("two_hop", "eval", n=4), system_prompt=SYSTEM_PROMPT)
     expert = get_task("two_hop").expert

@@ -12,7 +12,11 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from rapo_trl.tasks import to_rapo_rows
-from rapo_trl.trainer.checks import warn_if_learning_rate_too_low_for_peft, warn_if_prompt_and_tools_differ
+from rapo_trl.trainer.checks import (
+    warn_if_learning_rate_too_low_for_peft,
+    warn_if_nothing_to_retrieve,
+    warn_if_prompt_and_tools_differ,
+)
 from tests.helpers.scripted import Turn
 from tests.helpers.trainers import batch_inputs, rapo_trainer, script
 
@@ -34,11 +38,26 @@ def test_a_peft_adapter_below_1e_5_is_warned_about(tiny_model_dir, caplog):
     assert "learning_rate=1e-06" in message and "~1e-4" in message
 
 
+def unit_price(total: float, count: int) -> float:
+    """Price of one unit.
+
+    Args:
+        total: the total price.
+        count: how many units.
+    """
+    return total / count
+
+
 @pytest.mark.parametrize("prompt_tools, running, expected", [
     (["python", "search"], ["python"], ["teach <search> but the trainer runs no search tool"]),
     (["python"], ["python", "search"], ["runs a <search> tool that the training prompts never mention"]),
     (["python"], ["python"], []),
-    ([], ["python"], []),  # prompts without a tool protocol (a user's own format) are not second-guessed
+    ([], ["python"], ["runs <python>, but the training prompts teach no tool tag"]),  # TRL's prompt-only format
+    ([], [], []),
+    (["python", unit_price], ["python"], ["teach <unit_price> but the trainer runs no unit_price tool"]),
+    (["python"], ["python", "unit_price"], ["runs a <unit_price> tool that the training prompts never mention"]),
+    (["python", unit_price], ["python", "unit_price"], []),
+    ([unit_price], ["unit_price"], []),
 ])
 def test_prompts_and_tools_must_agree(prompt_tools, running, expected, caplog):
     class Tag:
@@ -48,8 +67,9 @@ def test_prompts_and_tools_must_agree(prompt_tools, running, expected, caplog):
             self.tag = tag
 
     data = Dataset.from_list([{"question": "q?", "answer": "1"}])
-    rows = to_rapo_rows(data, tools=[Tag(t) for t in prompt_tools]) if prompt_tools else to_rapo_rows(
-        data, system_prompt="Answer briefly.")
+    tools = [Tag(t) if isinstance(t, str) else t for t in prompt_tools]
+    rows = to_rapo_rows(data, tools=tools) if prompt_tools else Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": "q?"}], "solution": "1"}])
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         warn_if_prompt_and_tools_differ(rows, running)
     found = warnings_of(caplog)
@@ -78,3 +98,27 @@ def test_a_step_with_one_working_tool_call_is_not_warned_about(tiny_model_dir, t
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         trainer._generate_and_score_completions(batch_inputs())
     assert not [m for m in warnings_of(caplog) if "tool call" in m]
+
+
+def _retrieving(**settings):
+    from rapo_trl.config import RAPOConfig
+
+    return RAPOConfig(output_dir="unused", use_cpu=True, report_to="none", num_generations=4,
+                      per_device_train_batch_size=4, num_hybrid_generations=2, **settings)
+
+
+@pytest.mark.parametrize("settings, tool_tags, expected", [
+    ({"retrieve_prob": 0.0, "retrieve_prob_final": 0.5}, ["python"], "no trace_store was given"),  # a ramp up
+    ({"retrieve_prob": 0.0}, ["python"], None),
+    ({"retrieve_prob": 0.5}, [], "the trainer runs no tool, so no row ever retrieves"),
+    ({"retrieve_prob": 0.5, "retrieve_at": ["first_tool_step"]}, [], "the trainer runs no tool"),
+    ({"retrieve_prob": 0.5, "retrieve_at": ["plan"]}, [], None),
+    ({"retrieve_prob": 0.5}, None, None),  # TRL's JSON tools: not this check's to judge
+])
+def test_retrieval_that_can_never_happen_is_named(settings, tool_tags, expected, caplog):
+    store = [object()]  # a store with one record: no store warning of its own
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        warn_if_nothing_to_retrieve(_retrieving(retrieve_own_question=False, **settings),
+                                    None if "retrieve_prob_final" in settings else store, tool_tags=tool_tags)
+    found = warnings_of(caplog)
+    assert [expected in m for m in found] == ([True] if expected else []), found

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -83,9 +83,12 @@ def clean_gold(gold: Any) -> str:
 
 
 def gold_list(gold: Any) -> list[str]:
-    """A row's gold answer(s) as a list: a string, a number or a list/tuple of them."""
+    """A row's gold answer(s) as a list: a string, a number, a list/tuple of them, or SQuAD's ``answers`` mapping
+    (its ``text`` list)."""
     if gold is None:
         return []
+    if isinstance(gold, Mapping) and "text" in gold:
+        return gold_list(gold["text"])
     if isinstance(gold, Sequence) and not isinstance(gold, str):
         return [clean_gold(g) for g in gold if g is not None]
     return [clean_gold(gold)]

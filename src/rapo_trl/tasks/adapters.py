@@ -49,7 +49,8 @@ def to_rapo_rows(
     """RAPO training/eval rows from any dataset with a question and an answer column.
 
     Adds ``prompt`` (system + user messages, or one string when ``conversational=False``), puts the
-    gold(s) in ``answer`` (a string or a list of strings, kept as given) and adds a stable
+    gold(s) in ``answer`` (a string, a number, a list of them or SQuAD's ``{"text": [...]}``, kept as given; a
+    row without one, such as ``None`` or ``""``, is refused) and adds a stable
     ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
 
@@ -81,12 +82,32 @@ def to_rapo_rows(
     else:
         ids = [question_id_of(q) for q in questions]
     answers = list(dataset[answer_column])
+    for index, answer in enumerate(answers):
+        _check_gold(index, answer_column, answer)
     # Replaced columns go first, so their old types cannot clash with the new ones.
     replaced = {"prompt", "answer", "question_id", answer_column} & set(dataset.column_names)
     rows = dataset.remove_columns(sorted(replaced))
     for name, values in (("prompt", prompts), ("answer", answers), ("question_id", ids)):
         rows = rows.add_column(name, values)
     return rows
+
+
+def _check_gold(index: int, column: str, answer) -> None:
+    if not _is_gold(answer):
+        raise ValueError(f"row {index}: column '{column}' must hold a gold answer (a non-empty string or a number, "
+                         f"a list of them, or SQuAD's {{'text': [...]}}), got {answer!r}")
+
+
+def _is_gold(answer) -> bool:
+    """What the rewards can score (``rapo_trl.rewards.scoring.gold_list``): a non-empty string or a number, a
+    non-empty list of them, or SQuAD's ``answers`` mapping."""
+    if isinstance(answer, dict):
+        return "text" in answer and _is_gold(answer["text"])
+    if isinstance(answer, (list, tuple)):
+        return bool(answer) and all(_is_gold(a) for a in answer)
+    if isinstance(answer, str):
+        return bool(answer.strip())
+    return isinstance(answer, (int, float)) and not isinstance(answer, bool)
 
 
 def question_id_of(question: str) -> str:

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import logging
+import re
 
+from rapo_trl.core.retrieval_rule import RETRIEVAL_TRIGGERS
 from rapo_trl.protocol import TOOL_TAGS
 
 logger = logging.getLogger("rapo_trl.trainer")
@@ -13,19 +15,28 @@ PEFT_MIN_LEARNING_RATE = 1e-5
 """Below this a LoRA adapter barely moves in a short run (GRPOConfig's inherited default is 1e-6)."""
 
 
-def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=()) -> None:
-    """Hybrid rollouts are configured but the store cannot feed them, cannot prefer the row's own question, or holds
-    steps cut at other tools than the trainer's ``tool_tags``."""
-    if args.retrieve_prob <= 0 or args.num_hybrid_generations == 0:
+def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> None:
+    """Hybrid rollouts are configured (at some step of ``retrieve_prob``'s schedule) but the store cannot feed them,
+    cannot prefer the row's own question, or holds steps cut at other tools than the trainer's ``tool_tags``; or the
+    rollouts can never reach a boundary where they retrieve. ``tool_tags``: the trainer's tag tools (``None``: not
+    known here, or TRL's JSON tools)."""
+    if max(args.retrieve_prob, args.retrieve_prob_final or 0.0) <= 0 or args.num_hybrid_generations == 0:
         return
+    if tool_tags is not None and not tool_tags and all(
+            RETRIEVAL_TRIGGERS[name].boundary == "tool_step" for name in args.retrieve_at):
+        logger.warning("RAPO: hybrid rollouts retrieve after tool steps (retrieve_at=%s), but the trainer runs no "
+                       "tool, so no row ever retrieves. Pass tools=[...], or retrieve at 'start' or 'plan'.",
+                       list(args.retrieve_at))
     if args.retrieve_own_question and store is not None:
         warn_if_own_question_unknown(store, dataset)
     if store is not None and tool_tags:
         warn_if_store_cut_elsewhere(store, list(tool_tags))
     if store is None:
-        logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s) but no trace_store was given: "
+        schedule = "" if args.retrieve_prob_final is None else f", retrieve_prob_final={args.retrieve_prob_final}"
+        logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s%s) but no trace_store was given: "
                        "nothing is retrieved and training is agentic GRPO. Pass trace_store=TraceStore(...) "
-                       "built with build_from_agent / add_from_dataset, or set retrieve_prob=0.", args.retrieve_prob)
+                       "built with build_from_agent / add_from_dataset, or set retrieve_prob=0.", args.retrieve_prob,
+                       schedule)
     elif hasattr(store, "__len__") and len(store) == 0:
         logger.warning("RAPO: the trace store %r is empty: every retrieval will insert the fallback text, not "
                        "a retrieved step. Fill it first (TraceStore.build_from_agent, add_from_dataset or "
@@ -113,21 +124,40 @@ def warn_if_learning_rate_too_low_for_peft(model, learning_rate: float) -> None:
 
 
 def warn_if_prompt_and_tools_differ(dataset, tool_tags: list[str]) -> None:
-    """The first training prompt should teach exactly the built-in tools the trainer runs."""
+    """The first training prompt should teach exactly the tag tools the trainer runs: the built-in ones (``<python>``,
+    ``<search>``) and function tools (``<name>{...}</name>``, as ``to_rapo_rows`` teaches them)."""
     try:
         prompt = dataset[0]["prompt"]
     except (TypeError, KeyError, IndexError, NotImplementedError):  # streaming or unusual datasets: no check
         return
     text = _system_text(prompt)
-    taught = {tag for tag in TOOL_TAGS if f"<{tag}>" in text}
-    running = {tag for tag in TOOL_TAGS if tag in tool_tags}
+    taught = taught_tool_tags(text, tool_tags)
+    running = set(tool_tags)
     for tag in sorted(taught - running):
         logger.warning("RAPO: the training prompts teach <%s> but the trainer runs no %s tool, so every such call "
                        "fails. Build the rows with to_rapo_rows(..., tools=<the tools you pass>) or add the tool.",
                        tag, tag)
-    for tag in sorted(running - taught) if taught else ():
+    missing = sorted(running - taught)
+    if missing and not taught:
+        logger.warning("RAPO: the trainer runs %s, but the training prompts teach no tool tag: the policy calls a "
+                       "tool only if it already writes its tags. Build the rows with to_rapo_rows(..., tools=<the "
+                       "tools you pass>) or put rapo_trl.tasks.system_prompt_for(tools) in a system message.",
+                       ", ".join(f"<{tag}>" for tag in missing))
+        return
+    for tag in missing:
         logger.warning("RAPO: the trainer runs a <%s> tool that the training prompts never mention. Build the rows "
                        "with to_rapo_rows(..., tools=<the tools you pass>).", tag)
+
+
+_FUNCTION_CALL_RE = re.compile(r"<([A-Za-z_][\w.-]*)>\{")
+"""A function tool's call as ``system_prompt_for`` teaches it: ``<name>{"arg": ...}</name>``."""
+
+
+def taught_tool_tags(text: str, tool_tags: list[str]) -> set[str]:
+    """The tool tags ``text`` teaches: built-in tags it names, function tools whose call format it shows, and any of
+    ``tool_tags`` it names."""
+    named = {tag for tag in (*TOOL_TAGS, *tool_tags) if f"<{tag}>" in text}
+    return named | set(_FUNCTION_CALL_RE.findall(text))
 
 
 def _system_text(prompt) -> str:

@@ -86,7 +86,11 @@ def _add(store, inputs, rows, chosen, tokenizer, tag) -> None:
 
 
 def _question_id(row: dict, prompt) -> str:
-    return str(row.get("question_id") or hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16])
+    """The row's ``question_id`` as the rollout's retrieval compares it (``str``, ``0`` included), else a hash of its
+    prompt."""
+    if row.get("question_id") is not None:
+        return str(row["question_id"])
+    return hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16]
 
 
 def _takes_metadata(store) -> bool:

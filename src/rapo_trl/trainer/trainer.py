@@ -209,8 +209,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
     def train(self, *args, **kwargs):
         check_store_before_training(self.trace_store)
         if self.accelerator.is_main_process:
-            warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset,
-                                        [tool.tag for tool in self.rapo_tools])
+            tag_tools = None if self.tool_protocol == "json" else [tool.tag for tool in self.rapo_tools]
+            warn_if_nothing_to_retrieve(self.args, self.trace_store, self.train_dataset, tag_tools)
         return super().train(*args, **kwargs)
 
     # ------------------------------------------------------------------ a step: generate and score
