@@ -90,3 +90,21 @@ def test_a_store_whose_question_ids_match_no_training_row_is_reported(make_store
     with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
         warn_if_nothing_to_retrieve(args, matching, rows)
     assert not caplog.records
+
+
+def test_a_store_with_no_record_above_its_min_reward_is_reported(make_store, trajectory, caplog):
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.trainer.checks import warn_if_nothing_to_retrieve
+
+    args = RAPOConfig("unused", retrieve_own_question=False, report_to="none", use_cpu=True)
+    for name, rewards, warned in (("low", [0.0, -1.0], True), ("good", [0.0, 0.5], False)):
+        store = make_store(name)  # min_reward 0.0, the default: only records above it are retrieved
+        store.add_trajectories([trajectory("1"), trajectory("2")], rewards, ["q1", "q2"], prompts=["a?", "b?"])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+            warn_if_nothing_to_retrieve(args, store, tool_tags=["python"])
+        found = [r.getMessage() for r in caplog.records if "min_reward" in r.getMessage()]
+        assert len(found) == warned, (name, found)
+        if warned:
+            assert "at or below its min_reward (0.0; the best is 0.0)" in found[0]
+        assert store.best_reward() == max(rewards)

@@ -86,6 +86,13 @@ class RewardMap:
             self._remember_rewards(page["ids"], page["metadatas"])
         return len(self._rewards)
 
+    def best_reward(self) -> float | None:
+        """The highest reward among the stored records (None for an empty store); reads every record's reward
+        unless the reward map already holds them all (after :meth:`check` or :meth:`load_rewards`)."""
+        if len(self._rewards) < len(self):
+            self.load_rewards()
+        return max(self._rewards.values(), default=None)
+
     def forget_rewards(self) -> None:
         """Empty the reward map. Needed only if rewards of stored records are changed outside
         TraceStore (it never rewrites a stored record; records added by others are read on sight)."""

@@ -41,6 +41,25 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> No
         logger.warning("RAPO: the trace store %r is empty: every retrieval will insert the fallback text, not "
                        "a retrieved step. Fill it first (TraceStore.build_from_agent, add_from_dataset or "
                        "`rapo build-store`).", store)
+    else:
+        warn_if_no_record_is_good_enough(store)
+
+
+def warn_if_no_record_is_good_enough(store) -> None:
+    """A store retrieves only records whose reward is above its ``min_reward``: with none, every retrieval inserts
+    the fallback text."""
+    best, floor = getattr(store, "best_reward", None), getattr(getattr(store, "config", None), "min_reward", None)
+    if best is None or floor is None:
+        return
+    try:
+        best = best()
+    except Exception:  # noqa: BLE001 - a store that does not answer now is the rollouts' outage handling's to meet
+        return
+    if best is not None and best <= floor:
+        logger.warning("RAPO: every record of the trace store %r has a reward at or below its min_reward (%s; the "
+                       "best is %s), so every retrieval will insert the fallback text. Set StoreConfig(min_reward=...) "
+                       "below your rewards where the store is made, or fill it with better trajectories.", store, floor,
+                       best)
 
 
 def check_reward_scale(args, store) -> None:
