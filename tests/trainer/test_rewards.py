@@ -1,17 +1,22 @@
-"""Rewards learn the trainer's tool tags, so a made-up tool call with a forged <result> never scores."""
+"""Rewards learn the trainer's tool tags, so a made-up tool call with a forged <result> never scores; a training set
+the rewards could not score is refused before the model loads."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import re
 
+import pytest
+from datasets import Dataset
+from trl.rewards import accuracy_reward
 from trl.trainer.utils import get_callable_name, is_async_callable
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.rewards import rapo_outcome_reward
+from rapo_trl.rewards import f1_reward, rapo_outcome_reward
 from rapo_trl.rewards.outcome import make_rapo_outcome_reward
 from rapo_trl.trainer import RAPOTrainer
-from rapo_trl.trainer.rewards import bind_tool_tags
+from rapo_trl.trainer.rewards import bind_tool_tags, check_reward_columns
 from tests.helpers.fakes import EchoTool
 from tests.helpers.trainers import common_args, dataset
 
@@ -56,7 +61,7 @@ def test_functions_taking_tool_tags_get_them_others_are_left_alone():
 
 def test_the_trainer_hands_its_tools_tags_to_the_rewards(tiny_model_dir, tmp_path):
     trainer = RAPOTrainer(str(tiny_model_dir), [rapo_outcome_reward], args=RAPOConfig(**common_args(tmp_path)),
-                          train_dataset=dataset(), tools=[EchoTool()])
+                          train_dataset=dataset().add_column("answer", ["7"]), tools=[EchoTool()])
     (reward,) = trainer.reward_funcs
     assert reward.tool_tags == ("python",) and rapo_outcome_reward.tool_tags is None
     assert trainer.reward_func_names == ["rapo_outcome_reward"]
@@ -79,3 +84,39 @@ def test_callable_objects_keep_their_name_and_async_callables_stay_async():
     assert [get_callable_name(f) for f in (scored, scored_async, scaled)] == ["Scored", "ScoredAsync", "base"]
     assert scored(completions=["x"]) == [1.0] and scaled(completions=["x"]) == [2.0]
     assert is_async_callable(scored_async) and asyncio.run(scored_async(completions=["x"])) == [1.0]
+
+
+def _rows(**columns):
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": "2+2?"}], **columns}])
+
+
+def needs_difficulty(completions, difficulty, scale=1.0, **kwargs):
+    return [scale] * len(completions)
+
+
+@pytest.mark.parametrize("rewards, rows, message", [
+    (rapo_outcome_reward, Dataset.from_list([{"question": "2+2?", "answer": "4"}]), "has no 'prompt' column"),
+    ([rapo_outcome_reward], _rows(label="4"), "reads the gold answer from a column answer or answers or solution"),
+    ([f1_reward], _rows(label="4"), "f1_reward reads the gold answer"),
+    ([accuracy_reward], _rows(answer="4"), "accuracy_reward needs the column(s) solution"),
+    ([needs_difficulty], _rows(answer="4"), "needs_difficulty needs the column(s) difficulty"),
+])
+def test_a_training_set_the_rewards_cannot_score_is_refused_by_name(rewards, rows, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_reward_columns(rewards, rows)
+
+
+def test_rewards_whose_columns_are_there_pass():
+    check_reward_columns([rapo_outcome_reward, needs_difficulty, accuracy_reward],
+                         _rows(answer="4", difficulty=1, solution="4"))
+    check_reward_columns([functools.partial(needs_difficulty, difficulty=2)], _rows(answer="4"))
+    check_reward_columns(["a/reward-model-id"], _rows())  # a reward model reads the text, not columns
+    message = "add the column, e.g. dataset.add_column('solution', dataset['answer'])"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        check_reward_columns([accuracy_reward], _rows(answer="4"))
+
+
+def test_the_trainer_refuses_them_before_the_model_loads(tmp_path):
+    with pytest.raises(ValueError, match=re.escape("needs the column(s) solution")):
+        RAPOTrainer("no/such-model", [accuracy_reward], args=RAPOConfig(**common_args(tmp_path)),
+                    train_dataset=_rows(answer="4"), tools=[EchoTool()])

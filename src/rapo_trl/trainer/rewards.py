@@ -56,3 +56,56 @@ def weighted_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
     rewards = (rewards_per_func * weights.to(rewards_per_func.device)).nansum(dim=1)
     rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
     return rewards
+
+
+TRL_REWARD_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                        "environments", "tool_tags")
+"""What GRPOTrainer (and RAPO's ``bind_tool_tags``) give every reward function besides the dataset's columns."""
+
+
+def check_reward_columns(reward_funcs, train_dataset) -> None:
+    """Refuse, before the model loads, a training set TRL could not prompt or score: no ``prompt`` column, a reward
+    function's required argument that is no column, or no gold column for RAPO's answer-reading rewards. A dataset
+    whose columns are unknown (an ``IterableDataset`` without features) is not checked."""
+    from rapo_trl.rewards.scoring import GOLD_COLUMNS
+
+    columns = getattr(train_dataset, "column_names", None)
+    if not columns:
+        return
+    if "prompt" not in columns:
+        raise ValueError(f"train_dataset has no 'prompt' column (it has: {', '.join(columns)}): TRL prompts the policy "
+                         "with it. Build the rows with to_rapo_rows(dataset, tools=...) from question and answer "
+                         "columns, or add a 'prompt' column.")
+    for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+        # RAPO's outcome reward and every answer-only reward (rapo_trl/rewards/answer.py) read GOLD_COLUMNS.
+        if isinstance(func, RapoOutcomeReward) or getattr(func, "__module__", "") == "rapo_trl.rewards.answer":
+            if not set(GOLD_COLUMNS) & set(columns):
+                raise ValueError(f"{_name(func)} reads the gold answer from a column {' or '.join(GOLD_COLUMNS)}, "
+                                 f"which train_dataset lacks (it has: {', '.join(columns)}). Rename the answer column "
+                                 "(dataset.rename_column(...)), or build the rows with to_rapo_rows(..., "
+                                 "answer_column=...).")
+            continue
+        missing = [name for name in _required_arguments(func) if name not in columns]
+        if missing:
+            hint = (" to_rapo_rows puts the gold answer in 'answer': add the column, e.g. "
+                    f"dataset.add_column({missing[0]!r}, dataset['answer'])." if "answer" in columns else "")
+            raise ValueError(f"the reward function {_name(func)} needs the column(s) {', '.join(missing)}, which "
+                             f"train_dataset lacks (it has: {', '.join(columns)}); TRL passes a reward the dataset's "
+                             f"columns by name.{hint}")
+
+
+def _required_arguments(func) -> list[str]:
+    """The arguments without a default that ``func`` takes by name, beyond those TRL always passes."""
+    if not callable(func) or isinstance(func, (str, torch.nn.Module)):  # a reward model takes token ids
+        return []
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    by_name = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in by_name and p.default is inspect.Parameter.empty
+            and p.name not in TRL_REWARD_ARGUMENTS]
+
+
+def _name(func) -> str:
+    return getattr(func, "__name__", type(func).__name__)

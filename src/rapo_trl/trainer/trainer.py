@@ -66,7 +66,7 @@ from rapo_trl.trainer.resilience.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
 from rapo_trl.trainer.retrieved_logp import METRIC as RETRIEVED_LOGP_METRIC
 from rapo_trl.trainer.retrieved_logp import RETRIEVED_TOKENS_KEY, retrieved_token_logp, retrieved_tokens
-from rapo_trl.trainer.rewards import bind_tool_tags, weighted_rewards
+from rapo_trl.trainer.rewards import bind_tool_tags, check_reward_columns, weighted_rewards
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
     regroups_micro_batches,
@@ -139,6 +139,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         vllm_llm=None,
     ):
         args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func)
+        check_reward_columns(reward_funcs, train_dataset)
         trace_store = as_trace_store(trace_store)
         check_reward_scale(args, trace_store)
         # Checked before the model loads: a bad tool fails fast.
