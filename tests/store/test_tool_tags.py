@@ -108,3 +108,20 @@ def test_a_store_with_no_record_above_its_min_reward_is_reported(make_store, tra
         if warned:
             assert "at or below its min_reward (0.0; the best is 0.0)" in found[0]
         assert store.best_reward() == max(rewards)
+
+
+def test_a_fresh_store_grown_by_a_trainer_with_a_function_tool_cuts_at_its_calls(make_store):
+    from rapo_trl.rollout import RolloutRow
+    from rapo_trl.trainer.store_growth import grow_store
+
+    class Decoded:  # the row's completion ids stand for the trajectory's text
+        def decode(self, ids, skip_special_tokens=True):
+            return TRAJECTORY
+
+    row = RolloutRow([1], completion_ids=[10, 11, 12])
+    inputs = [{"prompt": [{"role": "user", "content": QUESTION}], "question_id": "q"}]
+    plain, grown = make_store("plain"), make_store("grown")
+    grow_store(plain, inputs, [row], [(0, 1.0)], Decoded())
+    grow_store(grown, inputs, [row], [(0, 1.0)], Decoded(), tool_tags=["python", "unit_price"])
+    assert len(plain) == 2  # the built-in tags alone: the unit_price call hides inside the first step
+    assert len(grown) == 3 and grown.tool_tags == ("python", "search", "unit_price")

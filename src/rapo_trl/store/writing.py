@@ -73,17 +73,20 @@ class Writing:
         keep_top_k: int = 1,
         source: str = "policy",
         metadata: dict | None = None,
+        tool_tags: Sequence[str] | None = None,
     ) -> int:
         """Online growth (beyond the paper; the trainer calls it only when enabled): store the policy's
         best completions per question whose reward is above ``min_reward``. Malformed completions
-        are skipped, never raised on, so a training step cannot fail here. ``metadata``: as for
-        :meth:`add_trajectories` (the trainer tags the run and step that grew each record)."""
+        are skipped, never raised on, so a training step cannot fail here. ``metadata`` and ``tool_tags``: as for
+        :meth:`add_trajectories` (the trainer tags the run and step that grew each record, and names the tools its
+        rollouts call, so a grown record is one step per call)."""
         keep = [i for i, reward in enumerate(rewards) if is_finite(reward) and float(reward) > min_reward]
         if not keep:
             return 0
         return self.add_trajectories([completions[i] for i in keep], [rewards[i] for i in keep],
                                      [question_ids[i] for i in keep], source=source, keep_top_k=keep_top_k,
-                                     prompts=[prompts[i] for i in keep], on_invalid="skip", metadata=metadata)
+                                     prompts=[prompts[i] for i in keep], on_invalid="skip", metadata=metadata,
+                                     tool_tags=tool_tags)
 
     def delete(self, where: dict) -> int:
         """Delete the records whose metadata match the Chroma filter ``where``; returns how many."""

@@ -42,17 +42,18 @@ def best_of_each_group(rewards: torch.Tensor, group_size: int, start: int, n_loc
 
 
 def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[tuple[int, float]], tokenizer,
-               outage=None, tag: dict | None = None) -> None:
+               outage=None, tag: dict | None = None, tool_tags: list[str] | None = None) -> None:
     """Add the chosen rows' policy text (``policy_view``: retrieved blocks removed) as trajectories of their
     questions, each record with the metadata ``tag`` (the run and step that grew it,
-    ``resilience/growth_rollback.py``) where the store takes it.
+    ``resilience/growth_rollback.py``) where the store takes it, cut into steps at the calls of ``tool_tags`` (the
+    trainer's tag tools; a fresh store knows only the built-in ones) where the store takes them.
 
     A store that cannot be written (its server down) costs this step's additions, not the step: said once per
     outage (``outage``, the rollouts' :class:`~rapo_trl.store.outage.StoreOutage`, also says when it began)."""
     if not chosen or not hasattr(store, "add_policy_trajectories"):
         return
     try:
-        _add(store, inputs, rows, chosen, tokenizer, tag)
+        _add(store, inputs, rows, chosen, tokenizer, tag, tool_tags)
     except PROGRAMMING_ERRORS:  # a bug, not the store being down: say so, never skip it step after step
         raise
     except Exception as error:  # noqa: BLE001 - a store write must not end the training step
@@ -63,9 +64,11 @@ def grow_store(store, inputs: list[dict], rows: list[RolloutRow], chosen: list[t
             outage.growth_lost += len(chosen)
 
 
-def _add(store, inputs, rows, chosen, tokenizer, tag) -> None:
+def _add(store, inputs, rows, chosen, tokenizer, tag, tool_tags) -> None:
     prompts = [inputs[i]["prompt"] for i, _ in chosen]
-    tagged = {"metadata": tag} if tag is not None and _takes_metadata(store) else {}
+    tagged = {"metadata": tag} if tag is not None and _takes(store, "metadata") else {}
+    if tool_tags and _takes(store, "tool_tags"):
+        tagged["tool_tags"] = tool_tags
     if any(rows[i].messages for i, _ in chosen):  # JSON tool calls: steps are the rollout's own turns
         from rapo_trl.store.row_steps import row_step_records
 
@@ -93,10 +96,10 @@ def _question_id(row: dict, prompt) -> str:
     return hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16]
 
 
-def _takes_metadata(store) -> bool:
-    """Whether the store's ``add_policy_trajectories`` takes ``metadata=`` (a store of the user's own may not)."""
+def _takes(store, argument: str) -> bool:
+    """Whether the store's ``add_policy_trajectories`` takes ``argument`` (a store of the user's own may not)."""
     try:
         parameters = inspect.signature(store.add_policy_trajectories).parameters
     except (TypeError, ValueError):
         return False
-    return "metadata" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    return argument in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())

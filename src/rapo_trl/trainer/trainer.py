@@ -258,7 +258,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             )
             grow_store(
                 self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
-                growth_tag(self.growth_run, self.state.global_step + 1),
+                growth_tag(self.growth_run, self.state.global_step + 1), [tool.tag for tool in self.rapo_tools],
             )
         return out
 
