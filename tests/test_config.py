@@ -35,6 +35,9 @@ def test_rapo_defaults():
         (dict(advantage_baseline="on_policy", scale_rewards="batch"), "needs scale_rewards='group'"),
         (dict(advantage_baseline="on_policy", multi_objective_aggregation="normalize_then_sum"),
          "multi_objective_aggregation='sum_then_normalize'"),
+        # GRPOTrainer's cap on tool-calling turns: set for TRL, it would be replaced by RAPO's 3 calls unseen.
+        (dict(max_tool_calling_iterations=10), r"max_tool_calling_iterations=10 is GRPOTrainer's cap .* Set "
+                                              r"max_tool_calls instead"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, message):

@@ -299,6 +299,12 @@ class RAPOConfig(GRPOConfig):
             raise ValueError(f"advantage_baseline={self.advantage_baseline!r} normalises the weighted reward itself; "
                              f"it needs scale_rewards='group' and multi_objective_aggregation='sum_then_normalize', "
                              f"got {self.scale_rewards!r} and {self.multi_objective_aggregation!r}.")
+        if self.max_tool_calling_iterations is not None:
+            # TRL's cap counts tool-calling turns and is unlimited by default; RAPO's engine reads max_tool_calls.
+            raise ValueError(f"max_tool_calling_iterations={self.max_tool_calling_iterations} is GRPOTrainer's cap on "
+                             f"tool-calling turns, which RAPO's rollout does not read: it caps tool calls with "
+                             f"max_tool_calls (each call counts, default 3; now {self.max_tool_calls}). Set "
+                             f"max_tool_calls instead.")
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
         if self.dynamic_sampling_max_rounds:

@@ -63,3 +63,14 @@ def test_a_store_for_json_tools_alone_is_filled_by_an_agent_without_an_environme
     step = store.select(["What is 6 times 7?"])[0]
     assert step.text.startswith('Multiplying.\n<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}')
     assert step.text.endswith("<result>\n42\n</result>") and step.question_id == "six-sevens"
+
+
+def test_a_question_id_of_zero_is_the_rows_and_a_plain_text_prompt_is_named(tiny_model, tmp_path):
+    import pytest
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    rows = [{**ROWS[0], "question_id": 0}]  # the trainer asks for its own question as "0"
+    assert build_from_environment(store, _agent(tiny_model, [GOOD]), rows, num_samples=1, keep_top_k=1) == 3
+    assert {m["question_id"] for m in store.collection.get(include=["metadatas"])["metadatas"]} == {"0"}
+    with pytest.raises(ValueError, match="an environment's rows need conversational prompts"):
+        build_from_environment(store, _agent(tiny_model, [GOOD]), [{"prompt": "Count to five."}], num_samples=1)

@@ -66,3 +66,12 @@ def test_import_is_idempotent(source_store, tmp_path):
         ds, tmp_path / "c", embedder=HashingEmbedder(32), config=StoreConfig(show_progress=False)
     )
     assert len(copy) == 7
+
+
+def test_a_record_without_a_question_id_is_refused(source_store, tmp_path):
+    import pytest
+
+    ds = source_store.to_dataset(include_embeddings=False)
+    ds = ds.map(lambda row, i: {"question_id": None if i == 2 else row["question_id"]}, with_indices=True)
+    with pytest.raises(ValueError, match="Record row 2: question_id is empty; nothing was stored"):
+        TraceStore.from_dataset(ds, tmp_path / "copy", embedder=HashingEmbedder(16))

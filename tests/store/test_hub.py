@@ -77,3 +77,26 @@ def test_an_empty_store_is_not_exported(make_store, tmp_path):
 def test_from_hub_missing_folder_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
         TraceStore.from_hub(tmp_path / "nowhere", tmp_path / "copy", embedder=HashingEmbedder(16))
+
+
+def test_each_exported_folder_loads_its_own_records_and_tool_tags(make_store, trajectory, embedder, tmp_path):
+    # Two stores exported to folders of the same name: datasets' cache keyed such a folder by its name alone, so
+    # the second import returned the first store's records.
+    for name, questions, tags in (("first", 1, None), ("second", 3, ["calc"])):
+        store = make_store(name)
+        store.add_trajectories([trajectory(str(i)) for i in range(questions)], [1.0] * questions,
+                               [f"q{i}" for i in range(questions)], prompts=["What is 12*7?"] * questions,
+                               tool_tags=tags)
+        folder = store.export_to_folder(tmp_path / name / "export")
+        copy = TraceStore.from_hub(folder, tmp_path / name / "copy", embedder=embedder)
+        assert _records(copy) == _records(store)
+        assert copy.tool_tags == store.tool_tags  # later writes are cut where the source's were
+        from_records = TraceStore.from_dataset(store.to_dataset(), tmp_path / name / "again", embedder=embedder)
+        assert from_records.tool_tags == store.tool_tags
+    assert copy.tool_tags == ("python", "search", "calc")
+
+
+def test_a_folder_that_no_export_wrote_is_named(tmp_path):
+    (tmp_path / "other").mkdir()
+    with pytest.raises(ValueError, match="not a folder TraceStore.export_to_folder wrote"):
+        TraceStore.from_hub(tmp_path / "other", tmp_path / "copy", embedder=HashingEmbedder(16))

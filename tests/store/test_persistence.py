@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from rapo_trl.store import MissingCollectionError, StoreConfig, TraceStore
+from rapo_trl.store import KeySettingsMismatchError, MissingCollectionError, StoreConfig, TraceStore
 
 
 def _forget_open_clients():
@@ -33,6 +33,19 @@ def test_reopen_reads_records_and_checks_the_embedder(tmp_path, embedder, trajec
     assert reopened.collection.metadata["embedder"] == embedder.name
     # another collection in the same directory is independent
     assert len(TraceStore(tmp_path / "s", collection="other", embedder=embedder)) == 0
+
+
+def test_a_reopened_store_cuts_queries_as_its_keys_were_cut(tmp_path, embedder, trajectory):
+    # Its keys keep their last 3000 characters: a reader at the default 1300 would cut the same context otherwise.
+    store = TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(key_max_chars=3000))
+    store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    del store
+    _forget_open_clients()
+    reopened = TraceStore(tmp_path / "s", embedder=embedder, must_exist=True)  # as RAPOTrainer(trace_store=PATH)
+    assert reopened.config.key_max_chars == 3000
+    _forget_open_clients()
+    with pytest.raises(KeySettingsMismatchError, match="cut its keys to their last 3000 characters"):
+        TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(key_max_chars=500))
 
 
 def test_a_reader_of_a_built_store_is_refused_a_collection_that_is_not_there(tmp_path, embedder, trajectory):

@@ -112,19 +112,28 @@ def test_environment_reward_and_retrieval_metrics(tiny_model_dir, tmp_path):
     assert torch.isfinite(loss)
 
 
-def test_json_tools_without_environment(tiny_model_dir, tmp_path):
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    reward = Recorder()
-    args = RAPOConfig(**_settings(tmp_path), max_turn_tokens=128, retrieve_prob=0.0)
-    rapo = RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward, args=args,
-                       train_dataset=dataset(), processing_class=tok, tools=[multiply])
-    assert rapo.tool_protocol == "json"
+def test_json_tools_without_environment_match_grpo_trainer(tiny_model_dir, tmp_path):
     scripts = [[call("multiply", a=6, b=7), "42<|im_end|>"]] * G
-    _script(rapo, scripts)
-    rapo.model.train()
-    rapo._generate_and_score_completions(batch_inputs())
-    completions, _ = reward.seen[-1]
+    batches, rewards = [], []
+    for trainer_class, config_class in ((RAPOTrainer, RAPOConfig), (GRPOTrainer, GRPOConfig)):
+        extra = {"max_turn_tokens": 128, "retrieve_prob": 0.0} if config_class is RAPOConfig else {}
+        args = config_class(**_settings(tmp_path / trainer_class.__name__), **extra)
+        rewards.append(Recorder())
+        trainer = trainer_class(AutoModelForCausalLM.from_pretrained(tiny_model_dir), rewards[-1], args=args,
+                                train_dataset=dataset(), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                                tools=[multiply])
+        _script(trainer, scripts)
+        trainer.model.train()
+        batches.append(trainer._generate_and_score_completions(batch_inputs()))
+    (rapo_batch, grpo_batch), (rapo_reward, grpo_reward) = batches, rewards
+    # The prompt shows the tool's schema as GRPOTrainer renders it, though TRL's own tool loop is kept out of the step.
+    assert torch.equal(rapo_batch["prompt_ids"], grpo_batch["prompt_ids"])
+    prompt = AutoTokenizer.from_pretrained(tiny_model_dir).decode(rapo_batch["prompt_ids"][0])
+    assert '"name": "multiply"' in prompt
+    assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])
+    completions, _ = rapo_reward.seen[-1]
     assert [m["content"] for m in completions[0] if m["role"] == "tool"] == ["42"]
+    assert rapo_reward.seen == grpo_reward.seen
 
 
 def test_bad_setups_are_refused_clearly(tiny_model_dir, tmp_path):
@@ -134,6 +143,9 @@ def test_bad_setups_are_refused_clearly(tiny_model_dir, tmp_path):
         _rapo(tiny_model_dir, tmp_path, tool_protocol="tags")
     with pytest.raises(ValueError, match="cannot be combined with environment_factory"):
         _rapo(tiny_model_dir, tmp_path, dynamic_sampling_max_rounds=2)
+    with pytest.raises(ValueError, match="With JSON tool calls a hybrid rollout retrieves after tool steps only"):
+        RAPOTrainer("no/such-model", Recorder(), args=RAPOConfig(**_settings(tmp_path), retrieve_at=["plan"]),
+                    train_dataset=dataset(), environment_factory=Counter)  # refused before the model loads
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match="EchoTool is a tag tool"):
         RAPOTrainer(str(tiny_model_dir), Recorder(), args=RAPOConfig(**_settings(tmp_path), tool_protocol="json"),

@@ -28,7 +28,11 @@ class Episode:
 
 def observed_prompt(environment, row: dict) -> list[dict]:
     """``row["prompt"]`` with ``environment.reset(**row)``'s text appended to its last message, as TRL does."""
-    prompt = [dict(message) for message in row.get("prompt") or [{"role": "user", "content": ""}]]
+    messages = row.get("prompt") or [{"role": "user", "content": ""}]
+    if isinstance(messages, str) or not all(isinstance(message, dict) for message in messages):
+        raise ValueError(f"an environment's rows need conversational prompts (lists of chat messages, as TRL's "
+                         f"environments take them), got {type(messages).__name__} {str(messages)[:60]!r}.")
+    prompt = [dict(message) for message in messages]
     if environment is None:  # standalone JSON tools only: the prompt as it is
         return prompt
     observation = environment.reset(**row)

@@ -6,6 +6,7 @@ from rapo_trl.store.environment_build import build_from_environment
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
+    KeySettingsMismatchError,
     MissingCollectionError,
     StaleStoreError,
     StoreLockedError,
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_FALLBACK_TEXT",
     "CorruptStoreError",
     "EmbedderMismatchError",
+    "KeySettingsMismatchError",
     "Retrieved",
     "Selection",
     "MissingCollectionError",

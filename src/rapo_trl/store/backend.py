@@ -4,6 +4,7 @@ function downloads a model and fails offline, so every vector comes from our emb
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.errors import (
     CorruptStoreError,
     EmbedderMismatchError,
+    KeySettingsMismatchError,
     MissingCollectionError,
     StaleStoreError,
     StorePathError,
@@ -155,6 +157,21 @@ def open_collection(client, name: str, embedder, config: StoreConfig, where: str
     check_embedder(collection.metadata or {}, embedder, f"collection {name!r} at {where}")
     check_format(collection.metadata or {}, f"collection {name!r} at {where}")
     return collection
+
+
+def key_settings(metadata: dict, config: StoreConfig, where: str) -> StoreConfig:
+    """``config`` with the key length the collection's keys were cut to: queries must be cut as its keys were.
+    The default length takes the recorded one; another length asked for explicitly is refused
+    (:class:`KeySettingsMismatchError`)."""
+    recorded = metadata.get("key_max_chars")
+    if recorded is None or int(recorded) == config.key_max_chars:
+        return config
+    if config.key_max_chars != StoreConfig.key_max_chars:
+        raise KeySettingsMismatchError(
+            f"The {where} cut its keys to their last {int(recorded)} characters, but StoreConfig(key_max_chars="
+            f"{config.key_max_chars}) was given: queries cut otherwise would not match its keys. Open it with "
+            f"key_max_chars={int(recorded)} (or leave it unset), or build a new collection.")
+    return dataclasses.replace(config, key_max_chars=int(recorded))
 
 
 def check_format(metadata: dict, where: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from rapo_trl.store.steps import StepRecord
+from rapo_trl.store.tool_tags import METADATA_KEY as TOOL_TAGS_COLUMN
+from rapo_trl.store.tool_tags import record_tool_tags
 
 RECORD_COLUMNS = (
     "id",
@@ -116,6 +118,8 @@ def to_dataset(store, include_embeddings: bool = True):
         key=lambda i: (rows["question_id"][i], rows["trajectory_id"][i] or "", rows["step_index"][i]),
     )
     data = {column: [values[i] for i in order] for column, values in {**rows, **extras}.items()}
+    # Where the steps are cut travels with them, so a store rebuilt from the export cuts its later writes there too.
+    data[TOOL_TAGS_COLUMN] = [",".join(store.tool_tags)] * len(order)
     if include_embeddings:
         data["embedding"] = [embeddings[i].tolist() for i in order]
     return Dataset.from_dict(data)
@@ -129,12 +133,14 @@ def add_records_from_dataset(store, ds) -> int:
 
     records = []
     extra_metadata = []
-    known = set(RECORD_COLUMNS) | {"embedding"}
+    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN}
     for index, row in enumerate(ds):
         if (problem := reward_problem(row["reward"])) is not None:
             raise ValueError(f"Record row {index}: reward {problem}; nothing was stored.")
         if not isinstance(row["value"], str) or not row["value"].strip():
             raise ValueError(f"Record row {index}: value is empty; nothing was stored.")
+        if row["question_id"] is None or not str(row["question_id"]).strip():
+            raise ValueError(f"Record row {index}: question_id is empty; nothing was stored.")
         question_id = str(row["question_id"])
         traj_id = row.get("trajectory_id") or trajectory_id(question_id, row["value"])
         records.append(
@@ -164,7 +170,11 @@ def add_records_from_dataset(store, ds) -> int:
     extra_metadata = [extra_metadata[i] for i in order]
     if embeddings is not None:
         embeddings = embeddings[order]
-    return store.add_records(records, embeddings=embeddings, extra_metadata=extra_metadata)
+    added = store.add_records(records, embeddings=embeddings, extra_metadata=extra_metadata)
+    if TOOL_TAGS_COLUMN in ds.column_names and len(ds):
+        record_tool_tags(store.collection, [tag for value in dict.fromkeys(ds[TOOL_TAGS_COLUMN])
+                                            for tag in str(value or "").split(",") if tag])
+    return added
 
 
 def _same_embedder(ds, embedder) -> bool:
@@ -261,10 +271,31 @@ store = TraceStore.from_hub("<this repo>", "runs/store")   # a local Chroma stor
 
 
 def load_records(repo_or_folder, revision: str | None = None, token=None):
-    """The records dataset of a pushed store (hub repo id) or an exported folder, via ``load_dataset``."""
+    """The records dataset of a pushed store (a Hub repo id, via ``load_dataset``) or of a folder
+    ``export_to_folder`` wrote (its parquet files as they are now)."""
+    from pathlib import Path
+
+    folder = Path(str(repo_or_folder))
+    if folder.is_dir():
+        return _read_exported_folder(folder)
     from datasets import load_dataset
 
     return load_dataset(str(repo_or_folder), split="train", revision=revision, token=token)
+
+
+def _read_exported_folder(folder):
+    # Not through load_dataset: its cache names a local folder's dataset by the folder's name alone, so a folder
+    # exported after another of the same name (elsewhere, or the same one again) would load the older records.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    files = sorted((folder / DATA_DIR).glob("*.parquet"))
+    if not files:
+        raise ValueError(f"{folder} holds no {DATA_DIR}/*.parquet: it is not a folder TraceStore.export_to_folder "
+                         "wrote (a Hub repo id is read from the Hub)")
+    return Dataset(InMemoryTable(pa.concat_tables([pq.read_table(file) for file in files])))
 
 
 def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, include_embeddings: bool = True,

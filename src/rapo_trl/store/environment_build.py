@@ -53,7 +53,8 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         episodes = agent.episodes(samples)
         rewards = episode_rewards(episodes, samples, reward_funcs)
         question = prompt_text(episodes[0].prompt)
-        question_id = str(row.get("question_id") or hashlib.sha1(question.encode()).hexdigest()[:16])
+        question_id = (str(row["question_id"]) if row.get("question_id") is not None
+                       else hashlib.sha1(question.encode()).hexdigest()[:16])
         best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
         records = [record for i in best if rewards[i] > min_reward
                    for record in row_step_records(episodes[i].row, agent.tokenizer, question, rewards[i], question_id,

@@ -11,6 +11,10 @@ class EmbedderMismatchError(TraceStoreError, ValueError):
     """The collection was built with another embedder or dimension than the one given."""
 
 
+class KeySettingsMismatchError(TraceStoreError, ValueError):
+    """The collection's keys were cut to another length than the ``StoreConfig.key_max_chars`` given."""
+
+
 class StorePathError(TraceStoreError, OSError):
     """The store's directory cannot be created or written."""
 

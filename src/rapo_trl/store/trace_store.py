@@ -28,6 +28,7 @@ from rapo_trl.store import lock as store_lock
 from rapo_trl.store.backend import (
     ClosedCollection,
     close_embedded,
+    key_settings,
     open_collection,
     open_http_client,
     open_persistent_client,
@@ -145,6 +146,7 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
         self.location = location
         self.collection_name = collection
         self.collection = open_collection(client, collection, self.embedder, self.config, location, before_create)
+        self.config = key_settings(self.collection.metadata or {}, self.config, f"collection {collection!r} at {location}")
         self._rewards: dict[str, float] = {}
         """Reward of each record id seen by this object (read on first sight, kept on its writes)."""
         self._local: LocalIndex | None = None

@@ -36,7 +36,7 @@ from trl.data_utils import is_conversational
 from trl.extras.profiling import profiling_decorator
 
 from rapo_trl.config import RAPOConfig
-from rapo_trl.core.retrieval_rule import is_hybrid_row
+from rapo_trl.core.retrieval_rule import check_json_tools_reach, is_hybrid_row
 from rapo_trl.hardware import with_frozen_weights_in_half
 from rapo_trl.memory import with_freed_memory_release
 from rapo_trl.model_card import RAPO_PAPER
@@ -147,6 +147,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         """``"tags"`` or ``"json"``: how this trainer's policy calls tools (``RAPOConfig.tool_protocol``)."""
         check_json_options(args, environment_factory)
         json_tools = self.tool_protocol == "json"
+        if json_tools:  # the rollout's config checks it too, but only once the model has loaded
+            check_json_tools_reach(args.retrieve_at)
         # Tag tools run in RAPO's engine only; JSON tools and environments are TRL's to set up (their schemas in the
         # prompt, the response parser, one environment per row, get_reward as a reward) and RAPO's engine runs them.
         self.rapo_tools = [] if json_tools else list(tools_by_tag(tools).values())
@@ -289,10 +291,23 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         # With JSON tools TRL would run its own tool loop over what the hybrid rollout returns (tools run twice, the
         # env_mask dropped): the rollout has run them already, so TRL sees no tools while it takes the rollout's rows.
         tools, self.tools = self.tools, []
+        self._tools_hidden_from_trl = tools
         try:
             return super()._generate(prompts)
         finally:
-            self.tools = tools
+            self.tools, self._tools_hidden_from_trl = tools, None
+
+    def _tokenize_prompts(self, prompts: list):
+        # The prompt still shows the JSON tools' schemas, as GRPOTrainer renders them, while _generate hides the
+        # tools from TRL's tool loop.
+        hidden = getattr(self, "_tools_hidden_from_trl", None)
+        if not hidden:
+            return super()._tokenize_prompts(prompts)
+        self.tools = hidden
+        try:
+            return super()._tokenize_prompts(prompts)
+        finally:
+            self.tools = []
 
     def _row_tools(self, prompts: list) -> list[dict] | None:
         """Each row's JSON tools by name, with an environment_factory: its own environment's methods and the
