@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from tests.helpers.benchmarks import load_bench
 
@@ -30,7 +31,8 @@ def test_a_tiny_run_times_every_variant_and_writes_its_report(tiny_model_dir, tm
         assert list(by_variant) == ["sampler: torch.multinomial", "sampler: inverse CDF (the loop's)",
                                     "weights: adapter", "weights: merged",
                                     "compile: torch.compile of the decoder layer (merged)"]
-        assert all(len(times) == 2 and all(t > 0 for t in times) for times in by_variant.values())
+        # A step's time is the difference of two timed runs: on a loaded machine it can come out at or below 0.
+        assert all(len(times) == 2 and all(math.isfinite(t) for t in times) for times in by_variant.values())
     report = (tmp_path / "results" / "decode_step.md").read_text()
     assert "| 8 | sampler: torch.multinomial |" in report and "native_bf16" not in report
     assert "First compiled turn" in report
