@@ -15,12 +15,17 @@ PEFT_MIN_LEARNING_RATE = 1e-5
 """Below this a LoRA adapter barely moves in a short run (GRPOConfig's inherited default is 1e-6)."""
 
 
+def may_retrieve(args) -> bool:
+    """Whether hybrid rows may retrieve at some step of ``retrieve_prob``'s schedule (a ramp from 0 included)."""
+    return args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0
+
+
 def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> None:
     """Hybrid rollouts are configured (at some step of ``retrieve_prob``'s schedule) but the store cannot feed them,
     cannot prefer the row's own question, or holds steps cut at other tools than the trainer's ``tool_tags``; or the
     rollouts can never reach a boundary where they retrieve. ``tool_tags``: the trainer's tag tools (``None``: not
     known here, or TRL's JSON tools)."""
-    if max(args.retrieve_prob, args.retrieve_prob_final or 0.0) <= 0 or args.num_hybrid_generations == 0:
+    if not may_retrieve(args):
         return
     if tool_tags is not None and not tool_tags and all(
             RETRIEVAL_TRIGGERS[name].boundary == "tool_step" for name in args.retrieve_at):
@@ -67,8 +72,7 @@ def check_reward_scale(args, store) -> None:
     RAPO's A = A_acc (1 + a A_ret) is the paper's, and ``core/reference.py``'s, on the weighted reward normalised by
     its group's std. TRL's ``normalize_then_sum`` normalises each reward function per group, then the sum over the
     whole batch, which is neither. Without retrieval the trainer is GRPOTrainer and takes every setting TRL offers."""
-    can_retrieve = args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0
-    if store is None or not can_retrieve:
+    if store is None or not may_retrieve(args):
         return
     if args.scale_rewards != "group":
         raise ValueError(f"scale_rewards={args.scale_rewards!r} is for GRPO without retrieval: with a trace_store and "
