@@ -55,6 +55,14 @@ def test_training_refuses_an_empty_store_before_loading_the_model(tmp_path, tiny
         train.run(*_train(tmp_path, tiny_model_dir))
 
 
+def test_a_retrieve_prob_ramp_from_zero_retrieves_so_an_empty_store_is_refused(tmp_path, tiny_model_dir, monkeypatch):
+    # p rises from 0 to 0.5 over the run: retrieval is on, so the store is opened and checked like any other.
+    _empty_store(tmp_path)
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", _raise_loaded)
+    with pytest.raises(UsageError, match=r"is empty, so every retrieval would insert the fallback text"):
+        train.run(*_train(tmp_path, tiny_model_dir, "--retrieve_prob", "0", "--retrieve_prob_final", "0.5"))
+
+
 @pytest.mark.parametrize("overrides", [["--allow_empty_store"], ["--retrieve_prob", "0"],
                                        ["--num_hybrid_generations", "0"]])
 def test_an_empty_store_is_taken_when_allowed_or_unused(tmp_path, tiny_model_dir, monkeypatch, overrides):

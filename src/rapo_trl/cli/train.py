@@ -34,7 +34,9 @@ def _wants_store(script, rapo_args) -> bool:
 
 
 def _retrieves(rapo_args) -> bool:
-    return rapo_args.retrieve_prob > 0 and rapo_args.num_hybrid_generations != 0
+    # trainer.checks.may_retrieve's rule, here without the imports of rapo_trl.trainer and rapo_trl.core (torch,
+    # TRL), which the command's early checks run before: a ramp up from p = 0 retrieves too.
+    return rapo_args.num_hybrid_generations != 0 and max(rapo_args.retrieve_prob, rapo_args.retrieve_prob_final or 0.0) > 0
 
 
 def check_store_not_empty(store, script, rapo_args) -> None:
