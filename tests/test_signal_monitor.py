@@ -41,6 +41,26 @@ def test_half_truncated_is_not_mostly_and_zero_patience_disables():
     assert SignalMonitor(patience=0).update(FLAT, 4, [True] * 4) == []
 
 
+def test_a_json_call_failing_on_its_worker_thread_names_the_option_once():
+    sqlite = ("add", "ProgrammingError: SQLite objects created in a thread can only be used in that same thread.")
+    monitor = SignalMonitor(patience=3, json_calls_on_workers=True)
+    assert monitor.update_tools(2, [("lookup", "KeyError: 'x'")]) == []
+    (message,) = monitor.update_tools(3, [sqlite])
+    assert "json_tool_timeout=None" in message and "<add>: ProgrammingError: SQLite objects" in message
+    assert monitor.update_tools(3, [sqlite]) == []  # once
+    # Calls already on the trainer's thread, or a monitor switched off: nothing to advise.
+    assert SignalMonitor(patience=3).update_tools(3, [sqlite]) == []
+    assert SignalMonitor(patience=0, json_calls_on_workers=True).update_tools(3, [sqlite]) == []
+
+
+def test_every_call_failing_warns_once_beside_the_thread_advice():
+    monitor = SignalMonitor(patience=3, json_calls_on_workers=True)
+    errors = [("add", "ProgrammingError: SQLite objects created in a thread can only be used in that same thread.")]
+    thread_advice, all_failed = monitor.update_tools(1, errors)
+    assert "json_tool_timeout=None" in thread_advice and "every tool call of the last step failed" in all_failed
+    assert monitor.update_tools(1, errors) == []
+
+
 def test_trainer_logs_the_warning_when_rewards_are_flat(tiny_model_dir, tmp_path, caplog):
     trainer = rapo_trainer(tiny_model_dir, tmp_path, signal_loss_patience=2)
     trainer.reward_funcs = [lambda completions, **kw: [1.0] * len(completions)]

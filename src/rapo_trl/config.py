@@ -12,6 +12,7 @@ from rapo_trl.core.retrieval_rule import check_own_step_reach, checked_boundarie
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
+from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
 
 
 @dataclass
@@ -112,6 +113,11 @@ class RAPOConfig(GRPOConfig):
         `max_completion_length` bounds the whole completion, forced tokens included.
     tool_workers (`int`, *optional*, defaults to `8`):
         Tool calls run concurrently across rows.
+    json_tool_timeout (`float` or `None`, *optional*, defaults to `30.0`):
+        Seconds a JSON tool or environment call may take, each on a worker thread: past it the call fails (the
+        policy sees the error) and the rollout goes on. `None`: calls run one after another on the trainer's
+        thread with no timeout, as TRL's `GRPOTrainer` runs them; for environments whose methods need the thread
+        that made them (a `sqlite3` connection opened in `reset`, `signal.alarm`). Tag tools keep their own timeouts.
     answer_stop (`str` or `None`, *optional*, defaults to `"</answer>"`):
         A turn that closes the final answer ends the rollout there, EOS or not. `None`: only EOS ends it.
     max_retrieved_tokens (`int` or `None`, *optional*, defaults to `None`):
@@ -232,6 +238,10 @@ class RAPOConfig(GRPOConfig):
     max_tool_calls: int = field(default=3, metadata={"help": "Tool calls executed per rollout."})
     max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
     tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
+    json_tool_timeout: float | None = field(
+        default=DEFAULT_TIMEOUT_S, metadata={"help": "Seconds a JSON tool or environment call may take on its worker "
+                                             "thread (None: calls run on the trainer's thread, no timeout, as TRL)."}
+    )
     answer_stop: str | None = field(
         default="</answer>", metadata={"help": "Text that ends a rollout once sampled (None: EOS only)."}
     )

@@ -23,6 +23,7 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "max_tool_calls": (0, None, "0: no tool calls"),
     "max_turn_tokens": (1, None, None),
     "tool_workers": (1, None, None),
+    "json_tool_timeout": (0.0, None, "or None: no timeout, on the trainer's thread"),
     "step_entropy_first_tokens": (1, None, None),
     "step_entropy_top_k": (1, None, None),
     "dynamic_sampling_max_rounds": (0, None, "0: off"),
@@ -31,7 +32,7 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
 
 
 # Fields whose lowest value is itself refused.
-ABOVE_LOWEST: frozenset[str] = frozenset({"temperature"})
+ABOVE_LOWEST: frozenset[str] = frozenset({"temperature", "json_tool_timeout"})
 
 
 def out_of_range(values: dict, unbounded: tuple[str, ...] = ()) -> str | None:

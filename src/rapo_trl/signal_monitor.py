@@ -28,6 +28,12 @@ TOOLS_FAILING_ADVICE = (
     "work: check it outside training, e.g. PythonTool().run('print(1)'). If the calls themselves are wrong, "
     "training goes on and the rewards decide."
 )
+THREAD_BOUND_ADVICE = (
+    "a JSON tool call failed with an error that names a thread ({error}). Calls run on worker threads, each under "
+    "json_tool_timeout; an environment whose methods need the thread that made their resources (a sqlite3 "
+    "connection opened in reset, signal.alarm) fails on every call there. Set json_tool_timeout=None to run the "
+    "calls one after another on the trainer's thread, as TRL's GRPOTrainer does."
+)
 
 
 @dataclass
@@ -40,6 +46,8 @@ class SignalMonitor:
     """Share of truncated rollouts above which a step counts as mostly truncated."""
     tolerance: float = 1e-6
     """Rewards closer than this count as equal."""
+    json_calls_on_workers: bool = False
+    """JSON tool calls run on worker threads (``json_tool_timeout`` set): a call failing on thread affinity says so."""
     flat_steps: int = 0
     truncated_steps: int = 0
     warned: set = field(default_factory=set)
@@ -62,9 +70,17 @@ class SignalMonitor:
         return due
 
     def update_tools(self, calls: int, errors: list[tuple[str, str]]) -> list[str]:
-        """The warning due when a step made tool calls and every one failed (``errors``: (tag, message))."""
-        if self.patience <= 0 or calls == 0 or len(errors) < calls or "tools" in self.warned:
+        """The warnings due when a step made tool calls and every one failed, and when a JSON call failed on a
+        worker thread for being there (``errors``: (tag, message))."""
+        if self.patience <= 0:
             return []
-        self.warned.add("tools")
-        first = dict.fromkeys(f"<{tag}>: {message}" for tag, message in errors)
-        return [TOOLS_FAILING_ADVICE.format(calls=calls, errors="; ".join(list(first)[:3]))]
+        due = []
+        thread_bound = [f"<{tag}>: {message}" for tag, message in errors if "thread" in message.lower()]
+        if self.json_calls_on_workers and thread_bound and "threads" not in self.warned:
+            self.warned.add("threads")
+            due.append(THREAD_BOUND_ADVICE.format(error=thread_bound[0]))
+        if calls and len(errors) >= calls and "tools" not in self.warned:
+            self.warned.add("tools")
+            first = dict.fromkeys(f"<{tag}>: {message}" for tag, message in errors)
+            due.append(TOOLS_FAILING_ADVICE.format(calls=calls, errors="; ".join(list(first)[:3])))
+        return due

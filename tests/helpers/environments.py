@@ -41,6 +41,29 @@ class Counter:
         return float(self.total)
 
 
+class SqliteCounter(Counter):
+    """A ``Counter`` that keeps its total in a ``sqlite3`` connection opened in ``reset``: a connection may be used
+    only on the thread that made it, so its methods fail on any other."""
+
+    def reset(self, **kwargs) -> str | None:
+        import sqlite3
+
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE TABLE total (n INTEGER)")
+        self.db.execute("INSERT INTO total VALUES (0)")
+        return super().reset(**kwargs)
+
+    def add(self, n: int) -> int:
+        """Add a number to the running total and return the total.
+
+        Args:
+            n: the number to add
+        """
+        self.db.execute("UPDATE total SET n = n + ?", (n,))
+        self.total = self.db.execute("SELECT n FROM total").fetchone()[0]
+        return self.total
+
+
 def multiply(a: int, b: int) -> int:
     """Multiply two integers.
 

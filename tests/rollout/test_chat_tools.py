@@ -101,6 +101,55 @@ def test_a_tool_that_hangs_fails_its_call_at_the_timeout_and_the_rollout_goes_on
     assert row.messages[3]["content"] == "42"
 
 
+def test_without_a_timeout_calls_run_on_the_calling_thread_in_row_order(tiny_model):
+    import asyncio
+    import threading
+
+    seen = []
+
+    def where(tag: str) -> str:
+        """Say where the call ran.
+
+        Args:
+            tag: a name for the call
+        """
+        seen.append((tag, threading.get_ident()))
+        return tag
+
+    async def later(tag: str) -> str:
+        """Say it after a pause.
+
+        Args:
+            tag: a name for the call
+        """
+        await asyncio.sleep(0)
+        return tag.upper()
+
+    rows = [[call("where", tag=f"r{i}a"), call("later", tag=f"r{i}b"), call("where", tag=f"r{i}c"), "ok<|im_end|>"]
+            for i in range(3)]
+    engine, _, prompts, _ = _engine(tiny_model, rows, [where, later], json_tool_timeout=None, tool_workers=4)
+
+    async def in_a_running_loop():  # a notebook's cell runs inside the kernel's event loop
+        return engine.run(prompts, row_tools=[{"where": where, "later": later}] * 3, retrieval_enabled=False)
+
+    results = asyncio.run(in_a_running_loop())
+    assert {ident for _, ident in seen} == {threading.get_ident()}
+    assert [tag for tag, _ in seen] == ["r0a", "r1a", "r2a", "r0c", "r1c", "r2c"]  # a turn's calls, row by row
+    for i, row in enumerate(results):
+        assert [m["content"] for m in row.messages if m["role"] == "tool"] == [f"r{i}a", f"R{i}B", f"r{i}c"]
+        assert row.tool_failures == 0
+
+
+def test_without_a_timeout_a_raising_tool_is_still_a_failed_call(tiny_model):
+    env = Counter()
+    tools = environment_tools(env)
+    turns = [call("explode"), call("add", n=4), "Done.<|im_end|>"]
+    engine, _, prompts, _ = _engine(tiny_model, [turns], tools.values(), json_tool_timeout=None)
+    (row,) = engine.run(prompts, row_tools=[tools], retrieval_enabled=False)
+    assert row.messages[1]["content"] == str({"error": "the counter exploded"})
+    assert row.tool_errors == [("explode", "RuntimeError: the counter exploded")] and env.total == 4
+
+
 def test_unknown_tool_and_bad_arguments_are_failed_calls(tiny_model):
     turns = [call("divide", a=1), call("multiply", a=2, c=3), call("multiply", a=6, b=7), "42<|im_end|>"]
     engine, _, prompts, _ = _engine(tiny_model, [turns], [multiply], max_tool_calls=5)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.rollout import EnvironmentAgent, RolloutConfig
 from rapo_trl.store import TraceStore, build_from_environment
-from tests.helpers.environments import Counter, call
+from tests.helpers.environments import Counter, SqliteCounter, call
 from tests.helpers.scripted import ScriptedGenerate, Turn
 
 ROWS = [{"prompt": [{"role": "user", "content": "Count to five."}], "question_id": "five"}]
@@ -15,12 +15,12 @@ GOOD = [call("add", "Adding two.", n=2), call("add", n=3), "The total is 5.<|im_
 POOR = [call("add", n=1), "The total is 1.<|im_end|>"]
 
 
-def _agent(tiny_model, scripts):
+def _agent(tiny_model, scripts, environment_factory=Counter, **config):
     model, tokenizer = tiny_model
     model.generate = ScriptedGenerate(tokenizer, [([], [Turn(t) for t in turns]) for turns in scripts],
                                       model.config.vocab_size)
-    return EnvironmentAgent(model, tokenizer, Counter, config=RolloutConfig(max_completion_length=300,
-                                                                            max_turn_tokens=100))
+    return EnvironmentAgent(model, tokenizer, environment_factory,
+                            config=RolloutConfig(max_completion_length=300, max_turn_tokens=100, **config))
 
 
 def test_best_rollouts_are_stored_keyed_as_the_policy_queries(tiny_model, tmp_path):
@@ -43,6 +43,14 @@ def test_best_rollouts_are_stored_keyed_as_the_policy_queries(tiny_model, tmp_pa
     selected = store.select([query])[0]
     assert selected.text.startswith('<tool_call>\n{"name": "add", "arguments": {"n": 3}}')
     assert selected.text.endswith("<result>\n5\n</result>")
+
+
+def test_a_thread_bound_environment_fills_the_store_with_calls_on_the_agents_thread(tiny_model, tmp_path):
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    agent = _agent(tiny_model, [GOOD], SqliteCounter, json_tool_timeout=None)
+    assert build_from_environment(store, agent, ROWS, num_samples=1, keep_top_k=1) == 3
+    metadatas = store.collection.get(include=["metadatas"])["metadatas"]
+    assert [m["reward"] for m in metadatas] == [5.0] * 3  # on worker threads every sqlite call fails: total 0
 
 
 def test_a_store_for_json_tools_alone_is_filled_by_an_agent_without_an_environment(tiny_model, tmp_path):

@@ -30,7 +30,8 @@ def test_options_the_engine_owns_are_refused(tmp_path):
 
 def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     values = dict(max_completion_length=77, max_turn_tokens=11, max_tool_calls=3, retrieve_prob=0.25,
-                  step_entropy="full", step_entropy_first_tokens=5, tool_workers=2, answer_stop="</answer>",
+                  step_entropy="full", step_entropy_first_tokens=5, tool_workers=2, json_tool_timeout=None,
+                  answer_stop="</answer>",
                   max_retrieved_tokens=40, retrieve_at=("start", "tool_step"), retrieve_own_question=True,
                   retrieved_step_as_own=True)
     engine = rollout_config(config(tmp_path, **values))

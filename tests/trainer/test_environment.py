@@ -5,6 +5,7 @@ retrieval on, retrieved steps and the retrieval metrics show."""
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.trainer import RAPOTrainer
-from tests.helpers.environments import Counter, call, multiply
+from tests.helpers.environments import Counter, SqliteCounter, call, multiply
 from tests.helpers.fakes import FixedStore
 from tests.helpers.scripted import ScriptedGenerate, Turn
 from tests.helpers.trainers import G, assert_same_update, batch_inputs, common_args, dataset, loss_and_grads
@@ -53,12 +54,14 @@ def _settings(tmp_path, **kwargs):
     return common_args(tmp_path, **{"max_completion_length": 256, **kwargs})
 
 
-def _rapo(tiny_model_dir, tmp_path, store=None, reward=None, max_completion_length=256, **kwargs):
+def _rapo(tiny_model_dir, tmp_path, store=None, reward=None, max_completion_length=256, environment_factory=Counter,
+          **kwargs):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     args = RAPOConfig(**_settings(tmp_path, max_completion_length=max_completion_length), max_turn_tokens=128,
                       **kwargs)
     return RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), reward or Recorder(), args=args,
-                       train_dataset=dataset(), processing_class=tok, trace_store=store, environment_factory=Counter)
+                       train_dataset=dataset(), processing_class=tok, trace_store=store,
+                       environment_factory=environment_factory)
 
 
 def _step(trainer):
@@ -110,6 +113,32 @@ def test_environment_reward_and_retrieval_metrics(tiny_model_dir, tmp_path):
         for event in row.retrievals:
             assert tool_mask[i, event.start:event.end].sum() == 0
     assert torch.isfinite(loss)
+
+
+def test_thread_bound_environment_runs_on_the_trainers_thread_as_in_grpo_trainer(tiny_model_dir, tmp_path, caplog):
+    # On worker threads (the default) every call to the sqlite-backed environment fails, and the warning names the
+    # option.
+    threaded = _rapo(tiny_model_dir, tmp_path / "threaded", retrieve_prob=0.0, environment_factory=SqliteCounter)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        _step(threaded)
+    assert [e.total for e in threaded.environments] == [0, 0, 0, 0]
+    assert threaded._metrics["train"]["tools/failure_frequency"][-1] == 1.0
+    assert any("json_tool_timeout=None" in record.message for record in caplog.records)
+
+    rapo_reward, grpo_reward = Recorder(), Recorder()
+    rapo = _rapo(tiny_model_dir, tmp_path / "rapo", reward=rapo_reward, retrieve_prob=0.0,
+                 environment_factory=SqliteCounter, json_tool_timeout=None)
+    rapo_batch, rapo_loss, rapo_grads = _step(rapo)
+    grpo = GRPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), grpo_reward,
+                       args=GRPOConfig(**_settings(tmp_path / "grpo")), train_dataset=dataset(),
+                       processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), environment_factory=SqliteCounter)
+    grpo_batch, grpo_loss, grpo_grads = _step(grpo)
+
+    assert [e.total for e in rapo.environments] == [e.total for e in grpo.environments] == [5, 1, 0, 0]
+    assert torch.equal(rapo_batch["completion_ids"], grpo_batch["completion_ids"])
+    assert rapo_reward.seen == grpo_reward.seen
+    assert rapo._metrics["train"]["tools/failure_frequency"][-1] == pytest.approx(1 / 4)  # only "explode"
+    assert_same_update(rapo_batch, grpo_batch, rapo_loss, grpo_loss, rapo_grads, grpo_grads)
 
 
 def test_json_tools_without_environment_match_grpo_trainer(tiny_model_dir, tmp_path):

@@ -195,7 +195,8 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     reward_funcs, _ = environment_rewards(script, None)
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
-                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls)
+                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
+                           json_tool_timeout=rapo_args.json_tool_timeout)
     agent = EnvironmentAgent(model, tokenizer, environment_factory(script),
                              build_tools(script) if script.tools is not None else (), config,
                              SamplingSettings(temperature=rapo_args.temperature))

@@ -20,7 +20,7 @@ from trl.chat_template_utils import parse_response
 
 from rapo_trl.protocol import cap_text
 from rapo_trl.tools.base import ToolError
-from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S, TimedCalls
+from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S, TimedCalls, call_here
 
 ToolTable = Mapping[str, Callable]
 """The functions a row may call, by name (a function's ``__name__``, or an environment method's)."""
@@ -69,11 +69,12 @@ class ChatToolCalls:
             is not prefix-preserving); ``None``: the tokenizer's.
         template_kwargs: extra ``apply_chat_template`` arguments (``GRPOConfig.chat_template_kwargs``).
         timeout: seconds a call may take, as a tag tool's: past it the call fails (its result an error, counted) and
-            the rollout goes on; the function runs on in its thread (``rapo_trl.tools.timed_call``).
+            the rollout goes on; the function runs on in its thread (``rapo_trl.tools.timed_call``). ``None``: each
+            call runs on the calling thread with no timeout, as TRL runs them.
     """
 
     def __init__(self, tokenizer, chat_template: str | None = None, template_kwargs: dict | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S):
+                 timeout: float | None = DEFAULT_TIMEOUT_S):
         if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
             from trl.chat_template_utils import add_response_schema
 
@@ -108,8 +109,7 @@ class ChatToolCalls:
             try:
                 if name not in tools:
                     raise ValueError(f"Tool {name} not found.")
-                calls_of = self._calls.setdefault(name, TimedCalls(name, self.timeout))
-                output = calls_of.call(tools[name], [], arguments)
+                output = self._call(name, tools[name], arguments)
             except Exception as error:  # noqa: BLE001 - the user's tool failing is the call's result, not the run's end
                 # The function's own exception as TRL shows it; a timeout (no cause) as the ToolError says it.
                 error = error.__cause__ if isinstance(error, ToolError) and error.__cause__ is not None else error
@@ -117,6 +117,11 @@ class ChatToolCalls:
                 continue
             results.append(CallResult(_tool_message(name, output)))
         return results
+
+    def _call(self, name: str, function: Callable, arguments: dict):
+        if self.timeout is None:
+            return call_here(name, function, arguments)
+        return self._calls.setdefault(name, TimedCalls(name, self.timeout)).call(function, [], arguments)
 
     def results_for(self, row, tool_calls: list[dict], tools: ToolTable, config) -> list[dict]:
         """The tool messages one turn's calls get, counted on ``row``: calls past ``config.max_tool_calls`` get its

@@ -8,6 +8,7 @@ from rapo_trl.core.retrieval_rule import check_json_tools_reach, check_own_step_
 from rapo_trl.protocol import PLAN_CLOSE, RESULT_TEMPLATE, RETRIEVE_TEMPLATE
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
+from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
 
 TOOL_PROTOCOLS = ("tags", "json")
 """How the policy calls tools: the paper's inline tags, or JSON tool calls in the model's own chat template."""
@@ -45,6 +46,9 @@ class RolloutConfig:
     """Tool output longer than this is cut (keeping its head and tail) before tokenisation."""
     tool_workers: int = 8
     """Tool calls that run concurrently across rows."""
+    json_tool_timeout: float | None = DEFAULT_TIMEOUT_S
+    """Seconds a JSON tool or environment call may take on its worker thread; ``None``: a batch's calls run one after
+    another on the calling thread with no timeout, as TRL runs them (``rapo_trl.tools.timed_call.call_here``)."""
     answer_stop: str | None = "</answer>"
     """A turn that closes the final answer ends the rollout there (``None``: only EOS ends it)."""
     max_retrieved_tokens: int | None = None

@@ -110,7 +110,8 @@ class HybridRolloutEngine:
         if self.config.tool_protocol == "json":
             self.tools = {}
             self.json_tools = tool_table(tools)
-            self.chat_tools = ChatToolCalls(tokenizer, self.config.chat_template, self.config.chat_template_kwargs)
+            self.chat_tools = ChatToolCalls(tokenizer, self.config.chat_template, self.config.chat_template_kwargs,
+                                            self.config.json_tool_timeout)
         else:
             self.tools = tools_by_tag(tools)
         self.retrieval = StepRetrieval(store, tokenizer, self.config, seed)

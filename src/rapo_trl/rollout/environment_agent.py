@@ -12,6 +12,7 @@ from rapo_trl.core.rows import RolloutRow
 from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
 from rapo_trl.rollout.chat_tools import environment_tools, tool_table
 from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
+from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
 
 
 @dataclass
@@ -69,11 +70,13 @@ class EnvironmentAgent:
     @classmethod
     def from_pretrained(cls, path: str, environment_factory: Callable | None, tools: Sequence[Callable] = (),
                         max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
-                        batch_size: int = 8, device: str | None = None, dtype=None) -> EnvironmentAgent:
+                        batch_size: int = 8, device: str | None = None, dtype=None,
+                        json_tool_timeout: float | None = DEFAULT_TIMEOUT_S) -> EnvironmentAgent:
         from rapo_trl.rollout.agent import load_policy
 
         model, tokenizer = load_policy(path, device=device, dtype=dtype)
-        config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
+        config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens,
+                               json_tool_timeout=json_tool_timeout)
         return cls(model, tokenizer, environment_factory, tools, config, SamplingSettings(temperature=temperature),
                    batch_size)
 

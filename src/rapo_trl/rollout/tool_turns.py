@@ -102,13 +102,20 @@ def parse_json_turn(chat_tools: ChatToolCalls, row: RolloutRow, step_start: int,
 
 def run_json_calls(chat_tools: ChatToolCalls, rows: list[RolloutRow], calls: list[TurnCall],
                    tables: list[ToolTable], config: RolloutConfig) -> set[int]:
-    """Run each row's JSON calls (a row's in order, rows side by side) and append their results as the chat
-    template renders them; results that do not fit the completion budget end the row instead, as in TRL. Returns
-    the rows whose every call was past ``max_tool_calls``."""
+    """Run each row's JSON calls (a row's in order; rows side by side, or one after another on this thread with
+    ``json_tool_timeout`` None) and append their results as the chat template renders them; results that do not fit
+    the completion budget end the row instead, as in TRL. Returns the rows whose every call was past
+    ``max_tool_calls``."""
     limited = {i for i, _, _ in calls if rows[i].tool_calls >= config.max_tool_calls}
-    with ThreadPoolExecutor(max_workers=max(1, min(config.tool_workers, len(calls) or 1))) as pool:
-        shown = list(pool.map(lambda call: chat_tools.results_for(rows[call[0]], call[2], tables[call[0]], config),
-                              calls))
+
+    def results(call: TurnCall) -> list[dict]:
+        return chat_tools.results_for(rows[call[0]], call[2], tables[call[0]], config)
+
+    if config.json_tool_timeout is None:  # TRL's way: on this thread, one row after another
+        shown = [results(call) for call in calls]
+    else:
+        with ThreadPoolExecutor(max_workers=max(1, min(config.tool_workers, len(calls) or 1))) as pool:
+            shown = list(pool.map(results, calls))
     for (i, _, _), messages in zip(calls, shown):
         row = rows[i]
         suffix = chat_tools.suffix_ids(messages)

@@ -1,4 +1,5 @@
-"""Calls of a user's function, each in a daemon thread of its own, that fail with ``ToolError`` past a timeout.
+"""Calls of a user's function, each in a daemon thread of its own, that fail with ``ToolError`` past a timeout; or,
+for JSON tools asked to run as TRL runs them, on the calling thread with no timeout (``call_here``).
 
 A thread cannot be stopped, so a call past its timeout keeps running; ``max_overdue`` bounds how many may (a function
 that never returns must not pile up threads and CPU over a training run). Used by tag tools (``FunctionTool``) and by
@@ -26,6 +27,26 @@ logger = logging.getLogger("rapo_trl.tools.function_tool")
 
 DEFAULT_TIMEOUT_S = 30.0
 """Seconds a function tool's call may take, under either protocol."""
+
+
+def call_here(name: str, function: Callable, arguments: dict) -> Any:
+    """``function(**arguments)``'s value, computed on the calling thread with no timeout, as TRL's ``GRPOTrainer``
+    runs its tools: for functions that need the thread that made their resources (a ``sqlite3`` connection,
+    ``signal.alarm``). Raises ``ToolError`` wrapping the function's own exception (``__cause__``), as
+    ``TimedCalls.call`` does. A coroutine is awaited in a thread of its own, as TRL awaits async tools on its own
+    loop's thread: the calling thread may already run an event loop (a notebook's)."""
+    try:
+        value = function(**arguments)
+        if inspect.isawaitable(value):
+            call = _Awaited(value)
+            call.start()
+            call.join()
+            if call.error is not None:
+                raise call.error
+            value = call.value
+    except Exception as error:  # the policy sees what went wrong; SystemExit and KeyboardInterrupt stop the run
+        raise ToolError(f"{name} raised {type(error).__name__}: {error}") from error
+    return value
 
 
 class TimedCalls:
@@ -92,6 +113,22 @@ class _Call(threading.Thread):
             self.error = error
         finally:
             self.calls._call_ended(self)
+
+
+class _Awaited(threading.Thread):
+    """An awaitable run to its end on an event loop of a thread of its own."""
+
+    def __init__(self, awaitable):
+        super().__init__(name="rapo-tool-await", daemon=True)
+        self.awaitable = awaitable
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = asyncio.run(_awaited(self.awaitable))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
+            self.error = error
 
 
 async def _awaited(awaitable):

@@ -198,7 +198,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         """Extra loss terms the config turns on, added to TRL's policy loss (``trainer/loss_terms.py``)."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
-        self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience)
+        self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience, json_calls_on_workers=json_tools
+                                             and args.json_tool_timeout is not None)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling_max_rounds else None
         self.growth_run = new_run_id()
         """Tags the records this run grows into the store; a resume takes it from the checkpoint."""
