@@ -12,7 +12,6 @@ from rapo_trl.core.retrieval_rule import check_own_step_reach, checked_boundarie
 from rapo_trl.hardware import default_precision, trainer_device
 from rapo_trl.ranges import RAPO_RANGES, check_ranges
 from rapo_trl.rollout.entropy import STEP_ENTROPY_ESTIMATORS
-from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
 
 
 @dataclass
@@ -239,7 +238,7 @@ class RAPOConfig(GRPOConfig):
     max_turn_tokens: int = field(default=512, metadata={"help": "Most tokens sampled in one step."})
     tool_workers: int = field(default=8, metadata={"help": "Concurrent tool calls across rows."})
     json_tool_timeout: float | None = field(
-        default=DEFAULT_TIMEOUT_S, metadata={"help": "Seconds a JSON tool or environment call may take on its worker "
+        default=30.0, metadata={"help": "Seconds a JSON tool or environment call may take on its worker "
                                              "thread (None: calls run on the trainer's thread, no timeout, as TRL)."}
     )
     answer_stop: str | None = field(

@@ -46,3 +46,11 @@ def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     chosen = rollout_config(config(tmp_path, **json_values), tool_protocol="json",
                             chat_template_kwargs={"enable": True})
     assert chosen.tool_protocol == "json" and chosen.chat_template_kwargs == {"enable": True}
+
+
+def test_the_json_tool_timeout_defaults_agree():
+    # RAPOConfig's default is a literal (the CLI reads defaults from source); the engine's and tools' is the constant.
+    from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
+
+    assert RAPOConfig.__dataclass_fields__["json_tool_timeout"].default == RolloutConfig.json_tool_timeout
+    assert RolloutConfig.json_tool_timeout == DEFAULT_TIMEOUT_S
