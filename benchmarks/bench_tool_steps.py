@@ -34,7 +34,15 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # common.py, however this is loaded
-from common import RESULTS, command_line, machine_info, machine_line, markdown_table, use_offline_environment  # noqa: E402
+from common import (  # noqa: E402
+    RESULTS,
+    command_line,
+    machine_info,
+    machine_line,
+    markdown_table,
+    print_report,
+    use_offline_environment,
+)
 
 use_offline_environment()  # before sentence-transformers and chromadb are imported
 
@@ -154,10 +162,7 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tool-steps-") as folder:
         results = {setting: measure(setting, args.questions, args.difficulty, Path(folder)) for setting in args.settings}
     lines = report(results, args.questions, args.difficulty, machine)
-    print("\n".join(lines))
-    if str(args.out) != "-":
-        args.out.write_text("\n".join(lines))
-        print(f"wrote {args.out}")
+    print_report(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -250,3 +250,11 @@ def shown_path(path: str | Path) -> str:
         return str(path.relative_to(REPO))
     home = Path.home().resolve()
     return str(Path("~") / path.relative_to(home)) if path.is_relative_to(home) else str(path)
+
+
+def print_report(lines: Sequence[str], out: Path) -> None:
+    """Print a markdown report and write it to ``out`` (``-``: print only)."""
+    print("\n".join(lines))
+    if str(out) != "-":
+        out.write_text("\n".join(lines))
+        print(f"wrote {out}")

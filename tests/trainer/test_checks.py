@@ -122,3 +122,42 @@ def test_retrieval_that_can_never_happen_is_named(settings, tool_tags, expected,
                                     None if "retrieve_prob_final" in settings else store, tool_tags=tool_tags)
     found = warnings_of(caplog)
     assert [expected in m for m in found] == ([True] if expected else []), found
+
+
+QUESTIONS = Dataset.from_dict({"question": [f"How many apples are left when {n} of {n + 9} are eaten?" for n in range(6)],
+                               "answer": ["9"] * 6})
+TRAJECTORY = "<think>Subtract.</think>\n<python>\nprint(9)\n</python>\n<result>\n9\n</result>\n<answer>\\boxed{9}</answer>"
+
+
+def _store_from(tmp_path, rows, **config):
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import StoreConfig, TraceStore
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64), config=StoreConfig(**config))
+    store.add_trajectories([TRAJECTORY] * len(rows), [1.0] * len(rows), rows["question_id"], prompts=rows["prompt"],
+                           keep_top_k=None)
+    return store
+
+
+@pytest.mark.parametrize("store_form, training_form, cut, warned", [
+    ("conversation", "plain", False, "every training prompt begins with the same instructions"),
+    ("plain", "conversation", False, "every first-step key of the store begins with the same instructions"),
+    ("conversation", "plain", True, None),  # StoreConfig(system_prompt=...) cuts them from the queries
+    ("plain", "plain", False, None),
+    ("conversation", "conversation", False, None),
+])
+def test_a_store_keyed_from_prompts_of_another_form_is_named(tmp_path, caplog, store_form, training_form, cut, warned):
+    from rapo_trl.tasks import system_prompt_for
+    from rapo_trl.tools import PythonTool
+
+    def rows(form):
+        return to_rapo_rows(QUESTIONS, tools=[PythonTool()], conversational=form == "conversation")
+
+    system = system_prompt_for([PythonTool()])
+    store = _store_from(tmp_path, rows(store_form), **({"system_prompt": system} if cut else {}))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        warn_if_nothing_to_retrieve(_retrieving(retrieve_prob=0.5), store, rows(training_form), tool_tags=["python"])
+    found = warnings_of(caplog)
+    assert [warned in m for m in found] == ([True] if warned else []), found
+    if warned:
+        assert "StoreConfig(system_prompt=<the instructions>)" in found[0]

@@ -60,6 +60,10 @@ def to_rapo_rows(
     promises no search engine; ``[]`` the protocol without tools); a ``system_prompt`` of your own gets the
     function-tool section appended, and with ``system_prompt=None`` the section alone is the system
     prompt. Without ``tools``, a ``system_prompt`` you give is used as is (you say what it teaches).
+
+    A store's keys and queries leave a conversation's system message out but read a plain-text prompt whole: with
+    ``conversational=False``, build the store from these same rows, or open it with
+    ``StoreConfig(system_prompt=<the system prompt>)`` (docs/store.md).
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")

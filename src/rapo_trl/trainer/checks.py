@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 from rapo_trl.core.retrieval_rule import RETRIEVAL_TRIGGERS
@@ -36,6 +37,8 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> No
         warn_if_own_question_unknown(store, dataset)
     if store is not None and tool_tags:
         warn_if_store_cut_elsewhere(store, list(tool_tags))
+    if store is not None and dataset is not None:
+        warn_if_store_keyed_from_other_prompts(store, dataset)
     if store is None:
         schedule = "" if args.retrieve_prob_final is None else f", retrieve_prob_final={args.retrieve_prob_final}"
         logger.warning("RAPO: hybrid rollouts are configured (retrieve_prob=%s%s) but no trace_store was given: "
@@ -135,6 +138,41 @@ def warn_if_own_question_unknown(store, dataset) -> None:
                            "row's: every retrieval falls back to similarity over all records. Store trajectories "
                            "under their rows' question_id (to_rapo_rows adds one: rapo_trl.tasks.question_id_of of "
                            "the question text).")
+
+
+SHARED_INSTRUCTIONS_MIN_CHARS = 64
+"""Text this long that begins every first-step key or query is instructions, not part of a question."""
+
+
+def warn_if_store_keyed_from_other_prompts(store, dataset, sample: int = 32) -> None:
+    """A first-step query is the training prompt as the store reads prompts: a conversation without its system
+    messages, a plain-text prompt whole, instructions and all. When every query begins with instructions that no
+    first-step key holds (plain-text rows, a store built from conversations), or every key with instructions no query
+    holds (the other way round), the question is a small part of what is compared and retrieval finds other
+    questions' steps."""
+    from rapo_trl.store.steps import prompt_text
+
+    if not (hasattr(store, "collection") and hasattr(store, "preprocess")):
+        return
+    try:
+        prompts = [dataset[i]["prompt"] for i in range(min(sample, len(dataset)))]
+        queries = [store.preprocess(prompt_text(prompt) + "\n") for prompt in prompts]
+        keys = store.collection.get(where={"step_index": 0}, limit=sample, include=["documents"])["documents"]
+    except Exception:  # noqa: BLE001 - a streaming dataset or an unreachable store: the store's own checks speak
+        return
+    if len(queries) < 2 or len(keys) < 2:
+        return
+    for texts, others, whose, built in ((queries, keys, "training prompt", "from prompts without them"),
+                                        (keys, queries, "first-step key of the store", "from prompts with them")):
+        shared = os.path.commonprefix(texts)[:SHARED_INSTRUCTIONS_MIN_CHARS]
+        if len(shared) == SHARED_INSTRUCTIONS_MIN_CHARS and not any(shared in other for other in others):
+            logger.warning("RAPO: every %s begins with the same instructions (%r...), which the other side of the "
+                           "retrieval lacks: the store was built %s (a conversation's system messages stay out of "
+                           "keys and queries; a plain-text prompt is read whole). Retrieval then compares the "
+                           "instructions, not the questions, and finds other questions' steps. Build the store from "
+                           "rows of the training rows' form, or cut the instructions from keys and queries with "
+                           "StoreConfig(system_prompt=<the instructions>).", whose, shared[:40], built)
+            return
 
 
 def warn_if_learning_rate_too_low_for_peft(model, learning_rate: float) -> None:
