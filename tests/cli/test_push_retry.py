@@ -28,7 +28,10 @@ def test_push_to_hub_offline_is_refused_before_training(monkeypatch):
 
 
 def test_push_to_hub_without_a_token_is_refused_before_training(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # read when huggingface_hub was imported
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(UsageError, match=r"push_to_hub needs a Hugging Face token: run `hf auth login`"):

@@ -161,3 +161,22 @@ def test_a_store_keyed_from_prompts_of_another_form_is_named(tmp_path, caplog, s
     assert [warned in m for m in found] == ([True] if warned else []), found
     if warned:
         assert "StoreConfig(system_prompt=<the instructions>)" in found[0]
+
+
+def test_a_push_that_cannot_happen_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.rewards import rapo_outcome_reward
+    from rapo_trl.trainer import RAPOTrainer
+    from tests.helpers.trainers import common_args, dataset
+
+    settings = dict(common_args(tmp_path), push_to_hub=True, hub_model_id="me/model")
+    with pytest.raises(ValueError, match="push_to_hub needs the Hub, but HF_HUB_OFFLINE is set"):
+        RAPOTrainer("no/such-model", rapo_outcome_reward, args=RAPOConfig(**settings), train_dataset=dataset())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved login
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(ValueError, match=r"needs a Hugging Face token.*trainer\.push_to_hub\(\)"):
+        RAPOTrainer("no/such-model", rapo_outcome_reward, args=RAPOConfig(**settings), train_dataset=dataset())

@@ -10,7 +10,6 @@ folder is left as it is (``rapo eval`` loads it)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -116,14 +115,11 @@ def push_folder(folder: Path, repo_id: str, token: str | None = None, private: b
 
 def check_can_push(token: str | None = None) -> None:
     """Refuse, before anything trains, a push that cannot happen: the Hub offline, or no token to push with."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise UsageError("push_to_hub needs the Hub, but HF_HUB_OFFLINE is set: unset it, or leave out push_to_hub "
-                         "and push later with `rapo push OUTPUT_DIR`")
-    from huggingface_hub import get_token
+    from rapo_trl.hub_access import push_problem
 
-    if not (token or get_token()):
-        raise UsageError("push_to_hub needs a Hugging Face token: run `hf auth login` (or set HF_TOKEN, or hub_token) "
-                         "first, or leave out push_to_hub and push later with `rapo push OUTPUT_DIR`")
+    problem = push_problem(token, "push later with `rapo push OUTPUT_DIR`")
+    if problem:
+        raise UsageError(problem)
 
 
 def push_run(output_dir: str | Path, repo_id: str | None = None, base_name: str | None = None,

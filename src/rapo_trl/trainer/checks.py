@@ -230,7 +230,8 @@ def _system_text(prompt) -> str:
 
 def checked_arguments(model, args, train_dataset, **refused):
     """``args`` (a default RAPOConfig named after the model when ``None``), refusing what RAPO cannot take:
-    GRPOTrainer's own rollout hooks (``refused``), another config class, dynamic sampling over an iterable dataset."""
+    GRPOTrainer's own rollout hooks (``refused``), another config class, a push to the Hub that cannot happen,
+    dynamic sampling over an iterable dataset."""
     from trl.trainer.utils import get_config_model_id
 
     from rapo_trl.config import RAPOConfig
@@ -250,6 +251,12 @@ def checked_arguments(model, args, train_dataset, **refused):
             f"RAPOTrainer needs a RAPOConfig, got {type(args).__name__}. RAPOConfig takes every GRPOConfig "
             "field under the same name (with RAPO's defaults for loss_type, epsilon_high, delta and beta)."
         )
+    if args.push_to_hub:
+        from rapo_trl.hub_access import push_problem
+
+        problem = push_problem(args.hub_token, "push once trained with trainer.push_to_hub()")
+        if problem:  # transformers' Trainer would find out once the model has loaded
+            raise ValueError(problem)
     if args.dynamic_sampling_max_rounds and not (hasattr(train_dataset, "__len__") and hasattr(train_dataset, "__getitem__")):
         raise ValueError("dynamic sampling draws replacement prompts by index: it needs a map-style "
                          "train_dataset (a datasets.Dataset, not an IterableDataset).")
