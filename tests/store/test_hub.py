@@ -100,3 +100,21 @@ def test_a_folder_that_no_export_wrote_is_named(tmp_path):
     (tmp_path / "other").mkdir()
     with pytest.raises(ValueError, match="not a folder TraceStore.export_to_folder wrote"):
         TraceStore.from_hub(tmp_path / "other", tmp_path / "copy", embedder=HashingEmbedder(16))
+
+
+def test_a_store_rebuilt_from_an_export_cuts_queries_as_its_keys_were(make_store, trajectory, embedder, tmp_path):
+    """Keys cut to 40 characters stay searchable by queries cut to 40, not to the default length."""
+    from rapo_trl.store import KeySettingsMismatchError, StoreConfig
+
+    short = make_store("short", key_max_chars=40)
+    short.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7? Show the product."])
+    folder = short.export_to_folder(tmp_path / "export")
+    copy = TraceStore.from_hub(folder, tmp_path / "copy", embedder=embedder)
+    assert copy.config.key_max_chars == 40 and copy.collection.metadata["key_max_chars"] == 40
+    assert _records(copy) == _records(short)
+    with pytest.raises(KeySettingsMismatchError, match="cut to their last 40 characters"):
+        TraceStore.from_hub(folder, tmp_path / "other", embedder=embedder, config=StoreConfig(key_max_chars=100))
+    default = make_store("default")  # a collection of the default length cannot take keys cut to 40
+    default.close()
+    with pytest.raises(KeySettingsMismatchError):
+        TraceStore.from_hub(folder, tmp_path / "default", embedder=embedder)

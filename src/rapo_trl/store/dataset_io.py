@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from rapo_trl.store.steps import StepRecord
@@ -23,6 +25,8 @@ RECORD_COLUMNS = (
 )
 _REQUIRED_RECORD_COLUMNS = ("key", "value", "reward", "question_id", "step_index")
 _CORE_METADATA = set(RECORD_COLUMNS) - {"id", "key"}  # what Chroma keeps as metadata
+KEY_MAX_CHARS_COLUMN = "key_max_chars"
+"""The length the exported keys were cut to: queries must be cut to it too, so it travels with them."""
 
 
 def require_columns(ds, columns, what: str) -> None:
@@ -120,6 +124,7 @@ def to_dataset(store, include_embeddings: bool = True):
     data = {column: [values[i] for i in order] for column, values in {**rows, **extras}.items()}
     # Where the steps are cut travels with them, so a store rebuilt from the export cuts its later writes there too.
     data[TOOL_TAGS_COLUMN] = [",".join(store.tool_tags)] * len(order)
+    data[KEY_MAX_CHARS_COLUMN] = [int(store.config.key_max_chars)] * len(order)
     if include_embeddings:
         data["embedding"] = [embeddings[i].tolist() for i in order]
     return Dataset.from_dict(data)
@@ -129,11 +134,12 @@ def add_records_from_dataset(store, ds) -> int:
     """Write the records of an exported dataset into ``store``; reuses its ``embedding`` column when
     it was made by the store's embedder, otherwise re-embeds the keys."""
     require_columns(ds, _REQUIRED_RECORD_COLUMNS, "trace-record")
+    check_key_length(ds, store.config.key_max_chars, f"store at {store.location}")
     from rapo_trl.store.steps import record_id, reward_problem, trajectory_id
 
     records = []
     extra_metadata = []
-    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN}
+    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN}
     for index, row in enumerate(ds):
         if (problem := reward_problem(row["reward"])) is not None:
             raise ValueError(f"Record row {index}: reward {problem}; nothing was stored.")
@@ -175,6 +181,41 @@ def add_records_from_dataset(store, ds) -> int:
         record_tool_tags(store.collection, [tag for value in dict.fromkeys(ds[TOOL_TAGS_COLUMN])
                                             for tag in str(value or "").split(",") if tag])
     return added
+
+
+def exported_key_length(ds) -> int | None:
+    """The length an exported dataset's keys were cut to; ``None`` for an export that does not record it."""
+    if KEY_MAX_CHARS_COLUMN not in ds.column_names or len(ds) == 0:
+        return None
+    lengths = {int(length) for length in ds[KEY_MAX_CHARS_COLUMN] if length is not None}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def config_for_records(ds, config):
+    """``config`` (default: ``StoreConfig()``) cutting queries as the exported keys were cut: a store rebuilt from an
+    export keeps its key length, or its queries would never match its keys. Another length given is refused."""
+    from rapo_trl.store.config import StoreConfig
+
+    config = config or StoreConfig()
+    recorded = exported_key_length(ds)
+    if recorded is None or config.key_max_chars == recorded:
+        return config
+    if config.key_max_chars == StoreConfig.key_max_chars:
+        return dataclasses.replace(config, key_max_chars=recorded)
+    check_key_length(ds, config.key_max_chars, "StoreConfig given")
+    return config
+
+
+def check_key_length(ds, key_max_chars: int, what: str) -> None:
+    """Refuse records whose keys were cut to another length than ``what`` cuts its queries to."""
+    from rapo_trl.store.errors import KeySettingsMismatchError
+
+    recorded = exported_key_length(ds)
+    if recorded is not None and recorded != key_max_chars:
+        raise KeySettingsMismatchError(
+            f"The records' keys were cut to their last {recorded} characters, but the {what} cuts to "
+            f"{key_max_chars}: queries cut otherwise would not match them. Rebuild them into a store with "
+            f"StoreConfig(key_max_chars={recorded}) (or leave it unset), in a new folder or collection.")
 
 
 def _same_embedder(ds, embedder) -> bool:

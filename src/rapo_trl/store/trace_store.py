@@ -119,9 +119,9 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
         cls, ds, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None
     ) -> TraceStore:
         """A new (or resumed) store at ``path`` holding the records of an exported dataset."""
-        from rapo_trl.store.dataset_io import add_records_from_dataset
+        from rapo_trl.store.dataset_io import add_records_from_dataset, config_for_records
 
-        store = cls(path, collection=collection, embedder=embedder, config=config)
+        store = cls(path, collection=collection, embedder=embedder, config=config_for_records(ds, config))
         add_records_from_dataset(store, ds)
         return store
 
