@@ -183,3 +183,25 @@ def test_quick_start_imports_every_tool_it_names(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(setup, "model card", "exec"), namespace)  # noqa: S102 - the card's own snippet
     assert [getattr(tool, "tag", getattr(tool, "__name__", None)) for tool in namespace["tools"]] == ["python", "double"]
+
+
+def test_card_of_a_json_tool_run_runs_its_agent_on_the_environment_and_tools(tiny_model_dir, tmp_path, capsys):
+    """A policy trained on JSON tool calls (an environment and a standalone tool) gets a quick start that runs it on
+    that environment with that tool, not a tag agent without tools."""
+    from tests.helpers.environments import Counter, multiply
+
+    args = RAPOConfig(**common_args(tmp_path / "out", max_completion_length=64), max_turn_tokens=32, retrieve_prob=0.0)
+    trainer = RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), sevens, args=args,
+                          train_dataset=dataset(), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+                          environment_factory=Counter, tools=[multiply])
+    trainer.save_model()
+    text = (tmp_path / "out" / "README.md").read_text()
+    assert "| environment | Counter |" in text and "| tools | multiply | JSON tool calls" in text
+    code = _quick_start_code(text).replace('"out"', repr(str(tmp_path / "out"))).replace(
+        "max_completion_length=512", "max_completion_length=16")
+    namespace: dict = {}
+    exec(compile(code, "model card", "exec"), namespace)  # noqa: S102 - the card's own snippet
+    agent = namespace["agent"]
+    assert agent.environment_factory is Counter and list(agent.tools) == ["multiply"]
+    assert agent.engine.config.tool_protocol == "json"
+    assert capsys.readouterr().out.strip()  # it printed the episode's messages

@@ -107,15 +107,29 @@ def recipe_table(trainer) -> str:
         targets = config.target_modules
         targets = sorted(targets) if isinstance(targets, (set, list, tuple)) else targets
         lines.append(f"| LoRA | r={config.r}, alpha={config.lora_alpha}, targets={targets} | PEFT adapter |")
-    tools = [getattr(tool, "tag", type(tool).__name__) for tool in getattr(trainer, "rapo_tools", [])]
-    if tools:
-        lines.append(f"| tools | {', '.join(tools)} | tag tools the policy calls |")
+    lines += _tools_rows(trainer)
     store = getattr(trainer, "trace_store", None)
     if store is not None:
         embedder = getattr(getattr(store, "embedder", None), "name", "?")
         size = _record_count(store)
         lines.append(f"| trace store | {size} step records, embedder {embedder} | retrieved in hybrid rollouts |")
     return "\n".join(lines)
+
+
+def _tools_rows(trainer) -> list[str]:
+    """The recipe rows naming the tools: tag tools, or the environment and tools of JSON tool calls."""
+    if getattr(trainer, "tool_protocol", "tags") != "json":
+        tags = [getattr(tool, "tag", type(tool).__name__) for tool in getattr(trainer, "rapo_tools", [])]
+        return [f"| tools | {', '.join(tags)} | tag tools the policy calls |"] if tags else []
+    rows = []
+    factories = getattr(trainer, "environment_factories", None) or {}
+    names = [getattr(factory, "__name__", type(factory).__name__) for factory in factories.values()]
+    if names:
+        rows.append(f"| environment | {', '.join(names)} | its methods are JSON tools, one environment per rollout |")
+    tools = [getattr(tool, "__name__", type(tool).__name__) for tool in getattr(trainer, "_standalone_tools", None) or []]
+    if tools:
+        rows.append(f"| tools | {', '.join(tools)} | JSON tool calls in the chat template's format |")
+    return rows
 
 
 def _record_count(store) -> int | str:
@@ -253,15 +267,28 @@ def _own_tool(tool) -> tuple[str, str] | None:
     with no arguments), or None when it has no importable home (defined in ``__main__``)."""
     function = getattr(tool, "function", None)  # a FunctionTool wraps the user's function
     source, call = (function, "") if callable(function) else (type(tool), "()")
+    found = _importable(source)
+    return (found[0], found[1] + call) if found else None
+
+
+def _importable(source) -> tuple[str, str] | None:
+    """``(import line, name)`` of a module-level function or class, or None (defined in ``__main__`` or nested)."""
     module, name = getattr(source, "__module__", None), getattr(source, "__qualname__", "")
     if not module or module == "__main__" or "." in name or "<" in name:
         return None
-    return f"from {module} import {name}", name + call
+    return f"from {module} import {name}", name
 
 
 def _quick_start(text: str, model_id: str, trainer) -> str:
     """TRL's quick start is a plain pipeline that never runs a tool; RAPO's runs the agent with its tools, each
-    name in it imported or defined."""
+    name in it imported or defined: tools called in tags, or JSON tool calls (the chat template's) on the
+    environment the policy was trained on."""
+    snippet = (_json_quick_start(model_id, trainer) if getattr(trainer, "tool_protocol", "tags") == "json"
+               else _tags_quick_start(model_id, trainer))
+    return re.sub(r"## Quick start\n.*?```python\n.*?```\n\n", lambda _: snippet, text, count=1, flags=re.S)
+
+
+def _tags_quick_start(model_id: str, trainer) -> str:
     tools = list(getattr(trainer, "rapo_tools", []))
     tags = [getattr(tool, "tag", type(tool).__name__) for tool in tools]
     classes = sorted(_TOOL_CLASSES[t] for t in tags if t in _TOOL_CLASSES)
@@ -278,9 +305,46 @@ def _quick_start(text: str, model_id: str, trainer) -> str:
     notes = (["`passages.jsonl` is the corpus it searched in training"] if "search" in tags else []) + (
         [f"{', '.join(f'`{tag}_tool`' for tag in others)} stand for the tools of your own it was trained with"]
         if others else [])
-    snippet = _QUICK_START.format(imports=imports, tools=", ".join(code), model_id=model_id,
-                                  search="; " + "; ".join(notes) if notes else "")
-    return re.sub(r"## Quick start\n.*?```python\n.*?```\n\n", lambda _: snippet, text, count=1, flags=re.S)
+    return _QUICK_START.format(imports=imports, tools=", ".join(code), model_id=model_id,
+                               search="; " + "; ".join(notes) if notes else "")
+
+
+_JSON_QUICK_START = """## Quick start
+
+The model calls its tools as JSON tool calls, as its chat template writes them, and reads their results back: run
+it as the agent it was trained as (with `rapo_trl` installed){notes}.
+
+```python
+{imports}
+
+agent = EnvironmentAgent.from_pretrained("{model_id}", {factory}, tools=[{tools}], max_completion_length=512)
+rows = [{{"prompt": [{{"role": "user", "content": "What is 4821 * 7315?"}}]}}]
+print(agent.episodes(rows)[0].row.messages)  # the tool calls ran; their results are the tool messages
+```
+
+"""
+
+
+def _json_quick_start(model_id: str, trainer) -> str:
+    """The quick start of a policy trained on JSON tool calls: ``EnvironmentAgent`` on the run's environment (if
+    any) with its standalone tools, each imported from its module."""
+    lines, stand_ins = ["from rapo_trl.rollout import EnvironmentAgent"], []
+    factories = getattr(trainer, "environment_factories", None) or {}
+    factory = "None"
+    if factories:
+        found = _importable(factories.get(None)) if list(factories) == [None] else None
+        factory = found[1] if found else "environment_factory"
+        lines += [found[0]] if found else []
+        stand_ins += [] if found else ["`environment_factory`"]
+    names = []
+    for tool in getattr(trainer, "_standalone_tools", None) or []:
+        found = _importable(tool)
+        lines += [found[0]] if found else []
+        names.append(found[1] if found else f"{getattr(tool, '__name__', 'tool')}_tool")
+        stand_ins += [] if found else [f"`{names[-1]}`"]
+    notes = f"; {', '.join(stand_ins)} stand for what of your own it was trained with" if stand_ins else ""
+    return _JSON_QUICK_START.format(imports="\n".join(lines), model_id=model_id, factory=factory,
+                                    tools=", ".join(names), notes=notes)
 
 
 def add_evaluation(folder, evaluation: dict) -> Path:
