@@ -71,3 +71,20 @@ def test_rapo_push_refuses_a_folder_that_is_no_run_and_the_hub_offline(tmp_path,
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["push", str(tmp_path)]) == 2
     assert "push_to_hub needs the Hub, but HF_HUB_OFFLINE is set" in capsys.readouterr().err
+
+
+def test_the_pushed_cards_quick_start_loads_the_repo_it_was_pushed_to(tiny_model_dir, tmp_path):
+    """The card names the run's folder when it is written; pushed under the user's namespace or to another repo, its
+    quick start loads that repo (the run's own card is left as it is)."""
+    from tests.helpers.trainers import rapo_trainer
+
+    run = tmp_path / "my-run"
+    rapo_trainer(tiny_model_dir, run).save_model()
+    remote = tmp_path / "remote"
+    api = types.SimpleNamespace(
+        create_repo=lambda repo_id, **kw: types.SimpleNamespace(repo_id=repo_id if "/" in repo_id else f"me/{repo_id}"),
+        upload_folder=lambda **kw: shutil.copytree(kw["folder_path"], remote, dirs_exist_ok=True))
+    for target, repo in ((None, "me/my-run"), ("org/renamed", "org/renamed")):
+        assert push_run(run, target, api=api)[0] == repo
+        assert f'RolloutAgent.from_pretrained("{repo}"' in (remote / "README.md").read_text()
+    assert 'RolloutAgent.from_pretrained("my-run"' in (run / "README.md").read_text()

@@ -10,6 +10,7 @@ folder is left as it is (``rapo eval`` loads it)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,6 +21,8 @@ from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_ST
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 LORA_KEYS = (".lora_A.weight", ".lora_B.weight")
+QUICK_START_MODEL = re.compile(r'(\b(?:RolloutAgent|EnvironmentAgent)\.from_pretrained\()"[^"]*"')
+"""The model id the card's quick start loads (``rapo_trl.model_card``)."""
 
 
 def base_model_name(given: str | None, model_name_or_path: str | None, model_path: str) -> str:
@@ -108,9 +111,19 @@ def push_folder(folder: Path, repo_id: str, token: str | None = None, private: b
 
         api = HfApi()
     repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True).repo_id
+    card_loads_from(folder / "README.md", repo)
     api.upload_folder(repo_id=repo, folder_path=str(folder), commit_message="End of training", token=token,
                       revision=revision)
     return repo
+
+
+def card_loads_from(card: Path, repo: str) -> None:
+    """Make the card's quick start load the repo it is pushed to: the card was written at training time with the
+    run's name (or the hub_model_id it had then), which a push to another repo or under the user's namespace
+    leaves naming a repo that does not hold this model."""
+    if card.is_file():
+        text = card.read_text()
+        card.write_text(QUICK_START_MODEL.sub(lambda found: f'{found.group(1)}"{repo}"', text))
 
 
 def check_can_push(token: str | None = None) -> None:
