@@ -88,3 +88,17 @@ def test_the_pushed_cards_quick_start_loads_the_repo_it_was_pushed_to(tiny_model
         assert push_run(run, target, api=api)[0] == repo
         assert f'RolloutAgent.from_pretrained("{repo}"' in (remote / "README.md").read_text()
     assert 'RolloutAgent.from_pretrained("my-run"' in (run / "README.md").read_text()
+
+
+def test_a_repo_the_hub_would_reject_is_refused_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # checked first: the repo's name needs no network
+    with pytest.raises(UsageError, match=r"hub_model_id is no Hub model repo: .*'me/a/b'"):
+        _train_check("--hub_model_id", "me/a/b")
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["push", str(tmp_path), "--hub_model_id", "not valid"]) == 2
+    assert "hub_model_id is no Hub model repo" in capsys.readouterr().err
+    run = tmp_path / "my run"  # the default repo: the folder's name
+    run.mkdir()
+    (run / "config.json").write_text("{}")
+    assert main(["push", str(run)]) == 2
+    assert "the run folder's name (the default hub_model_id) 'my run' is no Hub model repo" in capsys.readouterr().err

@@ -126,6 +126,22 @@ def card_loads_from(card: Path, repo: str) -> None:
         card.write_text(QUICK_START_MODEL.sub(lambda found: f'{found.group(1)}"{repo}"', text))
 
 
+def check_repo_id(repo_id: str | None, output_dir: str | Path | None) -> None:
+    """Refuse, before anything trains or loads, a repo the Hub would reject: ``repo_id``, else the run folder's name
+    (the default), must be ``name`` or ``owner/name``; found only at the push, it would come after training."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if repo_id is None and output_dir is None:  # the folder is named later, from the run's defaults
+        return
+    repo = repo_id or Path(output_dir).absolute().name
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as error:
+        given = "hub_model_id" if repo_id else f"the run folder's name (the default hub_model_id) {repo!r}"
+        raise UsageError(f"{given} is no Hub model repo: {error}") from None
+
+
 def check_can_push(token: str | None = None) -> None:
     """Refuse, before anything trains, a push that cannot happen: the Hub offline, or no token to push with."""
     from rapo_trl.hub_access import push_problem

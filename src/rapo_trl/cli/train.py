@@ -57,9 +57,10 @@ def check(script, rapo_args, model_args) -> None:
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
     if getattr(rapo_args, "push_to_hub", False):
-        from rapo_trl.cli.push import check_can_push
+        from rapo_trl.cli.push import check_can_push, check_repo_id
 
-        check_can_push(getattr(rapo_args, "hub_token", None))  # before training: the push comes at its end
+        check_repo_id(rapo_args.hub_model_id, rapo_args.output_dir)  # before training: the push comes at its end
+        check_can_push(getattr(rapo_args, "hub_token", None))
     if script.environment_factory is None or script.reward_funcs is not None:
         training_rewards(script, rapo_args.reward_weights)  # a reward that exists, weighted one way
     if script.sft_same_time and script.sft_warmup_steps <= 0:
