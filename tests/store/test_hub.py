@@ -118,3 +118,15 @@ def test_a_store_rebuilt_from_an_export_cuts_queries_as_its_keys_were(make_store
     default.close()
     with pytest.raises(KeySettingsMismatchError):
         TraceStore.from_hub(folder, tmp_path / "default", embedder=embedder)
+
+
+def test_a_store_rebuilt_from_an_export_cuts_the_system_prompt_its_keys_were_cut_of(make_store, trajectory, embedder,
+                                                                                      tmp_path):
+    instructions = "Solve it with the Python tool and box the answer. " * 4
+    plain = f"{instructions}\n\nQuestion: What is 12*7?\n"
+    cut = make_store("cut", system_prompt=instructions)
+    cut.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=[plain])
+    copy = TraceStore.from_hub(cut.export_to_folder(tmp_path / "export"), tmp_path / "copy", embedder=embedder)
+    assert copy.config.system_prompt == instructions
+    assert copy.collection.metadata["key_system_prompt"] == instructions
+    assert copy.select([plain])[0].similarity == pytest.approx(1.0, abs=1e-5)

@@ -48,6 +48,30 @@ def test_a_reopened_store_cuts_queries_as_its_keys_were_cut(tmp_path, embedder, 
         TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(key_max_chars=500))
 
 
+INSTRUCTIONS = "Solve it with the Python tool and box the answer. " * 4
+
+
+def test_a_reopened_store_cuts_the_system_prompt_its_keys_were_cut_of(tmp_path, embedder, trajectory):
+    # Plain-text prompts whose instructions the keys left out: a reader at the default would query with them.
+    plain = f"{INSTRUCTIONS}\n\nQuestion: What is 12*7?\n"
+    store = TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(system_prompt=INSTRUCTIONS))
+    store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=[plain])
+    key = store.collection.get(where={"step_index": 0}, include=["documents"])["documents"][0]
+    del store
+    _forget_open_clients()
+    reopened = TraceStore(tmp_path / "s", embedder=embedder, must_exist=True)  # as RAPOTrainer(trace_store=PATH)
+    assert reopened.config.system_prompt == INSTRUCTIONS
+    assert reopened.preprocess(plain) == key and "Python tool" not in key
+    _forget_open_clients()
+    with pytest.raises(KeySettingsMismatchError, match="cut the system prompt 'Solve it with the Python tool"):
+        TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(system_prompt="Other instructions."))
+    # A collection that recorded none takes the one given: its keys never held that text.
+    TraceStore(tmp_path / "other", embedder=embedder).close()
+    _forget_open_clients()
+    given = TraceStore(tmp_path / "other", embedder=embedder, config=StoreConfig(system_prompt=INSTRUCTIONS))
+    assert given.config.system_prompt == INSTRUCTIONS
+
+
 def test_a_reader_of_a_built_store_is_refused_a_collection_that_is_not_there(tmp_path, embedder, trajectory):
     store = TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder)
     store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])

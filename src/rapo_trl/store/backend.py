@@ -87,6 +87,10 @@ def open_http_client(host: str, port: int, ssl: bool = False, headers: dict | No
         raise ConnectionError(f"Cannot reach the Chroma server at {host}:{port}: {error}") from error
 
 
+KEY_SYSTEM_PROMPT = "key_system_prompt"
+"""Metadata key of the system prompt a collection's keys were cut of (``StoreConfig.system_prompt``), when one was."""
+
+
 def collection_metadata(embedder, config: StoreConfig) -> dict:
     """What a new collection records about how its keys were made."""
     return {
@@ -94,6 +98,7 @@ def collection_metadata(embedder, config: StoreConfig) -> dict:
         "embedder": embedder.name,
         "dimension": int(embedder.dimension),
         "key_max_chars": int(config.key_max_chars),
+        **({KEY_SYSTEM_PROMPT: config.system_prompt} if config.system_prompt else {}),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -160,18 +165,27 @@ def open_collection(client, name: str, embedder, config: StoreConfig, where: str
 
 
 def key_settings(metadata: dict, config: StoreConfig, where: str) -> StoreConfig:
-    """``config`` with the key length the collection's keys were cut to: queries must be cut as its keys were.
-    The default length takes the recorded one; another length asked for explicitly is refused
-    (:class:`KeySettingsMismatchError`)."""
+    """``config`` cutting queries as the collection's keys were cut: to the recorded key length, and with the
+    recorded ``system_prompt`` cut out. An unset (default) setting takes the recorded one; another one asked for
+    explicitly is refused (:class:`KeySettingsMismatchError`). A collection that recorded no system prompt takes
+    the one given: cutting a text its keys never held changes no key."""
     recorded = metadata.get("key_max_chars")
-    if recorded is None or int(recorded) == config.key_max_chars:
-        return config
-    if config.key_max_chars != StoreConfig.key_max_chars:
-        raise KeySettingsMismatchError(
-            f"The {where} cut its keys to their last {int(recorded)} characters, but StoreConfig(key_max_chars="
-            f"{config.key_max_chars}) was given: queries cut otherwise would not match its keys. Open it with "
-            f"key_max_chars={int(recorded)} (or leave it unset), or build a new collection.")
-    return dataclasses.replace(config, key_max_chars=int(recorded))
+    if recorded is not None and int(recorded) != config.key_max_chars:
+        if config.key_max_chars != StoreConfig.key_max_chars:
+            raise KeySettingsMismatchError(
+                f"The {where} cut its keys to their last {int(recorded)} characters, but StoreConfig(key_max_chars="
+                f"{config.key_max_chars}) was given: queries cut otherwise would not match its keys. Open it with "
+                f"key_max_chars={int(recorded)} (or leave it unset), or build a new collection.")
+        config = dataclasses.replace(config, key_max_chars=int(recorded))
+    cut = metadata.get(KEY_SYSTEM_PROMPT)
+    if cut and config.system_prompt != cut:
+        if config.system_prompt is not None:
+            raise KeySettingsMismatchError(
+                f"The {where} cut the system prompt {cut[:40]!r}... out of its keys, but StoreConfig(system_prompt="
+                f"{config.system_prompt[:40]!r}...) was given: queries cut otherwise would not match its keys. Leave "
+                "system_prompt unset to cut the recorded one, or build a new collection.")
+        config = dataclasses.replace(config, system_prompt=cut)
+    return config
 
 
 def check_format(metadata: dict, where: str) -> None:

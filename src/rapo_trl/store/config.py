@@ -26,7 +26,9 @@ class StoreConfig:
     key_max_chars: int = 1300
     """Keys and queries keep only the last this-many characters of their context (paper: ~1300)."""
     system_prompt: str | None = None
-    """A system prompt text to cut out of contexts (chat-template system turns are always cut)."""
+    """A system prompt text to cut out of contexts (chat-template system turns are always cut), e.g. the instructions
+    that begin every plain-text prompt. A new collection records it, and a store reopened (or rebuilt from an
+    export) with this unset cuts the recorded one."""
 
     # --- index (fixed when the collection is created) ---
     hnsw_space: str = "cosine"

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from rapo_trl.store.backend import KEY_SYSTEM_PROMPT
 from rapo_trl.store.steps import StepRecord
 from rapo_trl.store.tool_tags import METADATA_KEY as TOOL_TAGS_COLUMN
 from rapo_trl.store.tool_tags import record_tool_tags
@@ -125,6 +126,8 @@ def to_dataset(store, include_embeddings: bool = True):
     # Where the steps are cut travels with them, so a store rebuilt from the export cuts its later writes there too.
     data[TOOL_TAGS_COLUMN] = [",".join(store.tool_tags)] * len(order)
     data[KEY_MAX_CHARS_COLUMN] = [int(store.config.key_max_chars)] * len(order)
+    if store.config.system_prompt:
+        data[KEY_SYSTEM_PROMPT] = [store.config.system_prompt] * len(order)
     if include_embeddings:
         data["embedding"] = [embeddings[i].tolist() for i in order]
     return Dataset.from_dict(data)
@@ -139,7 +142,7 @@ def add_records_from_dataset(store, ds) -> int:
 
     records = []
     extra_metadata = []
-    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN}
+    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN, KEY_SYSTEM_PROMPT}
     for index, row in enumerate(ds):
         if (problem := reward_problem(row["reward"])) is not None:
             raise ValueError(f"Record row {index}: reward {problem}; nothing was stored.")
@@ -197,6 +200,9 @@ def config_for_records(ds, config):
     from rapo_trl.store.config import StoreConfig
 
     config = config or StoreConfig()
+    if KEY_SYSTEM_PROMPT in ds.column_names and len(ds) and config.system_prompt is None:
+        # Keys cut of a system prompt: the store the collection records it in cuts it from queries too.
+        config = dataclasses.replace(config, system_prompt=ds[0][KEY_SYSTEM_PROMPT])
     recorded = exported_key_length(ds)
     if recorded is None or config.key_max_chars == recorded:
         return config

@@ -12,7 +12,8 @@ class EmbedderMismatchError(TraceStoreError, ValueError):
 
 
 class KeySettingsMismatchError(TraceStoreError, ValueError):
-    """The collection's keys were cut to another length than the ``StoreConfig.key_max_chars`` given."""
+    """The collection's keys were cut otherwise than the ``StoreConfig`` given cuts queries: to another
+    ``key_max_chars``, or of another ``system_prompt``."""
 
 
 class StorePathError(TraceStoreError, OSError):
