@@ -72,6 +72,11 @@ EARLY_CASES = {
     # no question would be sampled, and mean@k would read 0.000 (0.000-0.000)
     "eval_sample_size_zero": ("eval", {"eval_samples": 2, "eval_sample_size": 0}, ["eval_sample_size must be >= 1"]),
     "eval_temperature_zero": ("eval", {"eval_samples": 2, "eval_temperature": 0.0}, ["eval_temperature must be > 0"]),
+    # a misspelled name would leave mean@k out of every table, without a word
+    "eval_sampled_model_unknown": ("eval", {"eval_samples": 2, "eval_sampled_models": ["trained_model"]},
+                                   ["eval_sampled_models names 'trained_model'", "trained"]),
+    "eval_sampled_split_unknown": ("eval", {"eval_samples": 2, "eval_sampled_splits": "test"},
+                                   ["eval_sampled_splits names 'test'", "not one of eval"]),
     "num_generations_zero": ("train", {"num_generations": 0}, ["num_generations must be >= 2"]),
     "max_completion_negative": ("train", {"max_completion_length": -5}, ["max_completion_length must be >= 1"]),
     "closeness_negative": ("train", {"closeness_weight": -0.5}, ["closeness_weight must be >= 0", "got -0.5"]),

@@ -19,7 +19,9 @@ from rapo_trl.cli.common import (
     check_quantization,
     check_script_arguments,
     count_line,
+    eval_splits,
     load_policy,
+    name_list,
     resolve_model_path,
     tool_names,
     write_json,
@@ -95,6 +97,17 @@ def check_sampling_settings(script) -> None:
     if script.eval_temperature is not None and script.eval_temperature <= 0:
         raise UsageError(f"eval_temperature must be > 0 (mean@k samples at it; eval_samples 0 scores greedily), got "
                          f"{script.eval_temperature}")
+    check_sampled_names(script)
+
+
+def check_sampled_names(script) -> None:
+    """Refuse a name in ``eval_sampled_models`` or ``eval_sampled_splits`` that is no model or eval set: mean@k would
+    be left out of every table without a word."""
+    for field, known in (("eval_sampled_models", MODEL_NAMES), ("eval_sampled_splits", eval_splits(script))):
+        unknown = [name for name in name_list(getattr(script, field), []) if name not in known]
+        if unknown:
+            raise UsageError(f"{field} names {', '.join(map(repr, unknown))}, not one of {', '.join(known)}: "
+                             "no model or set by that name would be scored by mean@k")
 
 
 def check(script, rapo_args, model_args) -> None:
