@@ -80,3 +80,20 @@ def test_models_scored_in_processes_score_as_they_do_one_after_another(tiny_mode
         scores = {key: value for key, value in one_by_one["rows"][model].items() if key != "seconds"}
         assert "mean@k" in scores and "pass@1" in scores
         assert {key: value for key, value in in_processes["rows"][model].items() if key != "seconds"} == scores
+
+
+def test_eval_table_says_mean_at_k_is_over_fewer_questions_than_pass_at_1(tmp_path, capsys):
+    """eval_sample_size below the set's size: the table's title names the questions mean@k is over, which the
+    report's per-question passes count."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(10)))
+    argv = ["--task", "dataset", "--dataset_path", str(data), "--eval_fraction", "0.3", "--eval_model", "tiny",
+            "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4", "--eval_samples", "2",
+            "--eval_temperature", "1.0", "--eval_report", str(tmp_path / "report.json")]
+    evaluate.run(*parse_recipe("eval", [*argv, "--eval_sample_size", "2"]))
+    assert "| model (dataset, eval, n=3, mean@2 of the first 2 at T=1.0) |" in capsys.readouterr().out
+    trained = json.loads((tmp_path / "report.json").read_text())["rows"]["trained"]
+    assert trained["n"] == 3 and len(trained["sampled_correct_by_question"]) == trained["questions"] == 2
+    evaluate.run(*parse_recipe("eval", [*argv, "--eval_sample_size", "3"]))
+    assert "| model (dataset, eval, n=3, mean@2 at T=1.0) |" in capsys.readouterr().out

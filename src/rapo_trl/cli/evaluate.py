@@ -149,8 +149,7 @@ def run(script, rapo_args, model_args) -> dict:
             samples[set_name][model_name] = texts_by_set[set_name]
     tables = []
     for set_name, rows in sets.items():
-        sampled = k and any("mean@k" in m for m in results[set_name].values())
-        title = f"{script.task}, {set_name}, n={len(rows)}" + (f", mean@{k} at T={temperature}" if sampled else "")
+        title = table_title(script.task, set_name, len(rows), results[set_name], temperature)
         tables.append(format_table(results[set_name], title))
     training = training_steps(models)
     per_step = training_table(training)
@@ -184,6 +183,16 @@ def run(script, rapo_args, model_args) -> dict:
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results
+
+
+def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, temperature: float) -> str:
+    """``"arithmetic, eval, n=32, mean@4 of the first 8 at T=1.0"``: what a table's scores are over; mean@k names
+    its question count where ``eval_sample_size`` kept it below the set's ``n``, which pass@1 is over."""
+    sampled = next((m for m in metrics_by_model.values() if "mean@k" in m), None)
+    if sampled is None:
+        return f"{task}, {set_name}, n={n}"
+    questions = f" of the first {sampled['questions']}" if sampled["questions"] < n else ""
+    return f"{task}, {set_name}, n={n}, mean@{sampled['k']}{questions} at T={temperature}"
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:
