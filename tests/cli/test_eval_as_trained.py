@@ -76,3 +76,31 @@ def test_eval_refuses_a_model_trained_with_json_tool_calls(trained):
     (trained / RUN_RECORD).write_text(json.dumps({**record, "tool_protocol": "json"}))
     with pytest.raises(UsageError, match="trained calling tools as json tool calls; rapo eval runs tools in tags"):
         evaluate.check(*_eval(trained))
+
+
+def test_eval_refuses_an_eval_set_holding_questions_the_run_trained_on(tmp_path, tiny_model_dir, monkeypatch):
+    """GSM8K trains on the rows after the first eval_size: an eval_size larger than training's would ask the
+    trained questions; refused before a model loads."""
+    from rapo_trl.cli import model_scoring
+    from rapo_trl.cli.common import load_questions
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run)
+    training = parse_recipe("train", ["--task", "gsm8k"])[0]
+    write_run_record(str(run), ["python"], "tags", None, "gsm8k",
+                     trained_questions=load_questions(training, "train")["question"])
+    monkeypatch.setattr(model_scoring, "load_policy", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(UsageError, match=r"eval set 'eval' holds 64 of its 200 questions that .* trained on"):
+        evaluate.run(*parse_recipe("eval", ["--task", "gsm8k", "--eval_size", "200", "--eval_model", str(run),
+                                            "--eval_base", "false"]))
+
+
+def test_eval_with_training_data_settings_is_not_refused_and_another_seed_is(trained):
+    from rapo_trl.cli.common import load_questions
+
+    script = parse_recipe("train", ["--task", "dataset", "--dataset_path", "qa.jsonl", "--eval_fraction", "0.34"])[0]
+    write_run_record(str(trained), ["python"], "tags", None, "dataset",
+                     trained_questions=load_questions(script, "train")["question"])
+    evaluate.run(*_eval(trained))
+    with pytest.raises(UsageError, match="trained on"):
+        evaluate.run(*_eval(trained, "--task_seed", "7"))

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from rapo_trl.cli import parse_recipe
+from rapo_trl.cli.common import load_questions
+from rapo_trl.cli.run_record import question_hashes
 from tests.cli.runs import describe
 
 pytestmark = pytest.mark.slow
@@ -74,9 +77,14 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     assert (out / "adapter_model.safetensors").is_file()
     assert not (out / "model.safetensors").exists()
     # what `rapo eval` evaluates by default: the tools and protocol the run trained with
-    assert json.loads((out / "rapo_run.json").read_text()) == {
+    record = json.loads((out / "rapo_run.json").read_text())
+    trained_on = record.pop("trained_question_hashes")
+    assert record == {
         "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,
         "base_model": str(Path(base["model_name_or_path"]).resolve())}
+    # the questions it trained on, which rapo eval refuses to ask
+    assert set(trained_on) == question_hashes(load_questions(parse_recipe("train", ["--config", str(
+        cli_work[0] / "recipe.yaml")])[0], "train")["question"])
     # the hybrid rollouts could retrieve: RAPO's metrics were logged
     assert re.search(r"'rapo/retrieve_prob': '?1(\.0)?'?[,}]", run.stdout), describe(run)
 

@@ -34,7 +34,7 @@ from rapo_trl.cli.model_scoring import (  # noqa: F401 - MODEL_NAMES is re-expor
     score_loaded,
     score_models,
 )
-from rapo_trl.cli.run_record import refuse_what_eval_cannot_run, use_trained_tools
+from rapo_trl.cli.run_record import refuse_trained_questions, refuse_what_eval_cannot_run, use_trained_tools
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
@@ -137,6 +137,7 @@ def run(script, rapo_args, model_args) -> dict:
     use_trained_tools(script, target)  # the agent that was trained, not the task's default tools
     tools = build_tools(script)
     sets = eval_sets(script, tools)
+    refuse_trained_questions(target, sets)
     print(count_line("Evaluating on", script, sets))
     k, temperature = script.eval_samples, sampling(script, rapo_args)["temperature"]
     results: dict[str, dict] = {name: {} for name in sets}

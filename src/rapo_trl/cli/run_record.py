@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from rapo_trl.cli.errors import UsageError
@@ -16,14 +17,41 @@ logger = logging.getLogger("rapo_trl.cli")
 
 
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
-                     task: str, base_model: str | None = None) -> None:
+                     task: str, base_model: str | None = None, trained_questions: Iterable[str] = ()) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
-    paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; and ``base_model``, what
-    a pushed adapter names as its base (``rapo push`` reads it)."""
+    paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; ``base_model``, what
+    a pushed adapter names as its base (``rapo push`` reads it); and the questions it trained on, as hashes of their
+    text (``rapo eval`` refuses an eval set holding one)."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
               "environment_factory": environment_factory, "base_model": base_model}
+    hashes = question_hashes(trained_questions)
+    if hashes:
+        record["trained_question_hashes"] = sorted(hashes)
     (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def question_hashes(questions: Iterable[str]) -> set[str]:
+    """Each question's hash of its text: the same question whatever its split, file or row id."""
+    from rapo_trl.tasks.splits import stable_hash
+
+    return {stable_hash(question) for question in questions}
+
+
+def refuse_trained_questions(target: str, sets: dict) -> None:
+    """Refuse, in one line, an eval set (``name -> rows`` with a ``question`` column) holding a question the run at
+    ``target`` trained on: eval settings other than training's (a larger GSM8K ``eval_size``, another
+    ``task_seed`` or ``eval_fraction``, another dataset) can draw the eval set from the training questions, and its
+    scores would not be held out."""
+    trained = set((read_run_record(target) or {}).get("trained_question_hashes") or [])
+    if not trained:
+        return
+    for name, rows in sets.items():
+        seen = [question for question in rows["question"] if question_hashes([question]) & trained]
+        if seen:
+            raise UsageError(f"eval set {name!r} holds {len(seen)} of its {len(rows)} questions that {target} "
+                             f"trained on (first: {seen[0][:60]!r}); its scores would not be held out: evaluate with "
+                             "the data settings the run trained with (eval_size, eval_fraction, task_seed, dataset)")
 
 
 def read_run_record(model_folder: str) -> dict | None:

@@ -151,7 +151,8 @@ def run(script, rapo_args, model_args) -> dict:
         trainer = build_trainer(data, source, warm, rapo_args, store)
         if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
-                             script.environment_factory, script.task, base_model=pushed_base)
+                             script.environment_factory, script.task, base_model=pushed_base,
+                             trained_questions=_questions(rows, demo_rows))
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if script.sft_same_time:
@@ -179,6 +180,13 @@ def run(script, rapo_args, model_args) -> dict:
         del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
         _train_grpo_after_rapo(data, source, warm, rapo_args, steps)
     return result.metrics
+
+
+def _questions(*row_sets) -> list[str]:
+    """The question texts of the rows the run trains on (RL's, the warm start's); an environment's rows may have
+    none."""
+    return [question for rows in row_sets if rows is not None and "question" in rows.column_names
+            for question in rows["question"]]
 
 
 def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int) -> None:
