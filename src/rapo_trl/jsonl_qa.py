@@ -11,10 +11,16 @@ import json
 from pathlib import Path
 
 
+def is_blank_answer(answer) -> bool:
+    """No gold answer: null, an empty list, or a string of nothing but whitespace. A blank string would not score 0:
+    it normalises to the empty answer, which an empty ``\\boxed{}`` matches exactly."""
+    return answer is None or answer == [] or (isinstance(answer, str) and not answer.strip())
+
+
 def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: str = "answer",
                   n: int | None = None) -> list[dict]:
     """``{"question", "answer"}`` of each object of the file (the first ``n``); a malformed line, a missing key, an
-    empty question or a null answer raises ``ValueError`` naming ``path:line``."""
+    empty question or a blank answer raises ``ValueError`` naming ``path:line``."""
     rows = []
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
@@ -37,7 +43,7 @@ def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: 
             question, answer = record[question_key], record[answer_key]
             if not isinstance(question, str) or not question.strip():
                 raise ValueError(f"{where}: '{question_key}' must be a non-empty string, got {question!r}")
-            if answer is None or answer == [] or answer == "":  # no gold: every reward would score it 0
+            if is_blank_answer(answer):
                 raise ValueError(f"{where}: '{answer_key}' is {json.dumps(answer)}; every question needs its answer")
             rows.append({"question": question, "answer": answer})
     if not rows:

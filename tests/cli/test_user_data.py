@@ -151,3 +151,8 @@ def test_null_answers_are_refused_in_files_and_datasets(tmp_path):
                                  answer_column="solution")
     with pytest.raises(UsageError, match="split 'train'\\) row 4: 'solution' is None"):
         load_questions(script, "train")
+    data["train"] = data["train"].map(lambda row, i: {"solution": "  " if i == 2 else "1"}, with_indices=True)
+    data.save_to_disk(tmp_path / "blank")
+    script.dataset_name = str(tmp_path / "blank")
+    with pytest.raises(UsageError, match="split 'train'\\) row 2: 'solution' is '  '"):
+        load_questions(script, "train")

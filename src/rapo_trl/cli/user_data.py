@@ -10,7 +10,7 @@ from pathlib import Path
 from rapo_trl.cli.arguments import RAPOScriptArguments
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.parsing import closest
-from rapo_trl.jsonl_qa import read_qa_jsonl
+from rapo_trl.jsonl_qa import is_blank_answer, read_qa_jsonl
 
 USER_TASKS = ("dataset", "jsonl")
 DEFAULT_TEST_SPLIT = "test"
@@ -194,7 +194,7 @@ def _question_answer(script: RAPOScriptArguments, rows, split: str):
     text as the question); a null answer or a question that is no text refused."""
     _require_columns(script, split, rows.column_names)
     question_column, answer_column = question_answer_columns(script, rows.column_names)
-    empty = next((index for index, answer in enumerate(rows[answer_column]) if answer in (None, "", [])), None)
+    empty = next((index for index, answer in enumerate(rows[answer_column]) if is_blank_answer(answer)), None)
     if empty is not None:
         raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) row {empty}: "
                          f"'{answer_column}' is {rows[empty][answer_column]!r}; every question needs its answer")
