@@ -51,7 +51,8 @@ def refuse_trained_questions(target: str, sets: dict) -> None:
         if seen:
             raise UsageError(f"eval set {name!r} holds {len(seen)} of its {len(rows)} questions that {target} "
                              f"trained on (first: {seen[0][:60]!r}); its scores would not be held out: evaluate with "
-                             "the data settings the run trained with (eval_size, eval_fraction, task_seed, dataset)")
+                             "the data settings the run trained with (eval_size, eval_fraction, task_seed, dataset), "
+                             "or drop from your data the questions its train and test splits share")
 
 
 def read_run_record(model_folder: str) -> dict | None:
