@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from datasets import Dataset
 
-from rapo_trl.evaluation import evaluate_policy, format_table, mean_at_k, score_texts, wilson_interval
+from rapo_trl.evaluation import (
+    evaluate_policy,
+    format_table,
+    mean_at_k,
+    passes,
+    score_texts,
+    set_scoring,
+    wilson_interval,
+)
 from tests.helpers.fakes import EchoTool
 from tests.helpers.scripted import ScriptedGenerate, Turn
 
@@ -113,3 +121,24 @@ def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_mode
     assert model.generate.calls == 2  # 8 sampled rollouts in batches of 4
     table = format_table({"trained": result}, "t")
     assert "mean@4" in table.splitlines()[0] and "| trained | - | - | 0.750 |" in table
+
+
+@pytest.mark.parametrize("scoring, task, answers, expected", [
+    ("auto", "dataset", ["2", "-3", "1,000", "2.5", "1/2", ["4", "four"]], "exact"),  # one gold is no number
+    ("auto", "dataset", ["2", "-3", "1,000", "2.5", "1/2", ["4", "4.0"]], "math"),
+    ("auto", "dataset", ["Paris", "42"], "exact"),
+    ("auto", "jsonl", [{"text": ["7"]}], "math"),
+    ("auto", "word_problems", ["seven"], "math"),  # a shipped numeric task, whatever its golds
+    ("exact", "arithmetic", ["7"], "exact"),
+    ("math", "dataset", ["\\frac{1}{2}"], "math"),
+])
+def test_a_set_is_scored_by_math_equivalence_when_every_gold_is_a_number(scoring, task, answers, expected):
+    assert set_scoring(scoring, task, answers) == expected
+
+
+def test_math_equivalence_passes_what_exact_match_does_not():
+    texts = ["<answer>\\boxed{0.5}</answer>", "<answer>\\boxed{\\frac{1}{2}}</answer>"]
+    assert passes(texts, ["1/2", "1/2"], numeric=True) == [True, True]
+    assert passes(texts, ["1/2", "1/2"], numeric=False) == [False, False]
+    with pytest.raises(ValueError, match="eval scoring must be one of"):
+        set_scoring("fuzzy", "dataset", ["1"])

@@ -8,6 +8,25 @@ from collections.abc import Sequence
 
 NUMERIC_TASKS = ("arithmetic", "word_problems", "gsm8k")
 
+SCORINGS = ("auto", "math", "exact")
+"""How pass@1 compares an answer with its gold: ``math`` (math-verify equivalence), ``exact`` (exact match after
+SQuAD normalisation), or ``auto`` (``set_scoring``)."""
+
+
+def set_scoring(scoring: str, task: str, answers: Sequence) -> str:
+    """``"math"`` or ``"exact"`` for an eval set: ``scoring`` unless it is ``"auto"``, which takes math for the shipped
+    numeric tasks and for a set whose every gold is a number (``0.5`` then passes for ``1/2``), exact otherwise."""
+    from rapo_trl.rewards.scoring import gold_list, is_number
+
+    if scoring not in SCORINGS:
+        raise ValueError(f"eval scoring must be one of {SCORINGS}, got {scoring!r}")
+    if scoring != "auto":
+        return scoring
+    if task in NUMERIC_TASKS:
+        return "math"
+    golds = [gold_list(answer) for answer in answers]
+    return "math" if golds and all(g and all(is_number(one) for one in g) for g in golds) else "exact"
+
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a pass rate (sound at 0/n and n/n, unlike the normal approximation)."""

@@ -72,6 +72,7 @@ EARLY_CASES = {
     # no question would be sampled, and mean@k would read 0.000 (0.000-0.000)
     "eval_sample_size_zero": ("eval", {"eval_samples": 2, "eval_sample_size": 0}, ["eval_sample_size must be >= 1"]),
     "eval_temperature_zero": ("eval", {"eval_samples": 2, "eval_temperature": 0.0}, ["eval_temperature must be > 0"]),
+    "eval_scoring_unknown": ("eval", {"eval_scoring": "fuzzy"}, ["eval_scoring must be one of auto, math, exact"]),
     # a misspelled name would leave mean@k out of every table, without a word
     "eval_sampled_model_unknown": ("eval", {"eval_samples": 2, "eval_sampled_models": ["trained_model"]},
                                    ["eval_sampled_models names 'trained_model'", "trained"]),

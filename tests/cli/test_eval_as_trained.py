@@ -104,3 +104,25 @@ def test_eval_with_training_data_settings_is_not_refused_and_another_seed_is(tra
     evaluate.run(*_eval(trained))
     with pytest.raises(UsageError, match="trained on"):
         evaluate.run(*_eval(trained, "--task_seed", "7"))
+
+
+def test_eval_says_which_tools_a_folder_without_a_run_record_is_scored_with(trained, capsys):
+    (trained / RUN_RECORD).unlink()  # a model trained from Python
+    evaluate.run(*_eval(trained))
+    assert f"{trained} holds no {RUN_RECORD} (`rapo train` writes one): evaluating with the task's tools" in (
+        capsys.readouterr().out)
+
+
+def test_eval_on_another_task_than_the_run_trained_on_warns(trained, caplog):
+    write_run_record(str(trained), ["python"], "tags", None, "arithmetic")
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.cli"):
+        evaluate.run(*_eval(trained))
+    assert any("was trained on task 'arithmetic' and is evaluated on 'dataset'" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_a_sampled_model_that_is_not_scored_is_named(trained, caplog):
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.cli"):
+        evaluate.run(*_eval(trained, "--eval_samples", "2", "--eval_sampled_models", "base", "trained"))
+    assert any("eval_sampled_models names ['base'], which this evaluation does not score" in r.getMessage()
+               for r in caplog.records)

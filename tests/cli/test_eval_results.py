@@ -97,3 +97,16 @@ def test_eval_table_says_mean_at_k_is_over_fewer_questions_than_pass_at_1(tmp_pa
     assert trained["n"] == 3 and len(trained["sampled_correct_by_question"]) == trained["questions"] == 2
     evaluate.run(*parse_recipe("eval", [*argv, "--eval_sample_size", "3"]))
     assert "| model (dataset, eval, n=3, mean@2 at T=1.0) |" in capsys.readouterr().out
+
+
+def test_a_dataset_of_numbers_is_scored_by_math_equivalence_unless_told(tmp_path, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(10)))
+    argv = ["--task", "dataset", "--dataset_path", str(data), "--eval_fraction", "0.3", "--eval_model", "tiny",
+            "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4",
+            "--eval_report", str(tmp_path / "report.json")]
+    for flag, scoring, said in (([], "math", "math equivalence"), (["--eval_scoring", "exact"], "exact", "exact match")):
+        evaluate.run(*parse_recipe("eval", [*argv, *flag]))
+        assert f"pass@1 by {said} on eval" in capsys.readouterr().out
+        assert json.loads((tmp_path / "report.json").read_text())["sets"]["eval"]["scoring"] == scoring

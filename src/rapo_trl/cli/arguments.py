@@ -118,6 +118,12 @@ class RAPOScriptArguments:
         metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_on_store, "
                   "sft_same_time, grpo_same_rollouts, trained (default: all)."},
     )
+    eval_scoring: str = field(
+        default="auto",
+        metadata={"help": "eval: how pass@1 compares an answer with its gold: math (math-verify equivalence: 0.5 "
+                  "passes for 1/2 and \\frac{1}{2}), exact (exact match after SQuAD normalisation), or auto (math "
+                  "for the shipped numeric tasks and for a set whose every gold is a number, exact otherwise)."},
+    )
     tools: list[str] | None = field(
         default=None,
         metadata={"help": "Tools: python, search, or an import path (pkg.module.name) to a Tool, a Tool class or a "

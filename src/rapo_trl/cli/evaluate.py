@@ -7,6 +7,7 @@ SFT warm start, SFT on the store, the equal-time SFT baseline, the GRPO baseline
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -37,11 +38,18 @@ from rapo_trl.cli.model_scoring import (  # noqa: F401 - MODEL_NAMES is re-expor
 from rapo_trl.cli.run_record import refuse_trained_questions, refuse_what_eval_cannot_run, use_trained_tools
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
-from rapo_trl.evaluation import NUMERIC_TASKS, format_table  # noqa: F401 - NUMERIC_TASKS is re-exported
+from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS is re-exported
+    NUMERIC_TASKS,
+    SCORINGS,
+    format_table,
+    set_scoring,
+)
 
 BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_on_store": SFT_ON_STORE_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
                     "grpo_same_rollouts": GRPO_SAME_ROLLOUTS_DIR}
 """The models ``rapo train`` leaves inside its output_dir beside the trained one, by name."""
+
+logger = logging.getLogger("rapo_trl.cli")
 
 
 def _base_of(path: str) -> str | None:
@@ -98,6 +106,8 @@ def check_sampling_settings(script) -> None:
         raise UsageError(f"eval_temperature must be > 0 (mean@k samples at it; eval_samples 0 scores greedily), got "
                          f"{script.eval_temperature}")
     check_sampled_names(script)
+    if script.eval_scoring not in SCORINGS:
+        raise UsageError(f"eval_scoring must be one of {', '.join(SCORINGS)}, got {script.eval_scoring!r}")
 
 
 def check_sampled_names(script) -> None:
@@ -131,18 +141,25 @@ def check(script, rapo_args, model_args) -> None:
 def run(script, rapo_args, model_args) -> dict:
     check(script, rapo_args, model_args)
     target = _target(script, rapo_args)
-    if target in MODEL_ALIASES:  # `tiny`: an untrained tiny model, a smoke test of the whole command
+    smoke_test = target in MODEL_ALIASES  # `tiny`: an untrained tiny model, a smoke test of the whole command
+    if smoke_test:
         target = resolve_model_path(target)
     start = time.perf_counter()
-    use_trained_tools(script, target)  # the agent that was trained, not the task's default tools
+    use_trained_tools(script, target, say_unrecorded=not smoke_test)  # the agent that was trained, not the task's
     tools = build_tools(script)
     sets = eval_sets(script, tools)
     refuse_trained_questions(target, sets)
     print(count_line("Evaluating on", script, sets))
+    scoring = {name: set_scoring(script.eval_scoring, script.task, rows["answer"]) for name, rows in sets.items()}
+    print("pass@1 by " + ", ".join(f"{SCORING_NAMES[way]} on {name}" for name, way in scoring.items()))
     k, temperature = script.eval_samples, sampling(script, rapo_args)["temperature"]
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
     models = models_to_evaluate(script, model_args, target)
+    unscored = [name for name in name_list(script.eval_sampled_models, []) if name not in models]
+    if unscored:  # a model the run does not have, or eval_base false: nothing of it is sampled
+        logger.warning("rapo eval: eval_sampled_models names %s, which this evaluation does not score (it scores %s): "
+                       "no mean@k for %s.", unscored, list(models), "it" if len(unscored) == 1 else "them")
     for model_name, (metrics_by_set, texts_by_set) in score_models(script, rapo_args, model_args, models, sets,
                                                                    tools).items():
         for set_name in sets:
@@ -163,8 +180,8 @@ def run(script, rapo_args, model_args) -> dict:
                "n": len(sets[primary]), "k": k,
                "rows": results[primary], "samples": samples[primary],
                "question_ids": list(sets[primary]["question_id"]),
-               "sets": {name: {"n": len(rows), "rows": results[name], "samples": samples[name],
-                               "question_ids": list(rows["question_id"])}
+               "sets": {name: {"n": len(rows), "scoring": scoring[name], "rows": results[name],
+                               "samples": samples[name], "question_ids": list(rows["question_id"])}
                         for name, rows in sets.items()},
                "training": training, "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_on_store_sft", SFT_ON_STORE_DIR),
@@ -184,6 +201,9 @@ def run(script, rapo_args, model_args) -> dict:
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results
+
+
+SCORING_NAMES = {"math": "math equivalence", "exact": "exact match"}
 
 
 def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, temperature: float) -> str:

@@ -12,7 +12,7 @@ from rapo_trl.cli.common import (
     name_list,
     training_rows,
 )
-from rapo_trl.evaluation import NUMERIC_TASKS
+from rapo_trl.evaluation import set_scoring
 
 MODEL_NAMES = ("base", "warm_start", "sft_on_store", "sft_same_time", "grpo_same_rollouts", "trained")
 """The models ``rapo eval`` may score, by name, in the order it scores them; ``eval_sampled_models`` picks among
@@ -46,8 +46,9 @@ def score_model(script, rapo_args, model_args, name: str, path: str, sets: dict,
         settings = sampling(script, rapo_args)
         if name not in sampled_models or set_name not in sampled_sets:
             settings["samples"] = 0
-        metrics = score_loaded(model, tokenizer, rows, tools, rapo_args, script.eval_batch_size,
-                               script.task in NUMERIC_TASKS, f"eval {name} on {set_name}", **settings)
+        numeric = set_scoring(script.eval_scoring, script.task, rows["answer"]) == "math"
+        metrics = score_loaded(model, tokenizer, rows, tools, rapo_args, script.eval_batch_size, numeric,
+                               f"eval {name} on {set_name}", **settings)
         texts_by_set[set_name] = metrics.pop("texts")[:3]
         metrics_by_set[set_name] = metrics
     return metrics_by_set, texts_by_set

@@ -56,9 +56,9 @@ HELP_GROUPS = {
     "eval": (
         ("models", ("eval_model", "output_dir", "model_name_or_path", "eval_base", "device", *MODEL_LOADING)),
         ("task", (*TASK, "eval_size", "eval_difficulty", "eval_splits")),
-        ("evaluation", ("eval_batch_size", "eval_processes", "eval_samples", "eval_temperature", "eval_sample_size",
-                        "eval_sampled_splits", "eval_sampled_models", "eval_report", "max_completion_length",
-                        "max_turn_tokens", "temperature", "seed")),
+        ("evaluation", ("eval_batch_size", "eval_processes", "eval_scoring", "eval_samples", "eval_temperature",
+                        "eval_sample_size", "eval_sampled_splits", "eval_sampled_models", "eval_report",
+                        "max_completion_length", "max_turn_tokens", "temperature", "seed")),
     ),
 }
 HELP_TEXT = {  # where the command's meaning differs from the dataclass's own help

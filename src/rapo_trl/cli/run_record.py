@@ -78,12 +78,21 @@ def refuse_what_eval_cannot_run(script, target: str) -> None:
                          "tools in tags only: evaluate it in Python (RAPOTrainer.evaluate) until it can")
 
 
-def use_trained_tools(script, target: str) -> None:
+def use_trained_tools(script, target: str, say_unrecorded: bool = True) -> None:
     """Set ``script.tools`` to the tools the run at ``target`` trained with unless the command names tools; warn
-    where named tools differ from them."""
+    where named tools differ from them, or the run trained on another task. A folder that holds no run record (a
+    model trained from Python, a base model) is evaluated with the task's tools, which ``say_unrecorded`` says."""
     record = read_run_record(target)
     if record is None:
+        if say_unrecorded and script.tools is None:
+            from rapo_trl.cli.common import tool_names
+
+            print(f"{target} holds no {RUN_RECORD} (`rapo train` writes one): evaluating with the task's tools "
+                  f"({', '.join(tool_names(script)) or 'none'}); --tools names those it was trained with.")
         return
+    if record.get("task") and record["task"] != script.task:
+        logger.warning("rapo eval: %s was trained on task %r and is evaluated on %r.", target, record["task"],
+                       script.task)
     trained = list(record.get("tools") or [])
     if script.tools is None:
         script.tools = trained

@@ -33,6 +33,11 @@ def plain_number(text: str) -> Decimal | None:
     return value if value.is_finite() else None
 
 
+def is_number(text: str) -> bool:
+    """Whether ``text`` is one number: ``42``, ``-3``, ``2.5``, ``1,000`` or ``1/2`` (a closing ``.`` allowed)."""
+    return _NUMBER_RE.fullmatch(str(text).strip().rstrip(".")) is not None
+
+
 def _canonical_number(match: re.Match) -> str:
     # 18.00 and 18 are one answer, as 2.5 and 25 or -3 and 3 are two: the sign, the decimal point and the fraction
     # bar are kept, which SQuAD's punctuation rule would drop.
