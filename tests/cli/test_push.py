@@ -64,6 +64,17 @@ def test_pushed_adapter_loads_from_another_folder_with_the_warm_start_folded_in(
     torch.testing.assert_close(got, expected, atol=2e-6, rtol=0)
 
 
+def test_the_pushed_card_describes_the_folded_adapter(run_after_warm_start, tmp_path):
+    out, _, _ = run_after_warm_start
+    row = "| LoRA | r=2, alpha=6, targets=['q_proj', 'v_proj'] | PEFT adapter |"
+    (out / "README.md").write_text(f"## Recipe\n\n| setting | value | note |\n|---|---|---|\n{row}\n")
+    hub = hub_folder(out, tmp_path / "hub", "org/base")
+    card = (hub / "README.md").read_text()
+    assert row not in card
+    assert "| LoRA | r=6, alpha=6, targets=" in card and "the SFT warm start's LoRA (r=4) folded with RAPO's (r=2)" in card
+    assert row in (out / "README.md").read_text()  # the run's own card describes what it holds
+
+
 def test_the_warm_start_is_pushed_only_when_asked(run_after_warm_start, tmp_path):
     out, _, _ = run_after_warm_start
     hub = hub_folder(out, tmp_path / "hub", "org/base", include_warm_start=True)

@@ -50,10 +50,27 @@ def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, inclu
         if not (warm / ADAPTER_CONFIG).is_file():
             raise UsageError(f"{source / WARM_START_DIR} has no {WARM_START_LORA}/ adapter to fold into the pushed "
                              "adapter (a warm start made by an older rapo_trl): train again to push it")
+        rapo_rank = int(config["r"])
         config = fold_adapters(warm, source, target)
+        card_describes_folded_adapter(target / "README.md", config, rapo_rank)
     config["base_model_name_or_path"] = base_name
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
     return target
+
+
+CARD_LORA_ROW = re.compile(r"^\| LoRA \| .* \| PEFT adapter \|$", re.M)
+"""The recipe table's LoRA row (``rapo_trl.model_card.recipe_table``): the adapter the trainer trained."""
+
+
+def card_describes_folded_adapter(card: Path, config: dict, rapo_rank: int) -> None:
+    """The pushed card's LoRA row as the pushed adapter is: the warm start's LoRA folded with RAPO's, of their summed
+    rank, where the card written at training time describes RAPO's alone."""
+    if not card.is_file():
+        return
+    rank = int(config["r"])
+    row = (f"| LoRA | r={rank}, alpha={config['lora_alpha']}, targets={config['target_modules']} | one PEFT adapter: "
+           f"the SFT warm start's LoRA (r={rank - rapo_rank}) folded with RAPO's (r={rapo_rank}) |")
+    card.write_text(CARD_LORA_ROW.sub(lambda _: row, card.read_text(), count=1))
 
 
 def _lora(folder: Path) -> tuple[dict, dict, float]:
