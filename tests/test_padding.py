@@ -21,7 +21,7 @@ def trimming(trim: bool):
     """The loss forward as the trainer runs it (``trim``), or on the columns as they come."""
     with pytest.MonkeyPatch.context() as patch:
         if not trim:
-            patch.setattr(trainer_module, "trim_padding_columns", lambda inputs: inputs)
+            patch.setattr(trainer_module, "trim_padding_columns", lambda inputs, multiple=None: inputs)
         yield
 
 
@@ -55,6 +55,42 @@ def test_trim_drops_only_columns_that_are_padding_in_every_row():
     assert trim_padding_columns(empty)["completion_ids"].shape == (2, 1)  # TRL's metrics need one column
     images = dict(batch, pixel_values=torch.zeros(1))
     assert trim_padding_columns(images) is images
+
+
+def test_trim_keeps_widths_a_multiple_of_pad_to_multiple_of():
+    batch = {
+        "prompt_ids": torch.tensor([[0, 0, 0, 0, 0, 5], [0, 0, 0, 0, 7, 8]]),
+        "prompt_mask": torch.tensor([[0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 1, 1]]),
+        "completion_ids": torch.tensor([[1, 2, 4, 0, 0, 0], [3, 0, 0, 0, 0, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0]]),
+    }
+    out = trim_padding_columns(batch, multiple=2)
+    assert out["prompt_ids"].tolist() == [[0, 5], [7, 8]]
+    assert out["completion_ids"].tolist() == [[1, 2, 4, 0], [3, 0, 0, 0]]
+    assert trim_padding_columns(batch, multiple=3)["prompt_ids"].shape == (2, 3)
+    assert trim_padding_columns(batch, multiple=6) is batch  # TRL's own widths: nothing to drop
+
+
+def test_the_loss_forward_keeps_pad_to_multiple_of(tiny_model_dir, tmp_path):
+    # The option bounds the shapes a compiled forward sees: neither trimming nor the shared prompt forward may
+    # hand the model a width TRL's padding would not have.
+    multiple = 16
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, pad_to_multiple_of=multiple)
+    script(trainer)
+    trainer.model.train()
+    short = rows_of(trainer._generate_and_score_completions(batch_inputs()), [3, 3])  # the shortest, twice
+    widths = []
+    hook = trainer.model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append((kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[1]),
+        with_kwargs=True,
+    )
+    try:
+        loss, _ = loss_and_grads(trainer, short)
+    finally:
+        hook.remove()
+    assert widths and all(width % multiple == 0 for width in widths), widths
+    assert min(widths) < short["prompt_ids"].shape[1] + short["completion_ids"].shape[1]  # padding was dropped
+    assert loss != 0
 
 
 def _micro_batch_loss(tiny_model_dir, tmp_path, trim: bool, **kwargs):

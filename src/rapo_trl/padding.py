@@ -18,10 +18,11 @@ PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 _UNSLICED_KEYS = ("pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids", "pixel_attention_mask")
 
 
-def trim_padding_columns(inputs: dict) -> dict:
+def trim_padding_columns(inputs: dict, multiple: int | None = None) -> dict:
     """``inputs`` with leading all-padding prompt columns and trailing all-padding completion columns removed.
 
-    Every tensor of shape ``(B, T_completion, ...)`` (ids, masks, old/ref/sampling log-probs, per-token
+    ``multiple``: TRL's ``pad_to_multiple_of``; the prompt and completion each keep a multiple of it (TRL padded
+    both to one, so the rounded widths fit). Every tensor of shape ``(B, T_completion, ...)`` (ids, masks, old/ref/sampling log-probs, per-token
     advantages) is cut to the same columns. Returns ``inputs`` itself when nothing can be dropped or the batch
     has side inputs (images) whose layout this does not know.
     """
@@ -35,6 +36,9 @@ def trim_padding_columns(inputs: dict) -> dict:
     completion_used = completion_mask.bool().any(dim=0).nonzero()
     # Keep at least one completion column: TRL's metrics index the last position.
     end = int(completion_used[-1]) + 1 if len(completion_used) else 1
+    if multiple:
+        first = max(prompt_len - _rounded_up(prompt_len - first, multiple), 0)
+        end = min(_rounded_up(end, multiple), completion_len)
     if first == 0 and end == completion_len:
         return inputs
     trimmed = dict(inputs)
@@ -46,3 +50,7 @@ def trim_padding_columns(inputs: dict) -> dict:
         if value.shape[0] == rows and value.shape[1] == completion_len:
             trimmed[key] = value[:, :end]
     return trimmed
+
+
+def _rounded_up(width: int, multiple: int) -> int:
+    return -(-width // multiple) * multiple

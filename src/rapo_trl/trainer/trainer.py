@@ -494,7 +494,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         it old log-probs lowered by log(1 + m F_ret) (``core.objective.shaped_old_logps``), so the ratio it clips is
         the shaped one.
         """
-        inputs = trim_padding_columns(inputs)
+        inputs = trim_padding_columns(inputs, self.args.pad_to_multiple_of)
         inputs = dict(
             inputs
         )  # the loss forward writes the shaped old log-probs here; the buffered batch stays
@@ -535,7 +535,9 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         **side_inputs,
     ):
         scored = None
-        if not compute_aux_loss and all(v is None for v in side_inputs.values()):
+        # pad_to_multiple_of bounds the shapes the forward sees; the shared prompt forward's are each prompt's own.
+        shares_prompts = self.args.pad_to_multiple_of is None
+        if shares_prompts and not compute_aux_loss and all(v is None for v in side_inputs.values()):
 
             def trl_scores(ids, mask):
                 return super(RAPOTrainer, self)._get_per_token_logps_and_entropies(
