@@ -314,10 +314,24 @@ class RAPOConfig(GRPOConfig):
                              f"tool-calling turns, which RAPO's rollout does not read: it caps tool calls with "
                              f"max_tool_calls (each call counts, default 3; now {self.max_tool_calls}). Set "
                              f"max_tool_calls instead.")
+        self._refuse_generation_options_the_rollout_ignores()
         if self.retrieval_advantage_epsilon <= 0:
             raise ValueError(f"retrieval_advantage_epsilon must be > 0, got {self.retrieval_advantage_epsilon}.")
         if self.dynamic_sampling_max_rounds:
             self._require_whole_groups("dynamic sampling replaces whole groups")
+
+    def _refuse_generation_options_the_rollout_ignores(self) -> None:
+        """GRPOTrainer's generation options that RAPO's multi-turn engine cannot honour, refused before the model
+        loads: each would otherwise be dropped without a word."""
+        if self.vllm_structured_outputs_regex is not None:
+            # A regex over one completion cannot constrain turns interleaved with forced tool results.
+            raise ValueError("vllm_structured_outputs_regex constrains GRPOTrainer's single-turn vLLM generation; "
+                             "RAPO's multi-turn rollouts (tool results and retrieved steps between the policy's "
+                             "turns) never apply it. Unset it.")
+        if self.use_transformers_continuous_batching:
+            raise ValueError("use_transformers_continuous_batching (or use_transformers_paged) selects "
+                             "GRPOTrainer's generation; RAPO's multi-turn rollouts always decode with their own "
+                             "KV-cache loop (or vLLM with use_vllm=True). Unset it.")
 
     def _require_whole_groups(self, why: str) -> None:
         """Each process's generation batch must hold whole groups (options that judge or replace a group there)."""
