@@ -322,7 +322,8 @@ class RAPOConfig(GRPOConfig):
 
     def _refuse_generation_options_the_rollout_ignores(self) -> None:
         """GRPOTrainer's generation options that RAPO's multi-turn engine cannot honour, refused before the model
-        loads: each would otherwise be dropped without a word."""
+        loads: each would otherwise be dropped without a word (or, for vLLM, fail only after the model and the
+        engine have loaded)."""
         if self.vllm_structured_outputs_regex is not None:
             # A regex over one completion cannot constrain turns interleaved with forced tool results.
             raise ValueError("vllm_structured_outputs_regex constrains GRPOTrainer's single-turn vLLM generation; "
@@ -332,6 +333,14 @@ class RAPOConfig(GRPOConfig):
             raise ValueError("use_transformers_continuous_batching (or use_transformers_paged) selects "
                              "GRPOTrainer's generation; RAPO's multi-turn rollouts always decode with their own "
                              "KV-cache loop (or vLLM with use_vllm=True). Unset it.")
+        if self.use_vllm and self.vllm_mode != "colocate":
+            raise ValueError(f"RAPOTrainer runs multi-turn rollouts on vLLM in colocate mode only (server mode can "
+                             f"desynchronise ranks); got vllm_mode={self.vllm_mode!r}. Set vllm_mode='colocate', or "
+                             f"pass RAPOTrainer(vllm_llm=...).")
+        if self.use_vllm and self.vllm_tensor_parallel_size > 1:
+            raise ValueError(f"RAPOTrainer's multi-turn vLLM rollouts need vllm_tensor_parallel_size=1 (each rank "
+                             f"generates its own rows), got {self.vllm_tensor_parallel_size}; use data parallelism "
+                             f"across GPUs instead.")
 
     def _require_whole_groups(self, why: str) -> None:
         """Each process's generation batch must hold whole groups (options that judge or replace a group there)."""

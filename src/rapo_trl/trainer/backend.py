@@ -72,16 +72,7 @@ def make_backend(trainer, vllm_llm=None):
         if vllm_llm is not None:
             return VLLMBackend(vllm_llm, trainer._tokenizer, sampling, adapter_source=lambda: peft_model_of(trainer),
                                version=lambda: trainer.state.global_step)
-        if args.vllm_mode != "colocate":
-            raise ValueError(
-                "RAPOTrainer runs multi-turn rollouts on vLLM in colocate mode only (server mode can "
-                "desynchronise ranks); set vllm_mode='colocate' or pass vllm_llm=."
-            )
-        if args.vllm_tensor_parallel_size > 1:
-            raise ValueError(
-                "RAPOTrainer's multi-turn vLLM rollouts need vllm_tensor_parallel_size=1 (each rank "
-                "generates its own rows); use data parallelism across GPUs instead."
-            )
+        # RAPOConfig refused other vLLM modes and tensor parallelism before the model loaded.
         return VLLMBackend(trainer.vllm_generation.llm, trainer._tokenizer, sampling)
 
     @contextmanager
