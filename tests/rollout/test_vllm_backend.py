@@ -375,6 +375,7 @@ def test_trainer_with_a_user_llm_syncs_the_trained_adapter(llm, tokenizer, model
         output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", per_device_train_batch_size=2,
         num_generations=2, max_completion_length=16, max_turn_tokens=16, learning_rate=0.05, max_steps=2,
         seed=0, logging_steps=1, save_strategy="no", loss_type="dapo", beta=0.0,
+        vllm_importance_sampling_correction=False,
     )
     prompt = [{"role": "user", "content": "Write a short story about a cat who learns to fly."}]
     trainer = RAPOTrainer(

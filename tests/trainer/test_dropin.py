@@ -42,6 +42,18 @@ def test_custom_rollouts_are_refused_clearly(tiny_model_dir, tmp_path):
                     rollout_func=lambda *a, **k: None)
 
 
+@pytest.mark.parametrize(
+    "settings, message",
+    [({}, r"vllm_importance_sampling_correction \(on by default\) is not applied"),
+     ({"use_vllm": True}, "two vLLM engines")],
+)
+def test_a_user_vllm_engine_is_refused_where_trl_would_correct_or_replace_it(tmp_path, settings, message):
+    """TRL corrects only its own engine's samples; the refusal comes before the model loads (there is none here)."""
+    args = RAPOConfig(**common_args(tmp_path), **settings)
+    with pytest.raises(ValueError, match=message):
+        RAPOTrainer(str(tmp_path / "no-model-here"), sevens, args=args, train_dataset=dataset(), vllm_llm=object())
+
+
 def test_grpo_config_is_refused_with_the_way_out(tiny_model_dir, tmp_path):
     with pytest.raises(TypeError, match="RAPOConfig takes every GRPOConfig field"):
         RAPOTrainer(str(tiny_model_dir), sevens, args=GRPOConfig(**common_args(tmp_path)), train_dataset=dataset())

@@ -263,6 +263,22 @@ def checked_arguments(model, args, train_dataset, **refused):
     return args
 
 
+def check_user_vllm(args, vllm_llm) -> None:
+    """A ``vllm_llm`` the user passes samples outside TRL's vLLM path (``use_vllm`` is off), so GRPOTrainer's
+    ``vllm_importance_sampling_correction`` (on by default) never applies: the loss would treat the engine's samples
+    as the policy's own. Both are refused, rather than one dropped, until the user says which they mean."""
+    if vllm_llm is None:
+        return
+    if args.use_vllm:
+        raise ValueError("RAPOTrainer got vllm_llm= and use_vllm=True: two vLLM engines. Pass vllm_llm= with "
+                         "use_vllm=False, or drop vllm_llm= to generate on the trainer's colocated engine.")
+    if args.vllm_importance_sampling_correction:
+        raise ValueError("RAPOTrainer(vllm_llm=...) generates outside TRL's vLLM path, so TRL's "
+                         "vllm_importance_sampling_correction (on by default) is not applied to its samples. Set "
+                         "vllm_importance_sampling_correction=False to train on them uncorrected, or generate with "
+                         "use_vllm=True (the trainer's colocated engine, corrected).")
+
+
 def warn_on_lost_signal(monitor, rows, rewards, group_size: int, accelerator) -> None:
     """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed. Every
     process calls it (it gathers)."""

@@ -51,6 +51,7 @@ from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache
 from rapo_trl.trainer.checks import (
     check_reward_scale,
     check_store_before_training,
+    check_user_vllm,
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
@@ -109,8 +110,9 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             as tags) the policy calls tools in the chat template's JSON format (``RAPOConfig.tool_protocol``).
         trace_store: a ``TraceStore`` (or anything with ``select(contexts)``), or the folder of a built store (opened
             as ``TraceStore(path, must_exist=True)``); ``None`` trains without retrieval, i.e. agentic GRPO.
-        vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA); with
-            ``args.use_vllm`` the trainer's own colocated engine is used instead.
+        vllm_llm: an existing ``vllm.LLM`` to generate with (adapter-only sync for LoRA), with ``args.use_vllm``
+            off and ``args.vllm_importance_sampling_correction=False`` (TRL's correction applies to its own engine
+            only); ``args.use_vllm`` alone generates on the trainer's colocated engine.
         The other arguments are GRPOTrainer's, with the same names, order and meaning
         (``quantization_config`` included, e.g. for QLoRA); RAPO's own come after them.
     """
@@ -139,6 +141,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         vllm_llm=None,
     ):
         args = checked_arguments(model, args, train_dataset, rollout_func=rollout_func)
+        check_user_vllm(args, vllm_llm)
         check_reward_columns(reward_funcs, train_dataset)
         trace_store = as_trace_store(trace_store)
         check_reward_scale(args, trace_store)
