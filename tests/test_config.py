@@ -38,6 +38,8 @@ def test_rapo_defaults():
         # GRPOTrainer's cap on tool-calling turns: set for TRL, it would be replaced by RAPO's 3 calls unseen.
         (dict(max_tool_calling_iterations=10), r"max_tool_calling_iterations=10 is GRPOTrainer's cap .* Set "
                                               r"max_tool_calls instead"),
+        # GRPOConfig allows None (generate to the model's max length); the rollout failed on it with a TypeError.
+        (dict(max_completion_length=None), r"max_completion_length=None is not supported"),
         # GRPOTrainer's generation options RAPO's multi-turn rollout would drop unseen.
         (dict(vllm_structured_outputs_regex=r"\d+"), "never apply it"),
         (dict(use_transformers_continuous_batching=True), "use_transformers_continuous_batching"),

@@ -290,6 +290,11 @@ class RAPOConfig(GRPOConfig):
         # (0: "integer modulo by zero") and accept a negative max_completion_length that fails only once the model
         # has loaded.
         check_ranges({name: getattr(self, name) for name in RAPO_RANGES})
+        if self.max_completion_length is None:
+            # GRPOTrainer's generate then runs to the model's max length; RAPO's engine splits this budget between
+            # the policy's turns, tool results and retrieved steps, and would fail on None at the first rollout.
+            raise ValueError("max_completion_length=None is not supported: RAPO's multi-turn rollout budgets the whole "
+                             "completion (sampled, tool and retrieved tokens) with it. Set a number of tokens.")
         super().__post_init__()
         if self.num_hybrid_generations is None:
             self.num_hybrid_generations = self.num_generations // 2
