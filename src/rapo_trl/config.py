@@ -175,9 +175,9 @@ class RAPOConfig(GRPOConfig):
         logging step, and retrieval resumes by itself when the store answers again.
 
     The loss forward always drops the columns that are padding in every row of a micro-batch
-    (`rapo_trl.padding`) and runs each distinct prompt of a micro-batch once (`rapo_trl.trainer.shared_prompt`;
-    TRL's row-by-row forward where the model cannot take the shared cache): the loss and gradients are TRL's to
-    float rounding.
+    (`rapo_trl.padding`; with `pad_to_multiple_of`, down to multiples of it) and runs each distinct prompt of a
+    micro-batch once (`rapo_trl.trainer.shared_prompt`; TRL's row-by-row forward where the model cannot take the
+    shared cache, and with `pad_to_multiple_of`): the loss and gradients are TRL's to float rounding.
     """
 
     # Same default (None) as TRL, but None is resolved from the hardware in __post_init__.
