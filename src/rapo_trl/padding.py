@@ -22,9 +22,9 @@ def trim_padding_columns(inputs: dict, multiple: int | None = None) -> dict:
     """``inputs`` with leading all-padding prompt columns and trailing all-padding completion columns removed.
 
     ``multiple``: TRL's ``pad_to_multiple_of``; the prompt and completion each keep a multiple of it (TRL padded
-    both to one, so the rounded widths fit). Every tensor of shape ``(B, T_completion, ...)`` (ids, masks, old/ref/sampling log-probs, per-token
-    advantages) is cut to the same columns. Returns ``inputs`` itself when nothing can be dropped or the batch
-    has side inputs (images) whose layout this does not know.
+    both to one, so the rounded widths fit). Every tensor of shape ``(B, T_completion, ...)`` (ids, masks,
+    old/ref/sampling log-probs, per-token advantages) is cut to the same columns. Returns ``inputs`` itself when
+    nothing can be dropped or the batch has side inputs (images) whose layout this does not know.
     """
     if any(inputs.get(key) is not None for key in _UNSLICED_KEYS):
         return inputs
