@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
+    USER_TASKS,
     UsageError,
     check_model,
     check_quantization,
@@ -14,6 +15,7 @@ from rapo_trl.cli.common import (
     check_store_location,
     count_line,
     eval_splits,
+    load_questions,
     open_store,
     task_split,
     tool_names,
@@ -92,6 +94,34 @@ def check_store_collections(script, rapo_args) -> None:
         open_store(script, must_exist=True, collection=warm_start_collection(script)).close()
 
 
+def check_store_holds_no_eval_question(script, stores: dict) -> None:
+    """Refuse, in one line, a collection (``name -> store``) holding a trajectory of an eval question: build-store run
+    with other data settings (``eval_fraction``, ``task_seed``, GSM8K's ``eval_size``, another dataset) draws its
+    questions from this recipe's eval set, and retrieval or SFT would then show the policy their solutions."""
+    from rapo_trl.store.agent import stored_question_ids
+    from rapo_trl.tasks.held_out import question_ids
+
+    held_out = _eval_question_ids(script, question_ids)
+    for name, store in stores.items():
+        leaked = stored_question_ids(store) & set(held_out)
+        if leaked:
+            split = held_out[next(iter(leaked))]
+            raise UsageError(f"collection {name!r} at {store.location} holds trajectories of {len(leaked)} questions "
+                             f"of the eval set {split!r}: rapo build-store ran with other data settings than this "
+                             "recipe (eval_fraction, task_seed, eval_size, dataset), so training would see held-out "
+                             "solutions; build the store again with this recipe's data settings")
+
+
+def _eval_question_ids(script, question_ids) -> dict[str, str]:
+    """``question_id -> eval set`` of every question the recipe holds out; for your own data every held-out row, not
+    the first ``eval_size`` alone (a later ``rapo eval`` with a larger ``eval_size`` asks them too)."""
+    import dataclasses
+
+    whole = dataclasses.replace(script, eval_size=None) if script.task in USER_TASKS else script
+    return {question_id: split for split in eval_splits(script)
+            for question_id in question_ids(load_questions(whole, split))}
+
+
 def run(script, rapo_args, model_args) -> dict:
     from rapo_trl.hardware import check_trainer_device
 
@@ -116,6 +146,9 @@ def run(script, rapo_args, model_args) -> dict:
     demo_store = store
     if demo_rows is not None and warm_start_collection(script) != script.store_collection:
         demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
+    if store is not None and script.environment_factory is None:
+        check_store_holds_no_eval_question(script, {store.collection_name: store,
+                                                    demo_store.collection_name: demo_store})
     # Only now, every input checked: the model.
     source = load_policy_source(rapo_args, model_args)
     model_path = source.path  # the model the warm start begins from: the pushed adapter's base
