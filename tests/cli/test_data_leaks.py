@@ -63,3 +63,38 @@ def test_a_store_built_with_the_same_settings_passes(tmp_path):
     with open_store(script, must_exist=True) as store:
         train.check_store_holds_no_eval_question(script, {"traces": store})
 
+
+def _with_ids(questions, ids):
+    return Dataset.from_dict({"question_id": ids, "question": questions, "answer": [str(len(q)) for q in questions]})
+
+
+@pytest.mark.parametrize("test_ids", [[0, 1, 2, 3], None], ids=["ids-counted-per-split", "one-split-repeats-an-id"])
+def test_a_question_id_that_names_two_questions_is_refused(tmp_path, test_ids):
+    """Ids counted from 0 in each split dropped 4 of 10 training rows silently (the test split's ids 0-3 matched
+    them); one id on two questions gives the store's trajectories of one to the other."""
+    from datasets import DatasetDict
+
+    from rapo_trl.cli.arguments import RAPOScriptArguments
+    from rapo_trl.cli.common import load_questions
+
+    train_ids = list(range(10)) if test_ids else [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
+    splits = {"train": _with_ids([f"What is {i} - 1?" for i in range(10)], train_ids)}
+    if test_ids:
+        splits["test"] = _with_ids([f"What is {i} - 1?" for i in range(100, 104)], test_ids)
+    DatasetDict(splits).save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
+    with pytest.raises(UsageError, match="question_id .* names two questions"):
+        load_questions(script, "train")
+
+
+def test_ids_that_name_one_question_each_keep_every_training_row(tmp_path):
+    from datasets import DatasetDict
+
+    from rapo_trl.cli.arguments import RAPOScriptArguments
+    from rapo_trl.cli.common import load_questions
+
+    DatasetDict({"train": _with_ids([f"What is {i} - 1?" for i in range(10)], list(range(10))),
+                 "test": _with_ids([f"What is {i} - 1?" for i in range(100, 104)], list(range(10, 14)))}
+                ).save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
+    assert len(load_questions(script, "train")) == 10 and len(load_questions(script, "eval")) == 4

@@ -147,6 +147,8 @@ def user_splits(script: RAPOScriptArguments):
 
     if script.dataset_name:
         train, held = _dataset_splits(script)
+        _refuse_shared_question_ids(script, {script.dataset_train_split: train,
+                                             script.dataset_test_split or DEFAULT_TEST_SPLIT: held})
     else:
         train = _jsonl(script, script.dataset_path)
         held = _jsonl(script, script.eval_dataset_path) if script.eval_dataset_path else None
@@ -156,6 +158,25 @@ def user_splits(script: RAPOScriptArguments):
         except ValueError as error:
             raise UsageError(str(error)) from None
     return without_questions_of(train, held), held
+
+
+def _refuse_shared_question_ids(script: RAPOScriptArguments, splits: dict) -> None:
+    """Refuse a ``question_id`` column in which one id names two questions (ids counted from 0 in each split): the
+    held-out split's ids would drop the training rows that share them, and the store and the warm start, which find a
+    question's trajectories by its id, would give one question another's."""
+    seen: dict[str, tuple[str, str]] = {}
+    for split, rows in splits.items():
+        if rows is None or "question_id" not in rows.column_names:
+            continue
+        for question_id, question in zip(rows["question_id"], rows["question"]):
+            if question_id is None:  # to_rapo_rows gives it the hash of its text
+                continue
+            first = seen.setdefault(str(question_id), (split, question))
+            if first[1] != question:
+                raise UsageError(f"dataset {script.dataset_name!r}: question_id {question_id!r} names two questions "
+                                 f"({first[0]!r}: {first[1][:40]!r}; {split!r}: {question[:40]!r}); give each "
+                                 "question its own id across splits, or drop the question_id column (a hash of "
+                                 "each question's text is its id then)")
 
 
 def _jsonl(script: RAPOScriptArguments, path: str):
