@@ -98,3 +98,14 @@ def test_ids_that_name_one_question_each_keep_every_training_row(tmp_path):
                 ).save_to_disk(tmp_path / "saved")
     script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"))
     assert len(load_questions(script, "train")) == 10 and len(load_questions(script, "eval")) == 4
+
+
+def test_an_eval_file_that_is_the_training_file_is_refused_not_trained_on_nothing(tmp_path):
+    """eval_dataset_path = dataset_path left 0 training questions, and the commands went on."""
+    from rapo_trl.cli.arguments import RAPOScriptArguments
+    from rapo_trl.cli.common import load_questions
+
+    path = _jsonl(tmp_path / "qa.jsonl", n=10)
+    script = RAPOScriptArguments(task="dataset", dataset_path=path, eval_dataset_path=path)
+    with pytest.raises(UsageError, match="all 10 training questions .* are eval questions too"):
+        load_questions(script, "train")

@@ -157,7 +157,18 @@ def user_splits(script: RAPOScriptArguments):
             return hold_out(train, script.eval_fraction, script.task_seed)
         except ValueError as error:
             raise UsageError(str(error)) from None
-    return without_questions_of(train, held), held
+    return _some_left(script, without_questions_of(train, held), len(train)), held
+
+
+def _some_left(script: RAPOScriptArguments, train, before: int):
+    """``train`` unless the eval set took every one of its questions (the same file or split given for both): the
+    commands would go on with no training question."""
+    if len(train) == 0:
+        source = script.dataset_name or script.dataset_path
+        raise UsageError(f"all {before} training questions of {source!r} are eval questions too (each is asked by "
+                         "the eval set, so none is left to train on): give eval questions of their own "
+                         "(eval_dataset_path, dataset_test_split), or leave them unset to hold out eval_fraction")
+    return train
 
 
 def _refuse_shared_question_ids(script: RAPOScriptArguments, splits: dict) -> None:
