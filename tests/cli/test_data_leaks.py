@@ -109,3 +109,18 @@ def test_an_eval_file_that_is_the_training_file_is_refused_not_trained_on_nothin
     script = RAPOScriptArguments(task="dataset", dataset_path=path, eval_dataset_path=path)
     with pytest.raises(UsageError, match="all 10 training questions .* are eval questions too"):
         load_questions(script, "train")
+
+
+@pytest.mark.parametrize("variant", ["What is {i} * 3? ", "what is {i}  *  3?\n"], ids=["trailing-space", "case"])
+def test_an_eval_question_spaced_or_cased_otherwise_leaves_training(tmp_path, variant):
+    """An eval file whose questions differ from the training file's only in spacing or case (exported again) kept
+    them in training: 2 of its 4 eval questions were trained on, and nothing said so."""
+    from rapo_trl.cli.arguments import RAPOScriptArguments
+    from rapo_trl.cli.common import load_questions
+
+    held = tmp_path / "eval.jsonl"
+    held.write_text("".join(json.dumps({"question": variant.format(i=i), "answer": str(3 * i)}) + "\n"
+                            for i in range(8, 12)))
+    script = RAPOScriptArguments(task="dataset", dataset_path=_jsonl(tmp_path / "qa.jsonl", n=10),
+                                 eval_dataset_path=str(held))
+    assert load_questions(script, "train")["question"] == [f"What is {i} * 3?" for i in range(8)]
