@@ -124,3 +124,18 @@ def test_an_eval_question_spaced_or_cased_otherwise_leaves_training(tmp_path, va
     script = RAPOScriptArguments(task="dataset", dataset_path=_jsonl(tmp_path / "qa.jsonl", n=10),
                                  eval_dataset_path=str(held))
     assert load_questions(script, "train")["question"] == [f"What is {i} * 3?" for i in range(8)]
+
+
+def test_a_store_holding_a_shipped_tasks_eval_question_is_refused(tmp_path):
+    """A shipped task files trajectories under its own ids (``word_problems-...``), not a hash of the text."""
+    from rapo_trl.cli.common import load_questions
+
+    script = parse_recipe("train", ["--task", "word_problems", "--store_path", str(tmp_path / "store"),
+                                    "--model_name_or_path", "tiny", "--eval_splits", "reward_only_fresh"])[0]
+    asked = load_questions(script, "reward_only_fresh")[0]
+    leaked = Dataset.from_dict({"trajectory": [f"<think>add</think>\n<answer>\\boxed{{{asked['answer']}}}</answer>"],
+                                "reward": [1.0], "question_id": [asked["question_id"]]})
+    with open_store(script, must_exist=False) as store:
+        store.add_from_dataset(leaked, source="agent:test", tool_tags=["python"])
+        with pytest.raises(UsageError, match="holds trajectories of 1 questions of the eval set 'reward_only_fresh'"):
+            train.check_store_holds_no_eval_question(script, {"traces": store})
