@@ -37,9 +37,23 @@ def test_each_mistake_is_named_at_its_own_line(tmp_path, bad_line, words):
 def test_rows_and_the_reader_imports_nothing_heavy(tmp_path):
     path = _file(tmp_path, GOOD, "", json.dumps({"q": "What is 1 + 1?", "a": ["2", "two"]}).replace('"q"', '"question"')
                  .replace('"a"', '"answer"'))
-    assert read_qa_jsonl(path) == [{"question": "What is 2 + 2?", "answer": "4"},
+    assert read_qa_jsonl(path) == [{"question": "What is 2 + 2?", "answer": ["4"]},  # one type with the list
                                    {"question": "What is 1 + 1?", "answer": ["2", "two"]}]
     code = f"from rapo_trl.jsonl_qa import read_qa_jsonl; import sys; read_qa_jsonl({str(path)!r}); " \
            "print([m for m in ('torch', 'datasets', 'trl') if m in sys.modules])"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "[]", run.stderr
+
+
+@pytest.mark.parametrize("answers, read", [
+    ([12, "15"], ["12", "15"]),
+    ([12, 2.5], [12, 2.5]),  # numbers alone stay numbers
+    (["4", ["2", 2]], [["4"], ["2", "2"]]),
+    ([7, [1, 2]], [[7], [1, 2]]),
+])
+def test_answers_of_mixed_types_load_as_one_column(tmp_path, answers, read):
+    from rapo_trl.tasks import load_jsonl_qa
+
+    path = _file(tmp_path, *(json.dumps({"question": f"Question {i}?", "answer": a}) for i, a in enumerate(answers)))
+    assert [row["answer"] for row in read_qa_jsonl(path)] == read
+    assert load_jsonl_qa(path)["answer"] == read  # the dataset column Arrow refused before
