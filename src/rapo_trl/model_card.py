@@ -347,6 +347,28 @@ def _json_quick_start(model_id: str, trainer) -> str:
                                     tools=", ".join(names), notes=notes)
 
 
+_QUICK_START_MODEL = re.compile(r'(\b(?:RolloutAgent|EnvironmentAgent)\.from_pretrained\()"[^"]*"')
+"""The model id the quick start loads (``_QUICK_START``, ``_JSON_QUICK_START``)."""
+_LORA_ROW = re.compile(r"^\| LoRA \| .* \| PEFT adapter \|$", re.M)
+"""The recipe table's LoRA row (``recipe_table``): the adapter the trainer trained."""
+
+
+def card_loading_repo(text: str, repo: str) -> str:
+    """The card with its quick start loading ``repo``: written at training time, it names the run (or the
+    hub_model_id it had then), which a push to another repo or under the user's namespace would leave naming a repo
+    that does not hold this model."""
+    return _QUICK_START_MODEL.sub(lambda found: f'{found.group(1)}"{repo}"', text)
+
+
+def card_with_folded_adapter(text: str, config: dict, rapo_rank: int) -> str:
+    """The card with its LoRA row describing the pushed adapter (``config``): the SFT warm start's LoRA folded with
+    RAPO's (rank ``rapo_rank``), of their summed rank, where the card written at training time describes RAPO's."""
+    rank = int(config["r"])
+    row = (f"| LoRA | r={rank}, alpha={config['lora_alpha']}, targets={config['target_modules']} | one PEFT adapter: "
+           f"the SFT warm start's LoRA (r={rank - rapo_rank}) folded with RAPO's (r={rapo_rank}) |")
+    return _LORA_ROW.sub(lambda _: row, text, count=1)
+
+
 def add_evaluation(folder, evaluation: dict) -> Path:
     """Put (or replace) the evaluation table in ``folder/README.md``; a card without one gets it appended."""
     path = Path(folder) / "README.md"

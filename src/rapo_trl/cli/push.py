@@ -10,7 +10,6 @@ folder is left as it is (``rapo eval`` loads it)."""
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,11 +17,10 @@ from pathlib import Path
 from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
+from rapo_trl.model_card import card_loading_repo, card_with_folded_adapter
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 LORA_KEYS = (".lora_A.weight", ".lora_B.weight")
-QUICK_START_MODEL = re.compile(r'(\b(?:RolloutAgent|EnvironmentAgent)\.from_pretrained\()"[^"]*"')
-"""The model id the card's quick start loads (``rapo_trl.model_card``)."""
 
 
 def base_model_name(given: str | None, model_name_or_path: str | None, model_path: str) -> str:
@@ -52,25 +50,17 @@ def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, inclu
                              "adapter (a warm start made by an older rapo_trl): train again to push it")
         rapo_rank = int(config["r"])
         config = fold_adapters(warm, source, target)
-        card_describes_folded_adapter(target / "README.md", config, rapo_rank)
+        _rewrite_card(target / "README.md", lambda text: card_with_folded_adapter(text, config, rapo_rank))
     config["base_model_name_or_path"] = base_name
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
     return target
 
 
-CARD_LORA_ROW = re.compile(r"^\| LoRA \| .* \| PEFT adapter \|$", re.M)
-"""The recipe table's LoRA row (``rapo_trl.model_card.recipe_table``): the adapter the trainer trained."""
-
-
-def card_describes_folded_adapter(card: Path, config: dict, rapo_rank: int) -> None:
-    """The pushed card's LoRA row as the pushed adapter is: the warm start's LoRA folded with RAPO's, of their summed
-    rank, where the card written at training time describes RAPO's alone."""
-    if not card.is_file():
-        return
-    rank = int(config["r"])
-    row = (f"| LoRA | r={rank}, alpha={config['lora_alpha']}, targets={config['target_modules']} | one PEFT adapter: "
-           f"the SFT warm start's LoRA (r={rank - rapo_rank}) folded with RAPO's (r={rapo_rank}) |")
-    card.write_text(CARD_LORA_ROW.sub(lambda _: row, card.read_text(), count=1))
+def _rewrite_card(card: Path, change) -> None:
+    """The pushed copy's card (when the run has one) rewritten by ``change`` (text -> text, ``rapo_trl.model_card``):
+    the card was written at training time, before the push decided what it holds and where it goes."""
+    if card.is_file():
+        card.write_text(change(card.read_text()))
 
 
 def _lora(folder: Path) -> tuple[dict, dict, float]:
@@ -128,19 +118,10 @@ def push_folder(folder: Path, repo_id: str, token: str | None = None, private: b
 
         api = HfApi()
     repo = api.create_repo(repo_id, token=token, private=private, exist_ok=True).repo_id
-    card_loads_from(folder / "README.md", repo)
+    _rewrite_card(folder / "README.md", lambda text: card_loading_repo(text, repo))
     api.upload_folder(repo_id=repo, folder_path=str(folder), commit_message="End of training", token=token,
                       revision=revision)
     return repo
-
-
-def card_loads_from(card: Path, repo: str) -> None:
-    """Make the card's quick start load the repo it is pushed to: the card was written at training time with the
-    run's name (or the hub_model_id it had then), which a push to another repo or under the user's namespace
-    leaves naming a repo that does not hold this model."""
-    if card.is_file():
-        text = card.read_text()
-        card.write_text(QUICK_START_MODEL.sub(lambda found: f'{found.group(1)}"{repo}"', text))
 
 
 def check_repo_id(repo_id: str | None, output_dir: str | Path | None) -> None:
