@@ -44,6 +44,7 @@ def test_rapo_defaults():
         (dict(vllm_structured_outputs_regex=r"\d+"), "never apply it"),
         (dict(use_transformers_continuous_batching=True), "use_transformers_continuous_batching"),
         (dict(use_transformers_paged=True), "use_transformers_continuous_batching"),
+        (dict(cache_implementation="static"), r"cache_implementation='static' .* never applies it"),
         # Refused before the model and TRL's vLLM engine (a server connection, up to 240 s) load.
         (dict(use_vllm=True, vllm_mode="server"), r"colocate mode only .*vllm_mode='server'"),
         (dict(use_vllm=True, vllm_tensor_parallel_size=2), "vllm_tensor_parallel_size=1"),

@@ -338,6 +338,11 @@ class RAPOConfig(GRPOConfig):
             raise ValueError("use_transformers_continuous_batching (or use_transformers_paged) selects "
                              "GRPOTrainer's generation; RAPO's multi-turn rollouts always decode with their own "
                              "KV-cache loop (or vLLM with use_vllm=True). Unset it.")
+        if self.cache_implementation is not None:
+            # The loop grows one dynamic cache across turns, appending forced tool results and retrieved steps.
+            raise ValueError(f"cache_implementation={self.cache_implementation!r} selects the cache of "
+                             "GRPOTrainer's model.generate(); RAPO's multi-turn rollouts decode with their own KV-cache "
+                             "loop, which keeps one dynamic cache across turns and never applies it. Unset it.")
         if self.use_vllm and self.vllm_mode != "colocate":
             raise ValueError(f"RAPOTrainer runs multi-turn rollouts on vLLM in colocate mode only (server mode can "
                              f"desynchronise ranks); got vllm_mode={self.vllm_mode!r}. Set vllm_mode='colocate', or "

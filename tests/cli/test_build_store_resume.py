@@ -12,7 +12,8 @@ from rapo_trl.store import TraceStore
 
 SAMPLES = 2
 """Trajectories per question: the expert's best of two is kept."""
-ARGS = SimpleNamespace(max_completion_length=64, max_turn_tokens=32, temperature=1.0, use_cpu=True, seed=0)
+ARGS = SimpleNamespace(max_completion_length=64, max_turn_tokens=32, temperature=1.0, use_cpu=True, seed=0,
+                       reward_weights=None)
 
 
 class Killed(Exception):

@@ -14,8 +14,15 @@ from rapo_trl.cli.rewards import training_rewards
 from rapo_trl.rewards import rapo_outcome_reward
 
 MODULE = textwrap.dedent('''
+    from rapo_trl.rewards import exact_match_reward
+
+
     def length_reward(completions, **kwargs):
         return [-len(str(c)) / 100 for c in completions]
+
+
+    async def wrong_answer_reward(completions, **kwargs):
+        return [1.0 - score for score in exact_match_reward(completions=completions, **kwargs)]
 
 
     def double(x: int) -> int:
@@ -54,6 +61,26 @@ def test_reward_funcs_mix_builtin_names_and_import_paths(my_code):
         training_rewards(read_recipe("train", ["--reward", "my_code.nothing"])[0], None)
     with pytest.raises(UsageError, match="2 weights for 1 reward"):
         training_rewards(script.__class__(reward="f1"), [1.0, 2.0])
+
+
+def test_build_store_keeps_the_trajectories_the_training_rewards_rank_best(my_code):
+    """The store's best trajectories are the best by RL's own reward: the recipe's ``reward_funcs`` with its
+    ``reward_weights`` (an async one awaited, as TRL awaits it), not ``reward``'s default, the outcome reward."""
+    from rapo_trl.cli import build_store
+    from rapo_trl.store import TraceStore
+
+    script, training, model = read_recipe("build-store", [
+        "--task", "arithmetic", "--train_size", "8", "--agent", "expert", "--expert_error_rate", "0.5",
+        "--num_samples", "2", "--keep_top_k", "1", "--store_path", str(my_code / "store"),
+        "--reward_funcs", "my_code.wrong_answer_reward", "--reward_weights", "2.0"])
+    build_store.run(script, training, model)
+    store = TraceStore(str(my_code / "store"))
+    try:
+        rewards = {record["reward"] for page in store.iter_batches() for record in page["metadatas"]}
+    finally:
+        store.close()
+    # 2.0: a wrong answer, weighted; the outcome reward would have kept the right ones, rewarded 1.0
+    assert rewards <= {0.0, 2.0} and 2.0 in rewards
 
 
 def test_tools_by_import_path_and_the_prompt_teaches_them(my_code):

@@ -156,3 +156,20 @@ def test_null_answers_are_refused_in_files_and_datasets(tmp_path):
     script.dataset_name = str(tmp_path / "blank")
     with pytest.raises(UsageError, match="split 'train'\\) row 2: 'solution' is '  '"):
         load_questions(script, "train")
+
+
+def test_a_question_asked_twice_with_different_answers_is_named(tmp_path, caplog):
+    path = tmp_path / "qa.jsonl"
+    rows = [{"question": f"What is {i} * 3?", "answer": str(3 * i)} for i in range(8)]
+    rows.append({"question": "what is 2  * 3? ", "answer": "7"})  # the same question up to spacing and case
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    script = RAPOScriptArguments(task="jsonl", dataset_path=str(path), eval_fraction=0.25)
+    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
+        load_questions(script, "train")
+    assert "1 question(s) appear more than once with different answers" in caplog.text
+    assert "'6' vs '7'" in caplog.text
+    caplog.clear()
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows[:-1] + [{**rows[2], "question": "What is 2 * 3?"}]))
+    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
+        load_questions(script, "train")
+    assert "different answers" not in caplog.text  # a repeat with its own answer is no conflict

@@ -82,3 +82,32 @@ def test_a_question_id_of_zero_is_the_rows_and_a_plain_text_prompt_is_named(tiny
     assert {m["question_id"] for m in store.collection.get(include=["metadatas"])["metadatas"]} == {"0"}
     with pytest.raises(ValueError, match="an environment's rows need conversational prompts"):
         build_from_environment(store, _agent(tiny_model, [GOOD]), [{"prompt": "Count to five."}], num_samples=1)
+
+
+def test_episode_rewards_weigh_and_await_as_grpo_trainer_sums_them():
+    """``reward_weights`` weigh the reward functions (the environment's ``get_reward`` has weight 1, as TRL adds it),
+    and an ``async`` reward function or ``get_reward`` is awaited, as TRL awaits them."""
+    from types import SimpleNamespace
+
+    from rapo_trl.store.environment_build import episode_rewards
+
+    class AsyncCounter(Counter):
+        async def get_reward(self) -> float:
+            return float(self.total)
+
+    def turns(completions, **kwargs):
+        return [float(len(messages)) for messages in completions]
+
+    async def total_is_three(environments, **kwargs):
+        return [float(environment.total == 3) for environment in environments]
+
+    environments = [AsyncCounter(), AsyncCounter()]
+    for environment, total in zip(environments, (3, 4)):
+        environment.reset()
+        environment.add(total)
+    episodes = [SimpleNamespace(prompt=ROWS[0]["prompt"], environment=environment,
+                                row=SimpleNamespace(messages=[{"role": "assistant", "content": "."}] * size,
+                                                    completion_ids=[1] * size))
+                for environment, size in zip(environments, (2, 5))]
+    totals = episode_rewards(episodes, ROWS * 2, [turns, total_is_three], [0.5, 10.0])
+    assert totals == [0.5 * 2 + 10.0 + 3, 0.5 * 5 + 0.0 + 4]

@@ -25,7 +25,7 @@ from rapo_trl.cli.common import (
     warm_start_collection,
 )
 from rapo_trl.cli.environment import check_environment
-from rapo_trl.cli.rewards import make_reward, with_reward_columns
+from rapo_trl.cli.rewards import reward_names, training_rewards, with_reward_columns
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def check(script, rapo_args, model_args) -> None:
     check_script_arguments("build-store", script)
     check_environment(script, "build-store")
     if script.environment_factory is None or script.reward_funcs is not None:
-        make_reward(script)
+        training_rewards(script, rapo_args.reward_weights)  # an unknown name or a weight count refused before loading
     check_store_location(script, must_exist=False)
     if script.agent == "expert" and script.task not in DEMO_TASKS:
         raise UsageError(f"agent=expert is the scripted expert of the demo tasks ({', '.join(DEMO_TASKS)}); for "
@@ -133,10 +133,14 @@ def run(script, rapo_args, model_args) -> dict:
     if script.environment_factory is not None:
         return _fill_from_environment(script, rapo_args, model_args)
     tools = build_tools(script)
-    reward = make_reward(script)
+    from rapo_trl.rewards import combine_rewards
+
+    reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
+    # The trajectories are ranked by what RL will reward: every training reward, weighted as training weights them.
+    reward = combine_rewards(reward_funcs, reward_weights)
 
     def rows_of(role):  # the prompts training uses, so a model agent sees the same
-        return with_reward_columns(training_rows(script, role, tools), {script.reward: reward})
+        return with_reward_columns(training_rows(script, role, tools), dict(zip(reward_names(script), reward_funcs)))
 
     roles = ["store"]
     # A store of other questions than the warm start's (store_split): the warm start's trajectories are made by the
@@ -192,7 +196,7 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
 
     rows = environment_rows(script, "store")
     print(count_line("Building the store from", script, {task_split(script, "store"): rows}))
-    reward_funcs, _ = environment_rewards(script, None)
+    reward_funcs, reward_weights = environment_rewards(script, rapo_args.reward_weights)
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
                            max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
@@ -202,7 +206,8 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
                              SamplingSettings(temperature=rapo_args.temperature))
     store = open_store(script, must_exist=False)
     added = build_from_environment(store, agent, rows, reward_funcs, num_samples=script.num_samples,
-                                   keep_top_k=script.keep_top_k, source=f"agent:{script.agent}")
+                                   keep_top_k=script.keep_top_k, source=f"agent:{script.agent}",
+                                   reward_weights=reward_weights)
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
           f"questions at {store.location}.")

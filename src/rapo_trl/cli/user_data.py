@@ -5,12 +5,15 @@ cap it, as ``trl grpo`` trains on the whole split."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from rapo_trl.cli.arguments import RAPOScriptArguments
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.parsing import closest
 from rapo_trl.jsonl_qa import is_blank_answer, read_qa_jsonl
+
+logger = logging.getLogger(__name__)
 
 USER_TASKS = ("dataset", "jsonl")
 DEFAULT_TEST_SPLIT = "test"
@@ -152,12 +155,32 @@ def user_splits(script: RAPOScriptArguments):
     else:
         train = _jsonl(script, script.dataset_path)
         held = _jsonl(script, script.eval_dataset_path) if script.eval_dataset_path else None
+    _warn_of_conflicting_answers(script, [train] if held is None else [train, held])
     if held is None:
         try:
             return hold_out(train, script.eval_fraction, script.task_seed)
         except ValueError as error:
             raise UsageError(str(error)) from None
     return _some_left(script, without_questions_of(train, held), len(train)), held
+
+
+def _warn_of_conflicting_answers(script: RAPOScriptArguments, splits: list) -> None:
+    """Warn of a question asked more than once (up to spacing and case) with answers of different text: each copy is
+    rewarded against its own answer, so training punishes on one copy what it rewards on the other (unless the two
+    are the same number written two ways, which the reward may take as equal)."""
+    from rapo_trl.tasks.held_out import same_question_key
+
+    answers: dict[str, set[str]] = {}
+    for rows in splits:
+        for question, answer in zip(rows["question"], rows["answer"]):
+            answers.setdefault(same_question_key(question), set()).add(str(answer).strip())
+    conflicting = {question: sorted(texts) for question, texts in answers.items() if len(texts) > 1}
+    if conflicting:
+        question, texts = next(iter(conflicting.items()))
+        logger.warning("dataset %r: %d question(s) appear more than once with different answers (e.g. %r: %s); each "
+                       "copy is rewarded against its own answer. Deduplicate the data unless the answers are one "
+                       "value written two ways.", script.dataset_name or script.dataset_path, len(conflicting),
+                       question[:60], " vs ".join(repr(text[:30]) for text in texts[:3]))
 
 
 def _some_left(script: RAPOScriptArguments, train, before: int):

@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rapo_trl.awaiting import resolved
+
 
 def _name(func: Callable) -> str:
     # Same naming rule as TRL's logs (kept local: importing trl here would cost seconds).
@@ -20,7 +22,8 @@ def _name(func: Callable) -> str:
 
 
 class CombinedReward:
-    """``sum(w * f(...))`` over reward functions; a None (or NaN) from any of them gives None."""
+    """``sum(w * f(...))`` over reward functions (``async`` ones awaited, as TRL awaits them); a None (or NaN) from
+    any of them gives None."""
 
     def __init__(self, funcs: Sequence[Callable[..., list]], weights: Sequence[float] | None = None):
         if not funcs:
@@ -36,7 +39,7 @@ class CombinedReward:
     ) -> list[float | None]:
         totals: list[float | None] = [0.0] * len(completions)
         for func, weight in zip(self.funcs, self.weights):
-            values = func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            values = resolved(func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs))
             for i, value in enumerate(values):
                 if totals[i] is None or value is None or math.isnan(value):
                     totals[i] = None

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from rapo_trl.awaiting import resolved
 from rapo_trl.store.steps import prompt_text
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_sampl
     columns = {
         name: [values[i] for i in batch for _ in range(num_samples)] for name, values in extras.items()
     }
-    rewards = list(reward_fn(prompts=flat_prompts, completions=completions, **columns))
+    rewards = list(resolved(reward_fn(prompts=flat_prompts, completions=completions, **columns)))
     if len(rewards) != len(completions):
         raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(completions)} completions.")
     from rapo_trl.store.ingest import validate_trajectories

@@ -9,34 +9,40 @@ import hashlib
 import math
 from collections.abc import Callable, Sequence
 
+from rapo_trl.awaiting import resolved
 from rapo_trl.store.row_steps import row_step_records
 from rapo_trl.store.steps import prompt_text
 
 
-def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Callable] = ()) -> list[float]:
-    """Each episode's reward: the reward functions called as TRL calls them (``prompts``, ``completions`` as chat
-    messages, ``completion_ids``, ``environments`` and the rows' other columns) plus ``get_reward()`` of environments
-    that define it, summed with weight 1 each; a ``None`` is left out, as TRL leaves out NaN."""
+def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Callable] = (),
+                    reward_weights: Sequence[float] | None = None) -> list[float]:
+    """Each episode's reward as GRPOTrainer sums it: the reward functions called as TRL calls them (``prompts``,
+    ``completions`` as chat messages, ``completion_ids``, ``environments`` and the rows' other columns), weighted by
+    ``reward_weights`` (default 1 each), plus ``get_reward()`` of environments that define it, with weight 1; ``async``
+    ones awaited; a ``None`` is left out, as TRL leaves out NaN."""
+    weights = [1.0] * len(reward_funcs) if reward_weights is None else [float(w) for w in reward_weights]
+    if len(weights) != len(reward_funcs):
+        raise ValueError(f"got {len(weights)} reward weights for {len(reward_funcs)} reward functions")
     columns = {key: [row[key] for row in rows] for key in rows[0] if key not in ("prompt", "completion")}
     totals = [0.0] * len(episodes)
-    for func in reward_funcs:
-        scores = func(prompts=[e.prompt for e in episodes], completions=[e.row.messages for e in episodes],
-                      completion_ids=[e.row.completion_ids for e in episodes],
-                      environments=[e.environment for e in episodes], **columns)
+    for func, weight in zip(reward_funcs, weights):
+        scores = resolved(func(prompts=[e.prompt for e in episodes], completions=[e.row.messages for e in episodes],
+                               completion_ids=[e.row.completion_ids for e in episodes],
+                               environments=[e.environment for e in episodes], **columns))
         if len(scores) != len(episodes):
             raise ValueError(f"The reward function {getattr(func, '__name__', func)!r} returned {len(scores)} rewards "
                              f"for {len(episodes)} completions.")
-        totals = [t + (0.0 if s is None or math.isnan(s) else float(s)) for t, s in zip(totals, scores)]
+        totals = [t + (0.0 if s is None or math.isnan(s) else weight * float(s)) for t, s in zip(totals, scores)]
     for i, episode in enumerate(episodes):
         get_reward = getattr(episode.environment, "get_reward", None)
-        value = get_reward() if callable(get_reward) else None
+        value = resolved(get_reward()) if callable(get_reward) else None
         totals[i] += 0.0 if value is None else float(value)
     return totals
 
 
 def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callable] | Callable = (),
                            num_samples: int = 4, keep_top_k: int = 2, min_reward: float = float("-inf"),
-                           source: str = "agent") -> int:
+                           source: str = "agent", reward_weights: Sequence[float] | None = None) -> int:
     """Fill ``store`` from ``agent`` (an ``EnvironmentAgent``) on ``dataset``'s rows; returns the records added.
 
     A row's ``question_id`` column names its question (default: a hash of its prompt's text), as the trainer's
@@ -51,7 +57,7 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
     for row in rows:
         samples = [row] * num_samples
         episodes = agent.episodes(samples)
-        rewards = episode_rewards(episodes, samples, reward_funcs)
+        rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
         question = prompt_text(episodes[0].prompt)
         question_id = (str(row["question_id"]) if row.get("question_id") is not None
                        else hashlib.sha1(question.encode()).hexdigest()[:16])

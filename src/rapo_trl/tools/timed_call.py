@@ -14,12 +14,12 @@ at the fork, and copies the page tables of a process holding the model on every 
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from rapo_trl.awaiting import awaited_here, resolved
 
 from .base import ToolError
 
@@ -36,14 +36,7 @@ def call_here(name: str, function: Callable, arguments: dict) -> Any:
     ``TimedCalls.call`` does. A coroutine is awaited in a thread of its own, as TRL awaits async tools on its own
     loop's thread: the calling thread may already run an event loop (a notebook's)."""
     try:
-        value = function(**arguments)
-        if inspect.isawaitable(value):
-            call = _Awaited(value)
-            call.start()
-            call.join()
-            if call.error is not None:
-                raise call.error
-            value = call.value
+        value = resolved(function(**arguments))
     except Exception as error:  # the policy sees what went wrong; SystemExit and KeyboardInterrupt stop the run
         raise ToolError(f"{name} raised {type(error).__name__}: {error}") from error
     return value
@@ -107,29 +100,8 @@ class _Call(threading.Thread):
 
     def run(self) -> None:
         try:
-            value = self.function(*self.positional, **self.arguments)
-            self.value = asyncio.run(_awaited(value)) if inspect.isawaitable(value) else value
+            self.value = awaited_here(self.function(*self.positional, **self.arguments))
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
             self.error = error
         finally:
             self.calls._call_ended(self)
-
-
-class _Awaited(threading.Thread):
-    """An awaitable run to its end on an event loop of a thread of its own."""
-
-    def __init__(self, awaitable):
-        super().__init__(name="rapo-tool-await", daemon=True)
-        self.awaitable = awaitable
-        self.value: Any = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.value = asyncio.run(_awaited(self.awaitable))
-        except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread
-            self.error = error
-
-
-async def _awaited(awaitable):
-    return await awaitable
