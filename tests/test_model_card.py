@@ -9,6 +9,7 @@ import re
 import sys
 import types
 
+import pytest
 import yaml
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -183,6 +184,29 @@ def test_quick_start_imports_every_tool_it_names(tmp_path, monkeypatch):
     namespace: dict = {}
     exec(compile(setup, "model card", "exec"), namespace)  # noqa: S102 - the card's own snippet
     assert [getattr(tool, "tag", getattr(tool, "__name__", None)) for tool in namespace["tools"]] == ["python", "double"]
+
+
+@pytest.mark.parametrize("own_prompt", [None, "You solve problems.\nCall <python>...</python>; answer in \\boxed{}.",
+                                        'Answers go in <answer></answer>. Say "done"'])
+def test_quick_start_prompts_with_the_system_prompt_the_model_trained_with(own_prompt):
+    """A run whose rows carry a system prompt of the user's own gets a quick start that prompts with that text (the
+    model answers best to the prompt it trained with); rows with the tools' own prompt keep `system_prompt_for`."""
+    from rapo_trl import system_prompt_for
+    from rapo_trl.model_card import _quick_start
+    from rapo_trl.tools import PythonTool
+
+    tools = [PythonTool()]
+    system = system_prompt_for(tools) if own_prompt is None else own_prompt
+    rows = [{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": "What is 2 + 3?"}]}]
+    trainer = types.SimpleNamespace(rapo_tools=tools, train_dataset=rows)
+    code = _quick_start_code(_quick_start("## Quick start\n\n```python\nx = 1\n```\n\n", "me/run", trainer))
+    namespace: dict = {}
+    exec(compile(code.split("agent = ")[0], "model card", "exec"), namespace)  # noqa: S102 - the card's own snippet
+    prompt_line = next(line for line in code.splitlines() if line.startswith("prompt = "))
+    if own_prompt is None:
+        assert '"content": system_prompt_for(tools)' in prompt_line and "system_prompt" not in namespace
+    else:
+        assert '"content": system_prompt}' in prompt_line and namespace["system_prompt"] == own_prompt
 
 
 def test_card_of_a_json_tool_run_runs_its_agent_on_the_environment_and_tools(tiny_model_dir, tmp_path, capsys):

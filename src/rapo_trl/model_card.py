@@ -255,7 +255,7 @@ The model calls its tools in tags and reads their results back: run it as the ag
 tools = [{tools}]
 agent = RolloutAgent.from_pretrained("{model_id}", tools=tools, do_sample=False, max_completion_length=512)
 question = "What is 4821 * 7315?"
-prompt = [{{"role": "system", "content": system_prompt_for(tools)}}, {{"role": "user", "content": question}}]
+prompt = [{{"role": "system", "content": {system_prompt}}}, {{"role": "user", "content": question}}]
 print(agent.complete([prompt])[0])  # the tool calls ran; their results are between <result> tags
 ```
 
@@ -289,10 +289,16 @@ def _quick_start(text: str, model_id: str, trainer) -> str:
 
 
 def _tags_quick_start(model_id: str, trainer) -> str:
+    from rapo_trl.tasks.prompt import system_prompt_for
+
     tools = list(getattr(trainer, "rapo_tools", []))
     tags = [getattr(tool, "tag", type(tool).__name__) for tool in tools]
     classes = sorted(_TOOL_CLASSES[t] for t in tags if t in _TOOL_CLASSES)
-    lines = [f"from rapo_trl import {', '.join(['RolloutAgent', 'system_prompt_for', *classes])}"]
+    trained_prompt = _trained_system_prompt(trainer)
+    if trained_prompt == system_prompt_for(tools):
+        trained_prompt = None  # the snippet makes it again from the tools
+    names = ["RolloutAgent", *(["system_prompt_for"] if trained_prompt is None else []), *classes]
+    lines = [f"from rapo_trl import {', '.join(names)}"]
     code, others = [], []
     for tool, tag in zip(tools, tags):
         own = None if tag in _TOOL_CODE else _own_tool(tool)
@@ -302,11 +308,33 @@ def _tags_quick_start(model_id: str, trainer) -> str:
             others += [] if tag in _TOOL_CODE else [tag]
         code.append(_TOOL_CODE.get(tag) or (own[1] if own else f"{tag}_tool"))
     imports = "\n".join(lines) + "\n" + ("\n" + _PASSAGES if "search" in tags else "")
+    if trained_prompt is not None:  # a prompt of the user's own: the model answers best to the one it trained with
+        imports += f"\nsystem_prompt = {_string_literal(trained_prompt)}  # the system prompt it was trained with\n"
     notes = (["`passages.jsonl` is the corpus it searched in training"] if "search" in tags else []) + (
         [f"{', '.join(f'`{tag}_tool`' for tag in others)} stand for the tools of your own it was trained with"]
         if others else [])
-    return _QUICK_START.format(imports=imports, tools=", ".join(code), model_id=model_id,
+    prompt_code = "system_prompt_for(tools)" if trained_prompt is None else "system_prompt"
+    return _QUICK_START.format(imports=imports, tools=", ".join(code), model_id=model_id, system_prompt=prompt_code,
                                search="; " + "; ".join(notes) if notes else "")
+
+
+def _trained_system_prompt(trainer) -> str | None:
+    """The system message of the first training row's conversational prompt, or None (plain-text prompts, none)."""
+    dataset = getattr(trainer, "train_dataset", None)
+    try:
+        prompt = dataset[0]["prompt"]
+    except (TypeError, KeyError, IndexError):  # no dataset, an iterable one, no prompt column
+        return None
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) and prompt[0].get("role") == "system":
+        return prompt[0].get("content") if isinstance(prompt[0].get("content"), str) else None
+    return None
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as Python source: a triple-quoted string where that reads back the same, else its repr."""
+    if '"""' in text or "\\" in text or text.endswith('"'):
+        return repr(text)
+    return f'"""{text}"""'
 
 
 _JSON_QUICK_START = """## Quick start
