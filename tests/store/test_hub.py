@@ -130,3 +130,21 @@ def test_a_store_rebuilt_from_an_export_cuts_the_system_prompt_its_keys_were_cut
     assert copy.config.system_prompt == instructions
     assert copy.collection.metadata["key_system_prompt"] == instructions
     assert copy.select([plain])[0].similarity == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_store_rebuilt_from_an_export_refuses_another_system_prompt(make_store, trajectory, embedder, tmp_path):
+    """Keys cut of one system prompt are not rebuilt into a store that cuts another (or none) from its queries: the
+    queries would keep the instructions the keys lack, and no error would say so."""
+    from rapo_trl.store import KeySettingsMismatchError, StoreConfig
+
+    instructions = "Solve it with the Python tool and box the answer. " * 4
+    cut = make_store("cut", system_prompt=instructions)
+    cut.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=[f"{instructions}\nWhat is 12*7?"])
+    folder = cut.export_to_folder(tmp_path / "export")
+    with pytest.raises(KeySettingsMismatchError, match="cut of the system prompt"):
+        TraceStore.from_hub(folder, tmp_path / "other", embedder=embedder,
+                            config=StoreConfig(system_prompt="Another prompt."))
+    plain = make_store("plain")  # a collection that records no system prompt: its reopened queries would cut none
+    plain.close()
+    with pytest.raises(KeySettingsMismatchError, match="cuts none"):
+        TraceStore.from_hub(folder, tmp_path / "plain", embedder=embedder)

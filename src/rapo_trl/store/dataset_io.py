@@ -138,6 +138,8 @@ def add_records_from_dataset(store, ds) -> int:
     it was made by the store's embedder, otherwise re-embeds the keys."""
     require_columns(ds, _REQUIRED_RECORD_COLUMNS, "trace-record")
     check_key_length(ds, store.config.key_max_chars, f"store at {store.location}")
+    # What the collection records is what a reopened store cuts from its queries (not this object's config alone).
+    check_system_prompt(ds, (store.collection.metadata or {}).get(KEY_SYSTEM_PROMPT), f"store at {store.location}")
     from rapo_trl.store.steps import record_id, reward_problem, trajectory_id
 
     records = []
@@ -200,9 +202,11 @@ def config_for_records(ds, config):
     from rapo_trl.store.config import StoreConfig
 
     config = config or StoreConfig()
-    if KEY_SYSTEM_PROMPT in ds.column_names and len(ds) and config.system_prompt is None:
+    cut = exported_system_prompt(ds)
+    if cut is not None and config.system_prompt is None:
         # Keys cut of a system prompt: the store the collection records it in cuts it from queries too.
-        config = dataclasses.replace(config, system_prompt=ds[0][KEY_SYSTEM_PROMPT])
+        config = dataclasses.replace(config, system_prompt=cut)
+    check_system_prompt(ds, config.system_prompt, "StoreConfig given")
     recorded = exported_key_length(ds)
     if recorded is None or config.key_max_chars == recorded:
         return config
@@ -210,6 +214,26 @@ def config_for_records(ds, config):
         return dataclasses.replace(config, key_max_chars=recorded)
     check_key_length(ds, config.key_max_chars, "StoreConfig given")
     return config
+
+
+def exported_system_prompt(ds) -> str | None:
+    """The system prompt an exported dataset's keys were cut of; ``None`` for keys cut of none."""
+    if KEY_SYSTEM_PROMPT not in ds.column_names or len(ds) == 0:
+        return None
+    return ds[0][KEY_SYSTEM_PROMPT] or None
+
+
+def check_system_prompt(ds, system_prompt: str | None, what: str) -> None:
+    """Refuse records whose keys were cut of a system prompt that ``what`` does not cut from its queries."""
+    from rapo_trl.store.errors import KeySettingsMismatchError
+
+    cut = exported_system_prompt(ds)
+    if cut is not None and system_prompt != cut:
+        given = "cuts none" if system_prompt is None else f"cuts {system_prompt[:40]!r}..."
+        raise KeySettingsMismatchError(
+            f"The records' keys were cut of the system prompt {cut[:40]!r}..., but the {what} {given}: queries cut "
+            "otherwise would not match them. Rebuild them into a store with system_prompt unset, in a new folder or "
+            "collection.")
 
 
 def check_key_length(ds, key_max_chars: int, what: str) -> None:
