@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from datasets import Dataset
 
@@ -197,3 +198,31 @@ def test_a_resumed_build_is_identical_to_an_uninterrupted_one_when_seeded(make_s
         assert _record_ids(resumed) != _record_ids(whole)
     else:
         assert _record_ids(resumed) == _record_ids(whole)
+
+
+@pytest.mark.parametrize("result", [lambda n: 1.0, lambda n: "1" * n, lambda n: {"reward": 1.0},
+                                    lambda n: np.ones((n, 1))])
+def test_build_from_agent_refuses_a_reward_fn_that_returns_no_reward_per_completion(result, trajectory, make_store):
+    """A single number, text, a mapping or a column of shape (n, 1) is named, not iterated into n rewards that are
+    each skipped as malformed (a build of 0 records behind a warning about NaN rewards) or a bare TypeError."""
+    store = make_store()
+    with pytest.raises(TypeError, match="one reward per completion"):
+        store.build_from_agent(lambda prompt: trajectory(), ["What is 7?"],
+                               lambda prompts, completions, **_: result(len(completions)), num_samples=2)
+    assert len(store) == 0
+
+
+def test_build_from_agent_names_why_samples_were_skipped(trajectory, make_store, caplog):
+    store = make_store()
+    added = store.build_from_agent(lambda prompt: trajectory(), ["What is 7?"],
+                                   lambda prompts, completions, **_: [None] * len(completions), num_samples=2)
+    assert added == 0
+    assert "Skipped 2 malformed" in caplog.text and "reward is None, not a number" in caplog.text
+
+
+def test_build_from_agent_takes_numpy_rewards(trajectory, make_store):
+    store = make_store()
+    rewards = lambda prompts, completions, **_: np.linspace(0.5, 1.0, len(completions), dtype=np.float32)  # noqa: E731
+    answers = iter(["1", "2"])
+    assert store.build_from_agent(lambda prompt: trajectory(next(answers)), ["What is 7?"], rewards, num_samples=2) > 0
+    assert set(store.to_dataset(include_embeddings=False)["reward"]) == {0.5, 1.0}

@@ -124,7 +124,8 @@ def build_from_agent(
     prompts, ids, extras = _questions_table(questions, question_column, id_column)
     show = store.config.show_progress if show_progress is None else show_progress
     tags = getattr(agent, "tool_tags", None) if tool_tags is None else tool_tags
-    added = skipped_rows = 0
+    added = 0
+    problems: list[str] = []
     with tqdm(total=len(prompts), desc="Building trace store", unit="q", disable=not show) as bar:
         for start in range(0, len(prompts), questions_per_batch):
             batch = list(range(start, min(start + questions_per_batch, len(prompts))))
@@ -132,15 +133,19 @@ def build_from_agent(
                 done = _done_questions(store, [ids[i] for i in batch], source)
                 batch = [i for i in batch if ids[i] not in done]
             if batch:
-                added_now, skipped_now = _build_batch(
+                added_now, problems_now = _build_batch(
                     store, agent, reward_fn, batch, prompts, ids, extras, num_samples, keep_top_k, source, seed, tags
                 )
                 added += added_now
-                skipped_rows += skipped_now
+                problems.extend(problems_now)
             bar.update(min(questions_per_batch, len(prompts) - start))
-    if skipped_rows:
+    if problems:
+        # Each problem is "row N: ...", N counted within its batch: the reasons are what tells the user what to fix.
+        reasons = list(dict.fromkeys(problem.split(": ", 1)[-1] for problem in problems))
         logger.warning(
-            "Skipped %d malformed agent trajectories (empty or untagged, or NaN reward).", skipped_rows
+            "Skipped %d malformed agent trajectories (empty or untagged, or a reward that is not a finite number): %s.",
+            len(problems), "; ".join(reasons[:3]) + (f" (and {len(reasons) - 3} other reasons)" if len(reasons) > 3
+                                                     else ""),
         )
     return added
 
@@ -178,9 +183,8 @@ def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_sampl
     columns = {
         name: [values[i] for i in batch for _ in range(num_samples)] for name, values in extras.items()
     }
-    rewards = list(resolved(reward_fn(prompts=flat_prompts, completions=completions, **columns)))
-    if len(rewards) != len(completions):
-        raise ValueError(f"reward_fn returned {len(rewards)} rewards for {len(completions)} completions.")
+    rewards = reward_list(resolved(reward_fn(prompts=flat_prompts, completions=completions, **columns)),
+                          len(completions))
     from rapo_trl.store.ingest import validate_trajectories
 
     question_ids = [ids[i] for i in batch for _ in range(num_samples)]
@@ -190,4 +194,23 @@ def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_sampl
         completions, rewards, question_ids, source, keep_top_k, flat_prompts, on_invalid="skip",
         **({} if tool_tags is None else {"tool_tags": tool_tags}),
     )
-    return added, len(problems)
+    return added, problems
+
+
+def reward_list(rewards, count: int) -> list:
+    """A reward function's result for ``count`` completions as a list of one reward each; a result that is not one
+    (a single number, a mapping, text, a column of shape ``(count, 1)``) is refused with a ``TypeError`` naming it,
+    rather than iterated into rewards that are each skipped as malformed."""
+    import numpy as np
+
+    if isinstance(rewards, (str, bytes, dict)) or not hasattr(rewards, "__iter__"):
+        raise TypeError(f"reward_fn must return one reward per completion (a list of {count} numbers), got "
+                        f"{type(rewards).__name__} {str(rewards)[:80]!r}.")
+    shape = getattr(rewards, "shape", None)
+    if shape is not None and len(shape) != 1:
+        raise TypeError(f"reward_fn must return one reward per completion (a list of {count} numbers), got "
+                        f"{type(rewards).__name__} of shape {tuple(shape)}.")
+    rewards = list(rewards)
+    if len(rewards) != count:
+        raise ValueError(f"reward_fn returned {len(rewards)} rewards for {count} completions.")
+    return [reward.item() if isinstance(reward, np.generic) else reward for reward in rewards]
