@@ -68,3 +68,18 @@ def test_server_reader_sees_records_written_after_its_reward_map_warmed(chroma_s
     writer.add_trajectories([trajectory("84", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
     got = reader.select(["What is 12*7?"])[0]
     assert not got.is_fallback and got.reward == 1.0 and got.question_id == "q1"
+
+
+def test_two_writers_of_a_server_store_keep_each_others_tool_tags(chroma_server, embedder, trajectory):
+    """A writer opened before another recorded a tool tag cuts its own steps at that tag too, and recording its own
+    tag keeps the other's: it reads the collection's tags as stored now, not as it opened the collection."""
+    config = StoreConfig(show_progress=False)
+    first, second = (TraceStore.connect("127.0.0.1", chroma_server.port, embedder=embedder, config=config)
+                     for _ in range(2))
+    first.add_trajectories([trajectory("1")], [1.0], ["q1"], prompts=["Q one"], tool_tags=["calc"])
+    assert second.tool_tags == ("python", "search", "calc")
+    calc = "<think>a</think><calc>1+1</calc><result>2</result><think>b</think><answer>2</answer>"
+    assert second.add_trajectories([calc], [1.0], ["q2"], prompts=["Q two"]) == 2  # cut at </calc>
+    second.add_trajectories([trajectory("3")], [1.0], ["q3"], prompts=["Q three"], tool_tags=["web"])
+    third = TraceStore.connect("127.0.0.1", chroma_server.port, embedder=embedder, config=config)
+    assert third.tool_tags == ("python", "search", "calc", "web")

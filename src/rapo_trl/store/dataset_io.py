@@ -184,7 +184,7 @@ def add_records_from_dataset(store, ds) -> int:
     added = store.add_records(records, embeddings=embeddings, extra_metadata=extra_metadata)
     if TOOL_TAGS_COLUMN in ds.column_names and len(ds):
         record_tool_tags(store.collection, [tag for value in dict.fromkeys(ds[TOOL_TAGS_COLUMN])
-                                            for tag in str(value or "").split(",") if tag])
+                                            for tag in str(value or "").split(",") if tag], store._stored_metadata())
     return added
 
 

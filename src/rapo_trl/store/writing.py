@@ -55,13 +55,24 @@ class Writing:
                                               config.key_max_chars, config.system_prompt, created_at, tags)]
         added = self.add_records(records, extra_metadata=None if metadata is None else [metadata] * len(records))
         if tool_tags is not None:
-            record_tool_tags(self.collection, tags)
+            record_tool_tags(self.collection, tags, self._stored_metadata())
         return added
 
     @property
     def tool_tags(self) -> tuple[str, ...]:
         """The tools whose calls this store's steps end at: recorded in the collection, else python and search."""
-        return store_tool_tags(self.collection)
+        return store_tool_tags(self.collection, self._stored_metadata())
+
+    def _stored_metadata(self) -> dict:
+        """The collection's metadata as stored now, not as this object opened it: another client of a server store
+        may have recorded tool tags since (this object's copy is used when the collection cannot be read again)."""
+        client = getattr(self, "client", None)
+        if client is not None:
+            try:
+                return client.get_collection(name=self.collection_name, embedding_function=None).metadata or {}
+            except Exception:  # noqa: BLE001 - closed, unreachable: the copy below says so or answers
+                pass
+        return self.collection.metadata or {}
 
     def add_policy_trajectories(
         self,
