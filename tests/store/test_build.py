@@ -226,3 +226,17 @@ def test_build_from_agent_takes_numpy_rewards(trajectory, make_store):
     answers = iter(["1", "2"])
     assert store.build_from_agent(lambda prompt: trajectory(next(answers)), ["What is 7?"], rewards, num_samples=2) > 0
     assert set(store.to_dataset(include_embeddings=False)["reward"]) == {0.5, 1.0}
+
+
+def test_trajectories_stored_without_their_prompts_are_warned_about(trajectory, make_store, caplog):
+    """A dataset of the default columns alone (trajectory, reward, question_id) keys every first step with the empty
+    text, whatever its question: that is said, not left to retrieve unrelated first steps."""
+    store = make_store()
+    ds = Dataset.from_dict({"trajectory": [trajectory("1"), trajectory("2", topic="find the capital of Peru")],
+                            "reward": [1.0, 1.0], "question_id": ["q1", "q2"]})
+    assert store.add_from_dataset(ds) == 4
+    assert "without their prompts" in caplog.text
+    assert set(store.to_dataset(include_embeddings=False).filter(lambda row: row["step_index"] == 0)["key"]) == {""}
+    caplog.clear()
+    store.add_from_dataset(ds.add_column("prompt", ["What is 12*7?", "Capital of Peru?"]))
+    assert "without their prompts" not in caplog.text

@@ -5,6 +5,7 @@ process, one writer thread at a time."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
@@ -16,6 +17,8 @@ from rapo_trl.store.retry import clean_text
 from rapo_trl.store.selection import Written
 from rapo_trl.store.steps import StepRecord, prompt_text, step_records
 from rapo_trl.store.tool_tags import checked_tags, record_tool_tags, store_tool_tags
+
+logger = logging.getLogger(__name__)
 
 
 class Writing:
@@ -48,6 +51,14 @@ class Writing:
         # Lone surrogates (text decoded with surrogateescape) cannot be stored: replaced, not raised on.
         trajectories = [clean_text(text) if isinstance(text, str) else text for text in trajectories]
         rows, _ = validate_trajectories(trajectories, rewards, question_ids, texts, on_invalid)
+        if texts is None and rows:
+            # Not an error (a trajectory may be all its key needs), but no question text goes into any key: every
+            # question's first step gets the same empty key, so a first retrieval picks among unrelated questions.
+            logger.warning(
+                "Storing %d trajectories without their prompts: each key is only the steps before it, with no question "
+                "text, and every first step gets the same empty key (any question's context retrieves any question's "
+                "first step). Give prompts= (add_from_dataset: a 'prompt' or 'question' column, or prompt_column=).",
+                len(rows))
         created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         config = self.config
         records = [record for row in top_k_per_question(rows, keep_top_k)
