@@ -29,18 +29,50 @@ def positive_int(text: str) -> int:
     return value
 
 
+def recorded_embedder(name: str, dimension: int):
+    """An embedder the store records by ``name`` and ``dimension``: the hashing embedder made again, or a stand-in
+    that answers ``stats`` and refuses to embed a query (a model of the user's own cannot be made from its name)."""
+    from rapo_trl.embeddings import HashingEmbedder
+
+    if name == f"hashing-bow-{dimension}":
+        return HashingEmbedder(dimension)
+    return RecordedEmbedder(name, dimension)
+
+
+class RecordedEmbedder:
+    """The name and dimension a store records, for reading its records; embedding is refused, naming the embedder."""
+
+    def __init__(self, name: str, dimension: int):
+        self.name, self.dimension = name, dimension
+
+    def embed(self, texts):
+        from rapo_trl.cli.errors import UsageError
+
+        raise UsageError(f"the store was built with embedder {self.name!r} (dimension {self.dimension}), which "
+                         "`rapo store query` cannot make from its name: query it in Python, "
+                         "TraceStore(path, embedder=<that embedder>).select([context])")
+
+
 def run(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
     from rapo_trl.cli.errors import UsageError
     from rapo_trl.store import TraceStore
+    from rapo_trl.store.errors import EmbedderMismatchError
 
     if Path(args.path).is_file():
         raise UsageError(f"store path '{args.path}' is a file, not a store folder")
     if not Path(args.path).is_dir():
         raise UsageError(f"store path '{args.path}' does not exist")
     # must_exist: a misspelled --collection is refused by name; it is never created, empty, in the store it looks into
-    store = TraceStore(args.path, collection=args.collection, must_exist=True)
+    try:
+        store = TraceStore(args.path, collection=args.collection, must_exist=True)
+    except EmbedderMismatchError as error:
+        if error.stored is None:
+            raise
+        # Built in Python with another embedder: its records read without one; a query needs that embedder.
+        store = TraceStore(args.path, collection=args.collection, embedder=recorded_embedder(*error.stored),
+                           must_exist=True)
     if args.store_command == "stats":
         stats = store.stats()
         print(json.dumps(stats, indent=2, default=str))

@@ -215,7 +215,8 @@ def check_embedder(metadata: dict, embedder, where: str) -> None:
         raise EmbedderMismatchError(
             f"The {where} was built with embedder {stored[0]!r} (dimension {stored[1]}), but "
             f"embedder {given[0]!r} (dimension {given[1]}) was given. Open it with the same embedder, "
-            "or build a new collection."
+            "or build a new collection.",
+            stored=stored,
         )
 
 

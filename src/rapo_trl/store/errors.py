@@ -10,6 +10,11 @@ class TraceStoreError(Exception):
 class EmbedderMismatchError(TraceStoreError, ValueError):
     """The collection was built with another embedder or dimension than the one given."""
 
+    def __init__(self, message: str, stored: tuple[str, int] | None = None):
+        super().__init__(message)
+        self.stored = stored
+        """``(name, dimension)`` of the embedder the collection records; None when it records none."""
+
 
 class KeySettingsMismatchError(TraceStoreError, ValueError):
     """The collection's keys were cut otherwise than the ``StoreConfig`` given cuts queries: to another
