@@ -108,6 +108,13 @@ def frozen_weights_dtype(bf16: bool, fp16: bool) -> str | None:
     return "bfloat16" if bf16 else "float16" if fp16 else None
 
 
+def trains_base_weights(peft_config) -> bool:
+    """Whether ``peft_config`` trains weights of the base model itself (``modules_to_save`` copies, LoRA/IA3 biases),
+    which PEFT's ``autocast_adapter_dtype`` leaves in the dtype the base was loaded in."""
+    return bool(getattr(peft_config, "modules_to_save", None)) or getattr(peft_config, "bias", "none") not in (
+        "none", None)
+
+
 def to_precision(dtype) -> str:
     """``"bf16"``/``"fp16"``/``"fp32"`` from a ``torch.dtype`` or a name (``"bfloat16"``, ``"fp16"``, ...)."""
     import torch
@@ -164,8 +171,9 @@ def check_trainer_device(device: str | None, use_cpu: bool) -> None:
 def with_frozen_weights_in_half(model, args, peft_config, quantization_config):
     """``args``, or for a LoRA run loaded by id or path under bf16/fp16 mixed precision a copy of it whose
     ``model_init_kwargs["dtype"]`` loads the frozen base in that half type (``frozen_weights_dtype``; adapters stay
-    fp32). The caller's config is never changed. An explicit ``model_init_kwargs["dtype"]``, a model object or a
-    quantized load is left as it is."""
+    fp32). The caller's config is never changed. An explicit ``model_init_kwargs["dtype"]``, a model object, a
+    quantized load, or a PEFT config that trains base weights (``modules_to_save``, a ``bias`` other than ``"none"``:
+    PEFT leaves those in the base's dtype, so they load in fp32 as GRPOTrainer loads them) is left as it is."""
     init_kwargs = half_frozen_init_kwargs(model, args.model_init_kwargs, args, peft_config, quantization_config)
     if init_kwargs is args.model_init_kwargs:
         return args
@@ -180,6 +188,10 @@ def half_frozen_init_kwargs(model, init_kwargs: dict | None, args, peft_config, 
     kwargs = init_kwargs or {}
     quantized = quantization_config is not None or "quantization_config" in kwargs
     if not isinstance(model, str) or peft_config is None or quantized or "dtype" in kwargs:
+        return init_kwargs
+    if trains_base_weights(peft_config):
+        # PEFT upcasts only its adapter layers: a trained copy of a base module or a trained base bias would keep the
+        # half type, and the optimizer would round every update into it (lost where smaller than its spacing).
         return init_kwargs
     dtype = frozen_weights_dtype(bool(args.bf16), bool(args.fp16))
     return init_kwargs if dtype is None else {**kwargs, "dtype": dtype}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from peft import LoraConfig
 from transformers import AutoTokenizer
@@ -58,3 +59,17 @@ def test_an_explicit_dtype_is_kept(tiny_model_dir, tmp_path):
     trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
                           tools=[EchoTool()], peft_config=LoraConfig(r=4, target_modules="all-linear"))
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}
+
+
+@pytest.mark.parametrize("trained", [{"modules_to_save": ["lm_head"]}, {"bias": "lora_only"}, {"bias": "all"}])
+def test_trained_base_weights_keep_fp32_master_weights(tiny_model_dir, tmp_path, trained):
+    """PEFT upcasts only its adapter layers: a modules_to_save copy or a trained bias would stay bf16 and the optimizer
+    would round every update smaller than a bf16 spacing away. Such a config loads the base in fp32, as TRL does."""
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    args = RAPOConfig(**common_args(tmp_path, bf16=True), max_turn_tokens=32)
+    trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
+                          tools=[EchoTool()], peft_config=LoraConfig(r=4, target_modules="all-linear", **trained))
+    trainable = {n: p.dtype for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert any("lora_" not in n for n in trainable)  # the config trains more than the adapter
+    assert set(trainable.values()) == {torch.float32}, trainable
+    assert trainer.args.model_init_kwargs is None
