@@ -174,3 +174,25 @@ def test_the_decoder_returns_each_steps_rows(tiny_model):
     assert isinstance(result, DecodeResult)
     assert [len(ids) for ids in result.token_ids] == [6, 2, 4]
     assert [r.tolist() for r in result.step_rows] == [[0, 1, 2], [0, 1, 2], [0, 2], [0, 2], [0], [0]]
+
+
+def test_switching_to_an_adapter_on_other_layers_folds_what_peft_runs(tiny_model):
+    """A second adapter that targets fewer layers and has its own modules_to_save copy of the head: after
+    ``set_adapter`` the same folder decodes it (layers without it keep their frozen weight, the copy's head is the
+    new adapter's), as PEFT's forward does, instead of a KeyError or the former adapter's head."""
+    model, tok = tiny_model
+    torch.manual_seed(0)
+    lora = with_lora(model, modules_to_save=["lm_head"])
+    lora.add_adapter("other", peft.LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False,
+                                              modules_to_save=["lm_head"]))
+    with torch.no_grad():
+        lora.base_model.model.lm_head.modules_to_save["other"].weight.mul_(-1.0)  # unlike the default's copy
+    lora.eval()
+    ids = torch.tensor([prompts_of(tok)[2]])
+    folder = DecodeModel(merged_weights=True)
+    with torch.no_grad():
+        for adapter in ("default", "other", "default"):
+            lora.set_adapter(adapter)
+            merged, through_adapter = folder.model_for(lora)(input_ids=ids).logits, lora(input_ids=ids).logits
+            assert folder.weights == "merged"
+            torch.testing.assert_close(merged, through_adapter, rtol=1e-5, atol=1e-4)

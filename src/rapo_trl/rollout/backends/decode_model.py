@@ -110,19 +110,39 @@ class _Fold:
     layer: nn.Module
     weight: torch.Tensor
 
+    def adapters(self) -> list[str]:
+        """The active adapters this layer holds (an adapter may target other layers only), as PEFT's forward runs."""
+        return [a for a in self.layer.active_adapters if a in self.layer.lora_A]
+
     def key(self) -> tuple:
         tensors = [self.layer.get_base_layer().weight]
-        for adapter in self.layer.active_adapters:
+        adapters = self.adapters()
+        for adapter in adapters:
             tensors += [self.layer.lora_A[adapter].weight, self.layer.lora_B[adapter].weight]
-        return (tuple(self.layer.active_adapters), tuple(self.layer.scaling[a] for a in self.layer.active_adapters),
+        return (tuple(adapters), tuple(self.layer.scaling[a] for a in adapters),
                 tuple((t.data_ptr(), t._version) for t in tensors))
 
     @torch.no_grad()
     def write(self) -> None:
         merged = self.layer.get_base_layer().weight.float()
-        for adapter in self.layer.active_adapters:
+        for adapter in self.adapters():
             merged = merged + self.layer.get_delta_weight(adapter).float()
         self.weight.copy_(merged)  # rounded once, to the frozen weight's dtype
+
+
+def _adapter_layout(inner: nn.Module) -> tuple:
+    """Which adapters each PEFT module of ``inner`` runs (LoRA layers, ``modules_to_save`` and other wrappers): the
+    copy holds these modules' own state, so it is built again when it changes (``set_adapter``, ``disable_adapter``)."""
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils.other import AuxiliaryTrainingWrapper
+    except ImportError:
+        return ()
+    return tuple(
+        (name, tuple(module.active_adapters), bool(module.disable_adapters))
+        for name, module in inner.named_modules()
+        if isinstance(module, (BaseTunerLayer, AuxiliaryTrainingWrapper))
+    )
 
 
 def _module_tree_sharing_tensors(inner: nn.Module) -> nn.Module:
@@ -166,6 +186,7 @@ class DecodeModel:
         self._folds: list[_Fold] = []
         self._head_kernel: str | None = None
         self._key: tuple | None = None
+        self._layout: tuple | None = None
         self._reported: set[str] = set()
 
     @property
@@ -185,9 +206,11 @@ class DecodeModel:
         if not fold and head is None:
             self._copy, self._folds, self._source = None, [], None  # nothing of a former copy stays in memory
             return model
-        if self._source is not model or self._copy is None or bool(self._folds) != fold or head != self._head_kernel:
+        layout = _adapter_layout(inner)
+        if (self._source is not model or self._copy is None or bool(self._folds) != fold or head != self._head_kernel
+                or layout != self._layout):
             self._build(inner, fold, head)
-            self._source = model
+            self._source, self._layout = model, layout
         if self._folds:
             key = tuple(f.key() for f in self._folds)
             if key != self._key:
