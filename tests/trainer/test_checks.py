@@ -9,7 +9,7 @@ import logging
 import pytest
 from datasets import Dataset
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rapo_trl.tasks import to_rapo_rows
 from rapo_trl.trainer.checks import (
@@ -180,3 +180,31 @@ def test_a_push_that_cannot_happen_is_refused_before_the_model_loads(tmp_path, m
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with pytest.raises(ValueError, match=r"needs a Hugging Face token.*trainer\.push_to_hub\(\)"):
         RAPOTrainer("no/such-model", rapo_outcome_reward, args=RAPOConfig(**settings), train_dataset=dataset())
+
+
+def test_a_frozen_adapter_is_refused_before_training(tiny_model_dir, tmp_path):
+    """PeftModel.from_pretrained loads an adapter frozen (is_trainable=False): training would log losses and a zero
+    grad_norm and change nothing. train() refuses it in one line naming the fix; a trainable adapter trains."""
+    from peft import PeftModel
+
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.trainer import RAPOTrainer
+    from tests.helpers.fakes import EchoTool
+    from tests.helpers.trainers import common_args, dataset, sevens
+
+    adapter = tmp_path / "adapter"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=4, target_modules=["q_proj"])
+                   ).save_pretrained(adapter)
+    for trainable in (False, True):
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapter,
+                                          is_trainable=trainable)
+        args = RAPOConfig(**common_args(tmp_path / str(trainable), max_steps=1, max_completion_length=8),
+                          max_turn_tokens=8)
+        trainer = RAPOTrainer(model, sevens, args=args, train_dataset=dataset(), tools=[EchoTool()],
+                              processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+        if trainable:
+            trainer.train()
+            assert trainer.state.global_step == 1
+        else:
+            with pytest.raises(ValueError, match="no trainable parameter.*is_trainable=True"):
+                trainer.train()

@@ -16,6 +16,17 @@ PEFT_MIN_LEARNING_RATE = 1e-5
 """Below this a LoRA adapter barely moves in a short run (GRPOConfig's inherited default is 1e-6)."""
 
 
+def check_something_trains(model) -> None:
+    """A model without a trainable parameter is refused before training: every step would run, log a loss and change
+    nothing. The usual cause is an adapter loaded with ``PeftModel.from_pretrained``, frozen unless
+    ``is_trainable=True``."""
+    if any(p.requires_grad for p in model.parameters()):
+        return
+    hint = (" PeftModel.from_pretrained loads an adapter frozen: pass is_trainable=True to train it."
+            if hasattr(model, "peft_config") else " Unfreeze the parameters to train (requires_grad_(True)).")
+    raise ValueError(f"RAPO: the model has no trainable parameter, so training would change nothing.{hint}")
+
+
 def may_retrieve(args) -> bool:
     """Whether hybrid rows may retrieve at some step of ``retrieve_prob``'s schedule (a ramp from 0 included)."""
     return args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0

@@ -50,6 +50,7 @@ from rapo_trl.trainer.advantages import baseline_advantages, retrieval_terms
 from rapo_trl.trainer.backend import make_backend, rollout_config, vllm_kv_cache_awake
 from rapo_trl.trainer.checks import (
     check_reward_scale,
+    check_something_trains,
     check_store_before_training,
     check_user_vllm,
     checked_arguments,
@@ -214,6 +215,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
     def train(self, *args, **kwargs):
+        check_something_trains(self.model)
         check_store_before_training(self.trace_store)
         if self.accelerator.is_main_process:
             tag_tools = None if self.tool_protocol == "json" else [tool.tag for tool in self.rapo_tools]
