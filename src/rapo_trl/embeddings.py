@@ -217,7 +217,8 @@ class HashingEmbedder:
     def __init__(self, dimension: int = 256, name: str | None = None, bigrams: bool = True):
         self.dimension = dimension
         self.bigrams = bigrams
-        self.name = name or f"hashing-bow-{dimension}"
+        # Bigrams change every vector: a store built without them must not open as one built with them.
+        self.name = name or f"hashing-bow-{dimension}" + ("" if bigrams else "-unigrams")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         import hashlib

@@ -180,3 +180,12 @@ def test_precomputed_embeddings_of_the_wrong_shape(make_store):
     with pytest.raises(ValueError, match=r"embeddings of shape \(2, 5\) for 2 records"):
         store.add_records(records, embeddings=np.zeros((2, 5)))
     assert len(store) == 0
+
+
+def test_a_hashing_store_built_without_bigrams_is_not_opened_by_one_with_them(tmp_path):
+    """Bigrams change every vector: the two hashing embedders have names of their own, so the store refuses the other."""
+    with TraceStore(tmp_path / "store", embedder=HashingEmbedder(64, bigrams=False)):
+        pass
+    with pytest.raises(EmbedderMismatchError, match="'hashing-bow-64-unigrams' \\(dimension 64\\), but embedder "
+                                                    "'hashing-bow-64'"):
+        TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))

@@ -34,9 +34,8 @@ def recorded_embedder(name: str, dimension: int):
     that answers ``stats`` and refuses to embed a query (a model of the user's own cannot be made from its name)."""
     from rapo_trl.embeddings import HashingEmbedder
 
-    if name == f"hashing-bow-{dimension}":
-        return HashingEmbedder(dimension)
-    return RecordedEmbedder(name, dimension)
+    hashing = [HashingEmbedder(dimension, bigrams=bigrams) for bigrams in (True, False)]
+    return next((embedder for embedder in hashing if embedder.name == name), RecordedEmbedder(name, dimension))
 
 
 class RecordedEmbedder:
