@@ -240,3 +240,15 @@ def test_trajectories_stored_without_their_prompts_are_warned_about(trajectory, 
     caplog.clear()
     store.add_from_dataset(ds.add_column("prompt", ["What is 12*7?", "Capital of Peru?"]))
     assert "without their prompts" not in caplog.text
+
+
+def test_a_trajectory_sampled_twice_is_stored_at_its_best_reward():
+    """A reward that is not a function of the text alone (an environment's, a judge's) can score one text twice
+    differently: it is kept once, at its best reward, and ranked there."""
+    from rapo_trl.store.ingest import Trajectory, keep_top_k
+
+    rows = [Trajectory("same", 0.0, "q"), Trajectory("other", 0.5, "q"), Trajectory("same", 1.0, "q"),
+            Trajectory("third", 0.2, "q"), Trajectory("alone", 0.3, "r")]
+    assert [(row.text, row.reward) for row in keep_top_k(rows, 2)] == [("same", 1.0), ("other", 0.5), ("alone", 0.3)]
+    assert [(row.text, row.reward) for row in keep_top_k(rows, None)] == [
+        ("same", 1.0), ("other", 0.5), ("third", 0.2), ("alone", 0.3)]

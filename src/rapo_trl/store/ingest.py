@@ -66,23 +66,23 @@ def validate_trajectories(
 
 
 def keep_top_k(rows: list[Trajectory], k: int | None) -> list[Trajectory]:
-    """Distinct trajectories per question, the ``k`` best by reward (earlier rows win ties).
+    """Distinct trajectories per question, the ``k`` best by reward (earlier rows win ties); a text sampled twice
+    counts once, at its best reward (a reward function need not be deterministic: an environment's, a judge's).
 
     ``k=None`` keeps all distinct trajectories. Questions keep their first-seen order.
     """
     if k is not None and k < 1:
         raise ValueError(f"keep_top_k must be >= 1 or None, got {k}.")
     groups: dict[str, list[Trajectory]] = {}
-    seen: set[tuple[str, str]] = set()
     for row in rows:
-        if (row.question_id, row.text) in seen:
-            continue
-        seen.add((row.question_id, row.text))
         groups.setdefault(row.question_id, []).append(row)
     kept: list[Trajectory] = []
     for group in groups.values():
         ranked = sorted(group, key=lambda row: -row.reward)  # stable: ties keep input order
-        kept.extend(ranked if k is None else ranked[:k])
+        distinct: dict[str, Trajectory] = {}
+        for row in ranked:
+            distinct.setdefault(row.text, row)  # a repeated text keeps its best-ranked row
+        kept.extend(list(distinct.values()) if k is None else list(distinct.values())[:k])
     return kept
 
 
