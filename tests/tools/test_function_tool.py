@@ -133,6 +133,17 @@ def test_single_parameter_takes_a_bare_value_or_plain_text():
     assert FunctionTool(shout).run("42") == "42"  # a JSON number, coerced to str
 
 
+def test_a_number_written_for_a_string_argument_keeps_its_text():
+    # 3.10 is a version, not 3.1: the text the policy wrote is the string, in plain text or in a JSON object.
+    assert FunctionTool(shout).run("3.10") == "3.10"
+    assert FunctionTool(shout).run("1e5") == "1E5"
+    assert FunctionTool(shout).run("-0") == "-0"
+    assert FunctionTool(shout).run('{"text": 2.50}') == "2.50"
+    out = json.loads(FunctionTool(kinds).run(json.dumps({"i": 1, "f": 1, "s": "x", "b": True, "xs": [], "d": {}})
+                                             .replace('"s": "x"', '"s": 1.10').replace('"d": {}', '"d": {"k": 1.0}')))
+    assert out[2] == ["1.10", "str"] and out[1] == [1.0, "float"] and out[5] == [{"k": 1.0}, "dict"]
+
+
 def test_arguments_are_coerced_to_the_annotated_types():
     call = {"i": "3", "f": 2, "s": 42, "b": "true", "xs": ["1", 2.0], "d": '{"k": 1}'}
     out = json.loads(FunctionTool(kinds).run(json.dumps(call)))

@@ -57,6 +57,44 @@ class _NotCoercible(Exception):
     """A value that cannot be turned into one JSON-schema type."""
 
 
+class _IntText(int):
+    """A JSON integer that remembers how the policy wrote it (``"007"`` cannot be one, ``"-0"`` can)."""
+
+    text: str
+
+
+class _FloatText(float):
+    """A JSON number with a fraction, an exponent or a constant (``3.10``, ``1e5``, ``NaN``), as the policy wrote
+    it: for a string argument the text itself is the value, not ``str(3.1)``."""
+
+    text: str
+
+
+def _literal(kind: type, text: str) -> Any:
+    value = kind(int(text) if kind is _IntText else float(text))
+    value.text = text
+    return value
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, numbers keeping their text (``_IntText``, ``_FloatText``) until ``_plain``."""
+    return json.loads(text, parse_int=lambda t: _literal(_IntText, t), parse_float=lambda t: _literal(_FloatText, t),
+                      parse_constant=lambda t: _literal(_FloatText, t))
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with the numbers ``_loads`` made turned back into plain ``int`` and ``float``."""
+    if isinstance(value, _IntText):
+        return int(value)
+    if isinstance(value, _FloatText):
+        return float(value)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
 def _types(spec: dict) -> list[str]:
     kind = spec.get("type")
     if kind is None:
@@ -122,7 +160,7 @@ def _convert(value: Any, kind: str) -> Any:
                 raise _NotCoercible from None
     elif kind == "string":
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
+            return getattr(value, "text", None) or str(value)  # 3.10 as written, not "3.1"
     elif kind == "boolean":
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
@@ -130,7 +168,7 @@ def _convert(value: Any, kind: str) -> Any:
             return bool(value)
     elif kind in ("array", "object") and isinstance(value, str):
         try:
-            parsed = json.loads(value)
+            parsed = _loads(value)
         except ValueError:
             raise _NotCoercible from None
         if _exact(parsed, kind):
@@ -272,7 +310,7 @@ class FunctionTool:
         single = self._params[0] if len(self._params) == 1 else None
         text = text.strip()
         try:
-            value = json.loads(text)
+            value = _loads(text)
         except ValueError as error:
             if single is None:
                 example = self.call_format()[len(self.tag) + 2 : -len(self.tag) - 3]
@@ -306,7 +344,7 @@ class FunctionTool:
                 f"{', '.join(repr(m) for m in missing)}"
             )
         return {
-            key: coerce(item, self.properties.get(key, {}), f"{self.tag}: argument {key!r}")
+            key: _plain(coerce(item, self.properties.get(key, {}), f"{self.tag}: argument {key!r}"))
             for key, item in arguments.items()
         }
 
