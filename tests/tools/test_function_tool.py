@@ -263,6 +263,22 @@ def test_system_prompt_includes_the_function_tools():
     assert system_prompt_for([add], base="Be brief.") == "Be brief.\n\n" + function_tools_prompt([add])
 
 
+def python(code: str) -> str:
+    """A function that happens to be named like the built-in tool.
+
+    Args:
+        code: anything
+    """
+    return code
+
+
+def test_a_function_named_like_a_builtin_tool_gets_no_builtin_prompt():
+    # Wrapped or not, it is called with JSON: the Python tool's prompt ("code that prints the result") would
+    # teach calls it cannot take.
+    assert system_prompt_for([FunctionTool(python)]) == system_prompt_for([python])
+    assert system_prompt_for([FunctionTool(python)]).startswith(TOOLS_SYSTEM_PROMPT)
+
+
 def test_to_rapo_rows_puts_the_tools_in_the_system_prompt():
     data = Dataset.from_list([{"question": "What is 1 + 2?", "answer": "3"}])
     system = to_rapo_rows(data, tools=[add])[0]["prompt"][0]

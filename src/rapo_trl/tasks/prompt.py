@@ -83,11 +83,13 @@ def system_prompt_for(tools, base: str | None = None) -> str:
     ``<name>{"arg": ...}</name>``, its docstring description and its arguments with their types, see
     ``rapo_trl.tools.function_tools_prompt``) follows ``base``.
     """
-    from rapo_trl.tools.function_tool import function_tools_prompt
+    from rapo_trl.tools.function_tool import FunctionTool, function_tools_prompt
 
     tools = list(tools or ())
     section = function_tools_prompt(tools)
     if base is None:
-        base = prompt_for_builtin_tools(getattr(tool, "tag", None) for tool in tools) or (
+        # A function named python or search is taught by the section, as JSON: not as the built-in tool's code/query.
+        tags = (getattr(tool, "tag", None) for tool in tools if not isinstance(tool, FunctionTool))
+        base = prompt_for_builtin_tools(tags) or (
             TOOLS_SYSTEM_PROMPT if section else NO_TOOLS_SYSTEM_PROMPT)
     return "\n\n".join(part for part in (base, section) if part)
