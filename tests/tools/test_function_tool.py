@@ -279,6 +279,30 @@ def test_a_function_named_like_a_builtin_tool_gets_no_builtin_prompt():
     assert system_prompt_for([FunctionTool(python)]).startswith(TOOLS_SYSTEM_PROMPT)
 
 
+class Calculator:
+    tag = "calc"
+    timeout = 2.0
+    description = "An arithmetic expression."
+
+    def run(self, text: str) -> str:
+        return text
+
+
+def test_a_tag_tool_of_your_own_is_taught_by_the_prompt(caplog):
+    # It used to get the no-tools prompt: the policy was never told <calc> exists.
+    prompt = system_prompt_for([Calculator()])
+    assert prompt.startswith(TOOLS_SYSTEM_PROMPT) and "<calc>...</calc>\nAn arithmetic expression." in prompt
+    both = system_prompt_for([PythonTool(), Calculator(), add])
+    assert both.startswith(PYTHON_SYSTEM_PROMPT) and "<calc>...</calc>" in both and "<add>{" in both
+    undescribed = Calculator()
+    undescribed.description = None
+    with caplog.at_level("WARNING"):
+        assert "<calc>...</calc>" in system_prompt_for([undescribed])
+    assert "has no `description`" in caplog.text
+    data = Dataset.from_list([{"question": "What is 1 + 2?", "answer": "3"}])
+    assert to_rapo_rows(data, tools=[Calculator()])[0]["prompt"][0]["content"] == prompt
+
+
 def test_to_rapo_rows_puts_the_tools_in_the_system_prompt():
     data = Dataset.from_list([{"question": "What is 1 + 2?", "answer": "3"}])
     system = to_rapo_rows(data, tools=[add])[0]["prompt"][0]

@@ -1,5 +1,9 @@
 """The system prompt that teaches the tag protocol RAPO's rollouts and rewards expect."""
 
+import logging
+
+logger = logging.getLogger(__name__)
+
 SYSTEM_PROMPT = """You are a careful problem solver with two tools: a Python interpreter and a search engine.
 
 Work in steps, writing everything in one reply:
@@ -79,17 +83,40 @@ def system_prompt_for(tools, base: str | None = None) -> str:
     ``tools`` is what ``RAPOTrainer(tools=...)`` takes: tag tools and plain typed functions. ``base`` defaults
     to the prompt for the built-in tools among them: ``SYSTEM_PROMPT`` for ``<python>`` and ``<search>``,
     ``PYTHON_SYSTEM_PROMPT`` or ``SEARCH_SYSTEM_PROMPT`` for one of them, ``TOOLS_SYSTEM_PROMPT`` for function
-    tools only, ``NO_TOOLS_SYSTEM_PROMPT`` for none. The function-tool section (each function's call format
-    ``<name>{"arg": ...}</name>``, its docstring description and its arguments with their types, see
-    ``rapo_trl.tools.function_tools_prompt``) follows ``base``.
+    tools or tools of your own only, ``NO_TOOLS_SYSTEM_PROMPT`` for none. The function-tool section (each function's
+    call format ``<name>{"arg": ...}</name>``, its docstring description and its arguments with their types, see
+    ``rapo_trl.tools.function_tools_prompt``) follows ``base``, then one naming each tool of your own (a tag tool
+    other than ``<python>``/``<search>``) with its ``description`` attribute, what to write between its tags.
     """
-    from rapo_trl.tools.function_tool import FunctionTool, function_tools_prompt
+    from rapo_trl.protocol import TOOL_TAGS
+    from rapo_trl.tools.function_tool import FunctionTool, as_tool, function_tools_prompt
 
     tools = list(tools or ())
     section = function_tools_prompt(tools)
+    own = [tool for tool in map(as_tool, tools)
+           if not isinstance(tool, FunctionTool) and getattr(tool, "tag", None) not in TOOL_TAGS]
+    own_section = _own_tools_prompt(own)
     if base is None:
         # A function named python or search is taught by the section, as JSON: not as the built-in tool's code/query.
         tags = (getattr(tool, "tag", None) for tool in tools if not isinstance(tool, FunctionTool))
         base = prompt_for_builtin_tools(tags) or (
-            TOOLS_SYSTEM_PROMPT if section else NO_TOOLS_SYSTEM_PROMPT)
-    return "\n\n".join(part for part in (base, section) if part)
+            TOOLS_SYSTEM_PROMPT if section or own_section else NO_TOOLS_SYSTEM_PROMPT)
+    return "\n\n".join(part for part in (base, section, own_section) if part)
+
+
+def _own_tools_prompt(tools) -> str:
+    """The section naming tag tools of the user's own: each one's tags and its ``description`` ("" for none)."""
+    if not tools:
+        return ""
+    blocks = []
+    for tool in tools:
+        description = getattr(tool, "description", None)
+        if not isinstance(description, str) or not description.strip():
+            logger.warning("system_prompt_for: the tool %s (<%s>) has no `description`, so the prompt names its tags "
+                           "but cannot say what to write between them. Give it a description attribute (a string).",
+                           type(tool).__name__, tool.tag)
+            description = ""
+        blocks.append(f"<{tool.tag}>...</{tool.tag}>" + (f"\n{description.strip()}" if description.strip() else ""))
+    head = ("You can call these tools. Write the tool's input between its tags; its output comes back between "
+            "<result> and </result>.")
+    return "\n\n".join([head, *blocks])

@@ -6,6 +6,7 @@ Raise ``ToolError`` for a failure the model should see (it is counted as a faile
     class Calculator:
         tag = "calc"          # the policy writes <calc>2 * (3 + 4)</calc>
         timeout = 2.0         # seconds; run_tool_calls gives up on the call after this (plus a grace)
+        description = "An arithmetic expression of numbers, + - * / and parentheses."  # taught by system_prompt_for
 
         def run(self, text: str) -> str:
             import ast, operator
