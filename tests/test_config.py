@@ -30,6 +30,7 @@ def test_rapo_defaults():
         (dict(retrieved_token_shaping=0.0), r"retrieved_token_shaping must be a number > 0 or None, got 0\.0"),
         (dict(retrieved_token_shaping="none"), r"retrieved_token_shaping must be a number > 0 or None, got 'none'"),
         (dict(learning_rate=-1e-4), r"learning_rate must be >= 0\.0"),
+        (dict(max_tool_result_chars=0), r"max_tool_result_chars must be >= 1"),
         (dict(dynamic_sampling_max_rounds=-1), "dynamic_sampling_max_rounds"),
         (dict(advantage_baseline="luffy"), r"advantage_baseline must be one of \('group', 'on_policy'\), got 'luffy'"),
         (dict(advantage_baseline="on_policy", scale_rewards="batch"), "needs scale_rewards='group'"),

@@ -81,6 +81,26 @@ def test_evaluate_policy_runs_greedy_tool_rollouts_in_batches(tiny_model):
     assert model.training  # evaluating a model mid-training leaves it in training mode
 
 
+@pytest.mark.parametrize("max_tool_calls, max_result_chars", [(1, 60), (3, None)])
+def test_evaluate_policy_rolls_out_with_the_tool_budget_and_result_cut_it_is_given(tiny_model, max_tool_calls,
+                                                                                  max_result_chars):
+    """`rapo eval` scores a model with its recipe's tool budget and result cut: a second call past a budget of one
+    gets the limit notice, not a result, and a long result is cut only where a cut is set."""
+    model, tok = tiny_model
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "question"}], "answer": "1"}])
+    long_input = " ".join(["word"] * 12)  # its result, out(...), is 63 characters
+    scripts = [Turn(f"<python>{long_input}</python>"), Turn("<python>again</python>"), Turn(answer(1))]
+    model.generate = ScriptedGenerate(tok, [([], scripts)], model.config.vocab_size)
+    tool = EchoTool()
+    result = evaluate_policy(model, tok, rows, [tool], max_completion_length=400, max_turn_tokens=128,
+                             progress=False, max_tool_calls=max_tool_calls, max_result_chars=max_result_chars)
+    text = result["texts"][0]
+    assert len(tool.seen) == max(1, min(2, max_tool_calls))
+    assert ("Tool-call limit reached" in text) == (max_tool_calls == 1)
+    assert (f"out({long_input})" in text) == (max_result_chars is None)
+    assert ("characters cut" in text) == (max_result_chars is not None)
+
+
 def test_mean_at_k_averages_samples_per_question_with_a_question_clustered_interval():
     # 4 questions x k=4: pass rates 1, 0.5, 0.25, 0 -> mean@4 = 0.4375.
     passed = [1, 1, 1, 1] + [1, 0, 1, 0] + [0, 0, 1, 0] + [0, 0, 0, 0]

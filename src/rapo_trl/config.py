@@ -117,6 +117,10 @@ class RAPOConfig(GRPOConfig):
         policy sees the error) and the rollout goes on. `None`: calls run one after another on the trainer's
         thread with no timeout, as TRL's `GRPOTrainer` runs them; for environments whose methods need the thread
         that made them (a `sqlite3` connection opened in `reset`, `signal.alarm`). Tag tools keep their own timeouts.
+    max_tool_result_chars (`int` or `None`, *optional*, defaults to `4000`):
+        A tool's or environment's output longer than this many characters is cut before it is shown to the policy,
+        keeping its head and tail around a note of how much was cut (a result fills the completion budget, which
+        every later step shares). `None`: shown whole, as TRL's `GRPOTrainer` shows it.
     answer_stop (`str` or `None`, *optional*, defaults to `"</answer>"`):
         A turn that closes the final answer ends the rollout there, EOS or not. `None`: only EOS ends it.
     max_retrieved_tokens (`int` or `None`, *optional*, defaults to `None`):
@@ -240,6 +244,10 @@ class RAPOConfig(GRPOConfig):
     json_tool_timeout: float | None = field(
         default=30.0, metadata={"help": "Seconds a JSON tool or environment call may take on its worker "
                                              "thread (None: calls run on the trainer's thread, no timeout, as TRL)."}
+    )
+    max_tool_result_chars: int | None = field(
+        default=4000, metadata={"help": "Cut a tool's output longer than this many characters, keeping its head and "
+                                        "tail (None: shown whole, as TRL)."}
     )
     answer_stop: str | None = field(
         default="</answer>", metadata={"help": "Text that ends a rollout once sampled (None: EOS only)."}

@@ -102,13 +102,16 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
 def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
                     numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval",
                     samples: int = 0, sample_questions: int | None = None, temperature: float = 1.0,
-                    greedy: bool = True, seed: int = 0, engine: dict | None = None) -> dict:
+                    greedy: bool = True, seed: int = 0, engine: dict | None = None, max_tool_calls: int = 3,
+                    max_result_chars: int | None = 4000, answer_stop: str | None = "</answer>") -> dict:
     """Rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``, without retrieval.
 
     ``rows`` has ``prompt`` and ``answer`` columns. Greedy: the scores of `score_texts` plus tool calls and
     truncation per rollout, wall seconds and the completions (``texts``). With ``samples = k > 0`` also mean@k
     (`mean_at_k`) over the first ``sample_questions`` rows (default all), k rollouts each at ``temperature``.
-    ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``).
+    ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``). ``max_tool_calls``,
+    ``max_result_chars`` and ``answer_stop`` as in `RolloutConfig`: a trained policy is scored with the tool budget,
+    result cut and stop text it trained with.
     """
     import torch
 
@@ -116,7 +119,8 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
 
-    config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
+    config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens,
+                           max_tool_calls=max_tool_calls, max_result_chars=max_result_chars, answer_stop=answer_stop)
     start = time.perf_counter()
     result: dict = {}
     if greedy:

@@ -50,9 +50,10 @@ def check_tool_tag(tag, where: str) -> str:
     return tag
 
 
-def cap_text(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, keeping its head and tail (a tool's long output, before it is shown)."""
-    if len(text) <= limit:
+def cap_text(text: str, limit: int | None) -> str:
+    """``text`` cut to ``limit`` characters, keeping its head and tail (a tool's long output, before it is shown);
+    ``None``: whole."""
+    if limit is None or len(text) <= limit:
         return text
     head = limit // 2
     return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"

@@ -24,6 +24,7 @@ RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "max_turn_tokens": (1, None, None),
     "tool_workers": (1, None, None),
     "json_tool_timeout": (0.0, None, "or None: no timeout, on the trainer's thread"),
+    "max_tool_result_chars": (1, None, "or None: shown whole"),
     "step_entropy_first_tokens": (1, None, None),
     "step_entropy_top_k": (1, None, None),
     "dynamic_sampling_max_rounds": (0, None, "0: off"),

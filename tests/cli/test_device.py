@@ -27,7 +27,8 @@ def eval_rows(n: int = 2):
     return to_rapo_rows(load_task("arithmetic", split="eval", n=n, seed=0), system_prompt=PYTHON_SYSTEM_PROMPT)
 
 
-ROLLOUT_ARGS = SimpleNamespace(max_completion_length=16, max_turn_tokens=8, temperature=1.0, use_cpu=False, seed=0)
+ROLLOUT_ARGS = SimpleNamespace(max_completion_length=16, max_turn_tokens=8, temperature=1.0, use_cpu=False, seed=0,
+                               max_tool_calls=3, max_tool_result_chars=4000, answer_stop="</answer>", reward_weights=None)
 
 
 @pytest.fixture

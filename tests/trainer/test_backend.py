@@ -41,6 +41,10 @@ def test_every_engine_field_with_a_config_namesake_is_passed(tmp_path):
     assert shared == set(values) | protocol
     assert {name: getattr(engine, name) for name in values} == values
     assert engine.tool_protocol == "tags"
+    # a field named for the trainer's user (a tool's result, not the engine's), passed all the same
+    assert rollout_config(config(tmp_path, max_tool_result_chars=None)).max_result_chars is None
+    assert rollout_config(config(tmp_path, max_tool_result_chars=123)).max_result_chars == 123
+    assert RAPOConfig.__dataclass_fields__["max_tool_result_chars"].default == RolloutConfig.max_result_chars
     # JSON rollouts retrieve after tool steps only, as <retrieve> blocks
     json_values = {**values, "retrieve_at": ("tool_step",), "retrieved_step_as_own": False}
     chosen = rollout_config(config(tmp_path, **json_values), tool_protocol="json",

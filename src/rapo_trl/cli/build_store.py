@@ -83,7 +83,8 @@ def _model_agent(script, rapo_args, model_args, tools):
 
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
-                           max_turn_tokens=rapo_args.max_turn_tokens)
+                           max_turn_tokens=rapo_args.max_turn_tokens,
+                           max_result_chars=rapo_args.max_tool_result_chars)
     return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
 
 
@@ -200,7 +201,8 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
                            max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
-                           json_tool_timeout=rapo_args.json_tool_timeout)
+                           json_tool_timeout=rapo_args.json_tool_timeout,
+                           max_result_chars=rapo_args.max_tool_result_chars)
     agent = EnvironmentAgent(model, tokenizer, environment_factory(script),
                              build_tools(script) if script.tools is not None else (), config,
                              SamplingSettings(temperature=rapo_args.temperature))

@@ -42,8 +42,8 @@ class RolloutConfig:
     with ``retrieve_template``; the fallback text, which is no step, keeps ``retrieve_template``."""
     tool_limit_message: str = "Tool-call limit reached; answer with what you have."
     """Shown instead of a result once ``max_tool_calls`` calls have run."""
-    max_result_chars: int = 4000
-    """Tool output longer than this is cut (keeping its head and tail) before tokenisation."""
+    max_result_chars: int | None = 4000
+    """Tool output longer than this is cut (keeping its head and tail) before tokenisation; ``None``: never cut."""
     tool_workers: int = 8
     """Tool calls that run concurrently across rows."""
     json_tool_timeout: float | None = DEFAULT_TIMEOUT_S
@@ -85,5 +85,5 @@ class RolloutConfig:
         check_ranges({name: getattr(self, name) for name in RAPO_RANGES if hasattr(self, name)})
         if self.step_entropy not in STEP_ENTROPY_ESTIMATORS:
             raise ValueError(f"step_entropy must be one of {STEP_ENTROPY_ESTIMATORS}, got {self.step_entropy!r}.")
-        if self.max_result_chars < 1:
+        if self.max_result_chars is not None and self.max_result_chars < 1:
             raise ValueError(f"max_result_chars must be positive, got {self.max_result_chars}.")

@@ -54,6 +54,7 @@ def rollout_config(args: RAPOConfig, **protocol) -> RolloutConfig:
         step_entropy_first_tokens=args.step_entropy_first_tokens,
         tool_workers=args.tool_workers,
         json_tool_timeout=args.json_tool_timeout,
+        max_result_chars=args.max_tool_result_chars,
         answer_stop=args.answer_stop,
         max_retrieved_tokens=args.max_retrieved_tokens,
         retrieve_at=tuple(args.retrieve_at),
