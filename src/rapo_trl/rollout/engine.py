@@ -322,11 +322,12 @@ class HybridRolloutEngine:
                 rows[i].truncated = True
 
     def get_state(self) -> dict:
-        """RNG state for checkpoints."""
-        return {"rng": self.rng.getstate()}
+        """RNG state and the run's store-error count (``rapo/store_errors`` is cumulative) for checkpoints."""
+        return {"rng": self.rng.getstate(), "store_errors": self.store_outage.given_up}
 
     def set_state(self, state: dict) -> None:
         self.rng.setstate(_as_tuple(state["rng"]))
+        self.store_outage.given_up = int(state.get("store_errors", 0))  # absent from older checkpoints
 
 
 def _as_tuple(value):

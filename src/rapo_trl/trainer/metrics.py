@@ -9,6 +9,10 @@ import torch
 from rapo_trl.rollout import RolloutRow, RolloutStats
 from rapo_trl.trainer.dynamic_sampling import groups_with_signal
 
+CUMULATIVE_METRICS = frozenset({"rapo/store_errors"})
+"""Counts over the run (restored on resume): logged at their latest value, where TRL averages a metric's values over
+the steps since the last log."""
+
 Mean = Callable[..., float]
 """``mean(values, weights=None)``: the weighted mean over all processes (0.0 when there are no values)."""
 

@@ -62,7 +62,13 @@ from rapo_trl.trainer.checks import (
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
 from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
-from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, rollout_metrics, signal_metrics
+from rapo_trl.trainer.metrics import (
+    CUMULATIVE_METRICS,
+    gathered_mean,
+    gathered_sum,
+    rollout_metrics,
+    signal_metrics,
+)
 from rapo_trl.trainer.resilience.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.resilience.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
@@ -466,7 +472,10 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
 
     def _log_metrics(self, mode: str, metrics: dict[str, float]) -> None:
         for name, value in metrics.items():
-            self._metrics[mode][name].append(value)
+            if name in CUMULATIVE_METRICS:  # a running count: the log shows its latest value, not a mean of them
+                self._metrics[mode][name] = [value]
+            else:
+                self._metrics[mode][name].append(value)
 
     # ------------------------------------------------------------------ a step: the loss
 

@@ -1,0 +1,70 @@
+"""What a resumed or multi-step-logged run writes to its log: counts over the run go on from the checkpoint and are
+logged at their latest value (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from rapo_trl.config import RAPOConfig
+from rapo_trl.trainer import RAPOTrainer
+from tests.helpers.fakes import EchoTool, FixedStore
+from tests.helpers.scripted import Turn
+from tests.helpers.trainers import common_args, dataset, script, sevens
+
+TOOL_STEP = [Turn("<python>1</python>"), Turn("<answer>7</answer>"), Turn("<|im_end|>")]
+
+
+class DownAt(FixedStore):
+    """A store whose server is down during the listed (1-based) training steps."""
+
+    def __init__(self, steps):
+        super().__init__()
+        self.steps, self.trainer = set(steps), None
+
+    def select(self, contexts):
+        if self.trainer.state.global_step + 1 in self.steps:
+            raise ConnectionError("store down")
+        return super().select(contexts)
+
+
+class Scripted(TrainerCallback):
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        script(self.trainer, [TOOL_STEP] * 4)
+
+
+class StopAfter(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = state.global_step >= self.step
+
+
+def store_error_run(tiny_model_dir, output_dir, down, resume=None, stop=None, **settings):
+    store = DownAt(down)
+    args = RAPOConfig(**common_args(output_dir, **{"max_steps": 4, "save_strategy": "steps", "save_steps": 2,
+                                                   "max_completion_length": 64, **settings}),
+                      max_turn_tokens=16, retrieve_prob=1.0)
+    trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), trace_store=store,
+                          tools=[EchoTool()], callbacks=[StopAfter(stop)] if stop else None)
+    store.trainer = trainer
+    trainer.rollout_engine.store_outage.backoff_s = 0.0
+    trainer.add_callback(Scripted(trainer))
+    trainer.train(resume_from_checkpoint=resume)
+    return {e["step"]: e["rapo/store_errors"] for e in trainer.state.log_history if "rapo/store_errors" in e}
+
+
+def test_store_errors_go_on_counting_after_a_resume(tiny_model_dir, tmp_path):
+    # Two hybrid rows give up their retrieval at step 2; the count is the run's, so it stays 2 after the checkpoint.
+    assert store_error_run(tiny_model_dir, tmp_path / "full", down=[2]) == {1: 0.0, 2: 2.0, 3: 2.0, 4: 2.0}
+    store_error_run(tiny_model_dir, tmp_path / "killed", down=[2], stop=2)
+    resumed = store_error_run(tiny_model_dir, tmp_path / "killed", down=[2], resume=True)
+    assert resumed == {1: 0.0, 2: 2.0, 3: 2.0, 4: 2.0}  # was 0.0 at steps 3-4: the count started over
+
+
+def test_store_errors_logged_every_other_step_are_the_count_not_a_mean_of_counts(tiny_model_dir, tmp_path):
+    logged = store_error_run(tiny_model_dir, tmp_path, down=[2], logging_steps=2, save_strategy="no")
+    assert logged == {2: 2.0, 4: 2.0}  # was 1.0 at step 2: the mean of the counts after steps 1 (0) and 2 (2)
