@@ -279,6 +279,10 @@ def test_no_retrieval_in_evaluation(tiny_model_dir, tmp_path):
     rows = trainer.roll_out_prompts([row["prompt"] for row in batch_inputs()]).rows
     assert store.queries == [] and [len(r.retrievals) for r in rows] == [0] * G
     assert not any(r.is_hybrid for r in rows)
+    # What the evaluation logs says so: p was 0 (it was the training p, 1.0), and no training store-error count.
+    logged = trainer._metrics["eval"]
+    assert logged["rapo/retrieve_prob"] == [0.0] and logged["rapo/hybrid_share"] == [0.0]
+    assert "rapo/store_errors" not in logged
 
 
 def test_model_card_cites_rapo(tiny_model_dir, tmp_path):

@@ -370,7 +370,11 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
                 plain = engine.roll_out(prompt_ids, prefixes, hybrid, retrieval_enabled=False, row_tools=row_tools)
                 rollout = StepRollout(plain.rows, plain.stats)
         mean = functools.partial(gathered_mean, self.accelerator)
-        metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob, mean)
+        # Evaluation retrieves nothing: its p is 0, and the store-error count is training's, not the evaluation's.
+        metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob if training else 0.0,
+                                  mean)
+        if not training:
+            del metrics["rapo/store_errors"]
         self._log_metrics("train" if training else "eval", {**rollout.metrics, **metrics})
         return rollout
 
