@@ -7,11 +7,15 @@ import torch
 from accelerate import Accelerator
 
 from rapo_trl.rollout import RetrievalEvent, RolloutRow, RolloutStats
-from rapo_trl.trainer.metrics import gathered_mean, retrieval_reward_metrics, rollout_metrics
+from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, retrieval_reward_metrics, rollout_metrics
 
 
 def mean(values, weights=None):
     return gathered_mean(Accelerator(cpu=True), values, weights)
+
+
+def total(value):
+    return gathered_sum(Accelerator(cpu=True), value)
 
 
 def test_gathered_mean_weights_and_empty():
@@ -31,7 +35,7 @@ def test_rollout_metrics_from_rows():
     hybrid.segments = []
     plain = RolloutRow([1], completion_ids=[5] * 4, truncated=True, tool_calls=1)
     stats = RolloutStats(generate_seconds=3.0, tool_seconds=1.0, retrieval_seconds=0.5)
-    metrics = rollout_metrics([hybrid, plain], stats, store_errors=2, retrieve_prob=0.4, mean=mean)
+    metrics = rollout_metrics([hybrid, plain], stats, store_errors=2, retrieve_prob=0.4, mean=mean, total=total)
     assert metrics["rapo/hybrid_share"] == 0.5
     assert metrics["rapo/retrieval_rate"] == 1.0 and metrics["rapo/retrievals_per_hybrid_rollout"] == 2.0
     assert metrics["rapo/fallback_rate"] == 0.5
@@ -41,6 +45,16 @@ def test_rollout_metrics_from_rows():
     assert (metrics["rapo/store_errors"], metrics["rapo/retrieve_prob"], metrics["rapo/time_generate"]) == (2.0, 0.4, 3.0)
 
 
+def test_a_step_without_retrievals_leaves_their_quantities_out_rather_than_logging_zero():
+    """TRL averages a metric over the steps since the last log: a 0 for a step that retrieved nothing would halve
+    the entropy or fallback share of a step that did (logging_steps=2), so such a step logs none."""
+    plain = RolloutRow([1], completion_ids=[5] * 4, is_hybrid=True, tool_calls=1)
+    plain.segments = []
+    metrics = rollout_metrics([plain], RolloutStats(), store_errors=0, retrieve_prob=0.5, mean=mean, total=total)
+    assert not {"rapo/fallback_rate", "rapo/entropy_before_retrieval", "rapo/entropy_after_retrieval"} & set(metrics)
+    assert metrics["rapo/retrieval_rate"] == 0.0 and metrics["tools/call_frequency"] == 1.0
+
+
 def test_retrieval_reward_metrics_count_rows_that_retrieved_only():
     z = torch.tensor([1.0, -1.0, 0.0, 3.0])
     retrieved = torch.tensor([True, True, False, False])
@@ -48,4 +62,6 @@ def test_retrieval_reward_metrics_count_rows_that_retrieved_only():
     assert metrics["rapo/z_mean"] == 0.0 and metrics["rapo/z_positive_share"] == 0.5
     assert metrics["rapo/a_ret_abs_mean"] == 0.25 and metrics["rapo/f_ret_mean"] == pytest.approx(0.1)
     none = retrieval_reward_metrics(z, torch.zeros(4, dtype=torch.bool), torch.zeros(4), torch.zeros(1))
-    assert none["rapo/z_mean"] == none["rapo/z_std"] == none["rapo/z_positive_share"] == 0.0
+    assert not {"rapo/z_mean", "rapo/z_std", "rapo/z_positive_share"} & set(none)  # undefined: left out, not 0
+    one = retrieval_reward_metrics(z, torch.tensor([True, False, False, False]), torch.zeros(4), torch.zeros(1))
+    assert one["rapo/z_mean"] == 1.0 and "rapo/z_std" not in one

@@ -13,9 +13,8 @@ from accelerate import Accelerator
 
 from rapo_trl.core.rows import RetrievalEvent, RolloutRow
 from rapo_trl.rollout import Rollout, RolloutStats
-from rapo_trl.trainer.metrics import gathered_mean, gathered_sum
+from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, means_where_defined
 from rapo_trl.trainer.retrieval_view import (
-    means_where_defined,
     retrieval_view_metrics,
     rewards_by_retrieval,
     stored_steps_shown,

@@ -36,22 +36,35 @@ def gathered_sum(accelerator, value: float) -> float:
     return float(stacked.sum())
 
 
+def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
+                        total: Callable[[float], float]) -> dict[str, float]:
+    """The mean over processes of each name's values, for the names some process has values of: a share of nothing
+    is left out of the log rather than logged as 0. Every process calls it with the same names (it gathers)."""
+    return {name: mean(values) for name, values in values_by_name.items() if total(float(len(values))) > 0}
+
+
+
 def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: int, retrieve_prob: float,
-                    mean: Mean) -> dict[str, float]:
-    """What the rollout did: retrieval, tools, truncation and time per phase."""
+                    mean: Mean, total: Callable[[float], float]) -> dict[str, float]:
+    """What the rollout did: retrieval, tools, truncation and time per phase. ``total`` sums a number over processes:
+    a quantity of the retrievals is left out of a step that made none on any process, rather than logged as 0 (which
+    a log over several steps would average in)."""
     events = [e for row in rows for e in row.retrievals]
     hybrid = [row for row in rows if row.is_hybrid]
     called = [row for row in rows if row.tool_calls]
+    per_retrieval = means_where_defined(
+        {"rapo/fallback_rate": [float(e.is_fallback) for e in events],
+         "rapo/entropy_before_retrieval": [e.entropy_pre for e in events if e.entropy_pre is not None],
+         "rapo/entropy_after_retrieval": [e.entropy_post for e in events if e.entropy_post is not None]},
+        mean, total)
     return {
+        **per_retrieval,
         "rapo/hybrid_share": mean([float(r.is_hybrid) for r in rows]),
         "rapo/retrieval_rate": mean([float(bool(r.retrievals)) for r in hybrid]),
         "rapo/retrievals_per_hybrid_rollout": mean([float(len(r.retrievals)) for r in hybrid]),
         "rapo/store_errors": float(store_errors),
         "rapo/skipped_retrievals": mean([float(r.skipped_retrievals) for r in hybrid]),
-        "rapo/fallback_rate": mean([float(e.is_fallback) for e in events]),
         "rapo/retrieved_fraction": mean([r.retrieved_fraction for r in hybrid]),
-        "rapo/entropy_before_retrieval": mean([e.entropy_pre for e in events if e.entropy_pre is not None]),
-        "rapo/entropy_after_retrieval": mean([e.entropy_post for e in events if e.entropy_post is not None]),
         "rapo/retrieve_prob": retrieve_prob,
         "rapo/truncated_rate": mean([float(r.truncated) for r in rows]),
         "tools/call_frequency": mean([float(r.tool_calls) for r in rows]),
@@ -65,15 +78,15 @@ def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: i
 
 def retrieval_reward_metrics(all_z: torch.Tensor, all_retrieved: torch.Tensor, all_a_ret: torch.Tensor,
                              all_f_ret: torch.Tensor) -> dict[str, float]:
-    """The retrieval reward z over rows that retrieved, its advantage and F_ret (all processes' rows)."""
+    """The retrieval reward z over rows that retrieved, its advantage and F_ret (all processes' rows); z's mean and
+    share are left out of a step where no row retrieved, its spread where fewer than two did."""
     z = all_z[all_retrieved]
-    return {
-        "rapo/z_mean": z.mean().item() if z.numel() else 0.0,
-        "rapo/z_std": z.std().item() if z.numel() > 1 else 0.0,
-        "rapo/a_ret_abs_mean": all_a_ret.abs().mean().item(),
-        "rapo/f_ret_mean": all_f_ret.mean().item(),
-        "rapo/z_positive_share": (z > 0).float().mean().item() if z.numel() else 0.0,
-    }
+    metrics = {"rapo/a_ret_abs_mean": all_a_ret.abs().mean().item(), "rapo/f_ret_mean": all_f_ret.mean().item()}
+    if z.numel():
+        metrics.update({"rapo/z_mean": z.mean().item(), "rapo/z_positive_share": (z > 0).float().mean().item()})
+    if z.numel() > 1:
+        metrics["rapo/z_std"] = z.std().item()
+    return metrics
 
 
 def signal_metrics(all_rewards: torch.Tensor, group_size: int) -> dict[str, float]:

@@ -5,21 +5,14 @@ training step, after scoring."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from rapo_trl.core.advantage_baselines import shown_a_stored_step
 from rapo_trl.protocol import ANSWER_OPEN
 from rapo_trl.rollout import RolloutRow
-from rapo_trl.trainer.metrics import Mean, gathered_mean, gathered_sum
-
-
-def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
-                        total: Callable[[float], float]) -> dict[str, float]:
-    """The mean over processes of each name's values, for the names some process has values of: a share of nothing
-    is left out of the log rather than logged as 0. Every process calls it with the same names (it gathers)."""
-    return {name: mean(values) for name, values in values_by_name.items() if total(float(len(values))) > 0}
+from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, means_where_defined
 
 
 def stored_steps_shown(rows: Sequence[RolloutRow], question_ids: Sequence[str | None] | None

@@ -372,7 +372,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         mean = functools.partial(gathered_mean, self.accelerator)
         # Evaluation retrieves nothing: its p is 0, and the store-error count is training's, not the evaluation's.
         metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob if training else 0.0,
-                                  mean)
+                                  mean, functools.partial(gathered_sum, self.accelerator))
         if not training:
             del metrics["rapo/store_errors"]
         self._log_metrics("train" if training else "eval", {**rollout.metrics, **metrics})
