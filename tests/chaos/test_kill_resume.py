@@ -10,6 +10,7 @@ processes of their own."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from contextlib import contextmanager
@@ -65,7 +66,7 @@ def steps_of(work, name):
     return per_step(work["runs"] / name)
 
 
-def test_sigkill_in_the_loss_then_resume_equals_the_uninterrupted_run(work):
+def test_sigkill_in_the_loss_then_resume_equals_the_uninterrupted_run(work, caplog):
     stopped = stop_run(work["model"], work["runs"] / "killed", fresh(work, "killed"), "loss", 3, "kill")
     assert stopped.returncode == -9 and not stopped.left, stopped.stderr[-2000:]
     run = work["runs"] / "killed"
@@ -75,7 +76,10 @@ def test_sigkill_in_the_loss_then_resume_equals_the_uninterrupted_run(work):
     _, metadata = store_records(work["runs"] / "killed-store")
     assert any(m.get("grown_at_step") == 3 for m in metadata)  # but it had grown the store before its loss
 
-    train(work, "killed", resume=True)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl"):
+        train(work, "killed", resume=True)
+    # the growth past the checkpoint was taken back: the store is the one the checkpoint's run retrieved from
+    assert "another trace store" not in caplog.text
     resumed = steps_of(work, "killed")
     assert sorted(resumed) == list(range(1, STEPS + 1))
     for step in range(3, STEPS + 1):

@@ -68,3 +68,40 @@ def test_store_errors_go_on_counting_after_a_resume(tiny_model_dir, tmp_path):
 def test_store_errors_logged_every_other_step_are_the_count_not_a_mean_of_counts(tiny_model_dir, tmp_path):
     logged = store_error_run(tiny_model_dir, tmp_path, down=[2], logging_steps=2, save_strategy="no")
     assert logged == {2: 2.0, 4: 2.0}  # was 1.0 at step 2: the mean of the counts after steps 1 (0) and 2 (2)
+
+
+def test_a_resume_on_another_store_says_so_and_one_on_the_same_store_does_not(tiny_model_dir, tmp_path, caplog):
+    """A checkpoint records the store its run retrieved from; resuming against another one (another folder, record
+    count, collection or embedder) warns that the run is not the interrupted one continued."""
+    import logging
+
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    trajectory = "<think>t</think>\n<python>1</python>\n<result>\n1\n</result>\n<answer>7</answer>"
+    stores = {}
+    for name, count in (("same", 1), ("other", 2)):
+        stores[name] = TraceStore(tmp_path / name, embedder=HashingEmbedder(32))
+        stores[name].add_trajectories([trajectory] * count, [1.0] * count, [f"q{i}" for i in range(count)],
+                                      prompts=["Q"] * count)
+
+    def run(store, resume=None, stop=None):
+        args = RAPOConfig(**common_args(tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=1,
+                                        max_completion_length=64), max_turn_tokens=16, retrieve_prob=1.0)
+        trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), trace_store=store,
+                              tools=[EchoTool()], callbacks=[StopAfter(stop)] if stop else None)
+        trainer.add_callback(Scripted(trainer))
+        with caplog.at_level(logging.WARNING, logger="rapo_trl"):
+            trainer.train(resume_from_checkpoint=resume)
+
+    run(stores["same"], stop=1)
+    checkpoint = str(tmp_path / "run" / "checkpoint-1")
+    caplog.clear()
+    run(stores["same"], resume=checkpoint)
+    assert "another trace store" not in caplog.text
+    caplog.clear()
+    run(stores["other"], resume=checkpoint)
+    warning = next(r.getMessage() for r in caplog.records if "another trace store" in r.getMessage())
+    assert "location" in warning and "records 2 -> 4" in warning  # two step records a trajectory
+    for store in stores.values():
+        store.close()

@@ -40,14 +40,45 @@ def save_rapo_state(folder: str, process_index: int, engine, store, run: str | N
     return os.path.join(folder, name)
 
 
-def saved_run(checkpoint: str, process_index: int) -> str | None:
-    """The run id a checkpoint's RAPO state records (``None``: none, or no readable state)."""
+def _saved_state(checkpoint: str, process_index: int) -> dict:
+    """A checkpoint's RAPO state as saved (``{}``: none, or unreadable)."""
     try:
         with open(os.path.join(checkpoint, RAPO_STATE_FILE.format(process=process_index))) as handle:
-            run = json.load(handle).get("run")
-    except (OSError, ValueError, AttributeError):
-        return None
+            state = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def saved_run(checkpoint: str, process_index: int) -> str | None:
+    """The run id a checkpoint's RAPO state records (``None``: none, or no readable state)."""
+    run = _saved_state(checkpoint, process_index).get("run")
     return run if isinstance(run, str) else None
+
+
+STORE_IDENTITY = ("location", "collection", "embedder", "records")
+"""What a checkpoint's store description and the resumed run's store are compared on (after the steps past the
+checkpoint have taken their growth back, an unchanged store holds the checkpoint's records)."""
+
+
+def warn_if_resumed_on_another_store(checkpoint: str, process_index: int, store) -> None:
+    """Warn when the store a resumed run retrieves from is not the one the checkpoint's run did: another folder or
+    server, collection or embedder, or another record count. Retrieval then draws other steps, so the resumed run is
+    not the interrupted one continued (another store may be what is wanted: it is said, not refused)."""
+    saved = _saved_state(checkpoint, process_index).get("store")
+    describe = getattr(store, "describe", None)
+    if not isinstance(saved, dict) or "error" in saved or describe is None:
+        return
+    try:
+        now = describe()
+    except Exception:  # noqa: BLE001 - a store that cannot say is the outage handling's to report
+        return
+    changed = [f"{key} {saved[key]!r} -> {now[key]!r}" for key in STORE_IDENTITY
+               if key in saved and key in now and saved[key] != now[key]]
+    if changed:
+        logger.warning("RAPO: resuming from %s with another trace store than its run retrieved from (%s): retrieval "
+                       "will draw other steps, so the resumed run is not the interrupted one continued.", checkpoint,
+                       "; ".join(changed))
 
 
 def load_rapo_state(checkpoint: str, process_index: int, engine) -> str | None:

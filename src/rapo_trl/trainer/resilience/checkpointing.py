@@ -12,6 +12,7 @@ from rapo_trl.trainer.resilience.checkpoint import (
     resume_rapo_state,
     save_rapo_state,
     saved_run,
+    warn_if_resumed_on_another_store,
     whole_checkpoint_or_none,
 )
 from rapo_trl.trainer.resilience.epoch_order import resumable
@@ -71,4 +72,5 @@ class CheckpointingMixin:
             self.growth_run = run
             if self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
                 take_back_growth(self.trace_store, run, self.state.global_step)
+        warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
         self.accelerator.wait_for_everyone()  # no process retrieves before every one has taken its growth back
