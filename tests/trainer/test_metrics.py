@@ -42,6 +42,10 @@ def test_rollout_metrics_from_rows():
     assert metrics["rapo/entropy_before_retrieval"] == 1.5 and metrics["rapo/entropy_after_retrieval"] == 0.5
     assert metrics["rapo/truncated_rate"] == 0.5 and metrics["tools/call_frequency"] == 1.5
     assert metrics["tools/failure_frequency"] == pytest.approx(1 / 3)  # failures over calls, not a mean of rows
+    # each process counts its own rows' given-up retrievals: the log holds the run's, summed (here: two processes)
+    two = rollout_metrics([hybrid, plain], stats, store_errors=2, retrieve_prob=0.4, mean=mean,
+                          total=lambda value: 2 * value)
+    assert two["rapo/store_errors"] == 4.0
     assert (metrics["rapo/store_errors"], metrics["rapo/retrieve_prob"], metrics["rapo/time_generate"]) == (2.0, 0.4, 3.0)
 
 

@@ -46,7 +46,8 @@ def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
 
 def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: int, retrieve_prob: float,
                     mean: Mean, total: Callable[[float], float]) -> dict[str, float]:
-    """What the rollout did: retrieval, tools, truncation and time per phase. ``total`` sums a number over processes:
+    """What the rollout did: retrieval, tools, truncation and time per phase; ``store_errors`` is this process's count
+    over the run, logged summed over processes. ``total`` sums a number over processes:
     a quantity of the retrievals is left out of a step that made none on any process, rather than logged as 0 (which
     a log over several steps would average in)."""
     events = [e for row in rows for e in row.retrievals]
@@ -62,7 +63,7 @@ def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: i
         "rapo/hybrid_share": mean([float(r.is_hybrid) for r in rows]),
         "rapo/retrieval_rate": mean([float(bool(r.retrievals)) for r in hybrid]),
         "rapo/retrievals_per_hybrid_rollout": mean([float(len(r.retrievals)) for r in hybrid]),
-        "rapo/store_errors": float(store_errors),
+        "rapo/store_errors": total(float(store_errors)),  # each process counts its own rows' retrievals
         "rapo/skipped_retrievals": mean([float(r.skipped_retrievals) for r in hybrid]),
         "rapo/retrieved_fraction": mean([r.retrieved_fraction for r in hybrid]),
         "rapo/retrieve_prob": retrieve_prob,
