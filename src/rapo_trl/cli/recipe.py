@@ -203,6 +203,19 @@ def read_config(argv: list[str]) -> tuple[str, dict] | None:
     return path, config
 
 
+def apply_env(path: str, config: dict) -> None:
+    """Set the recipe's ``env:`` variables now, as TrlParser would, but before anything reads them: libraries read
+    some at import (huggingface_hub's ``HF_HUB_OFFLINE``, ``HF_HOME``), and TRL's parser sets them only after TRL,
+    transformers and huggingface_hub are imported, where they would be set yet silently ignored."""
+    import os
+
+    env = config.get("env", {})
+    if not isinstance(env, dict):
+        raise ValueError(f"config {path}: `env` must be a mapping of VARIABLE: value, got {env!r}")
+    for key, value in env.items():
+        os.environ[str(key)] = str(value)
+
+
 def read_recipe(command: str, argv: list[str]):
     """``(script, training, model)``: `RAPOScriptArguments` and namespaces of the RAPOConfig and ModelConfig
     fields, read without TRL or torch. A help request prints and exits; bad input raises one clear line."""
@@ -217,6 +230,7 @@ def read_recipe(command: str, argv: list[str]):
     found = read_config(argv)
     fields = recipe_fields()
     if found is not None:
+        apply_env(*found)
         config = {key: value for key, value in found[1].items() if key != "env"}  # TrlParser sets `env` itself
         check_config_hints(config, {name: spec.hint for name, spec in fields.items()}, command)
         parser.set_defaults(**config)

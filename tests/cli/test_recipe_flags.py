@@ -1,0 +1,42 @@
+"""Recipe settings that must reach what uses them, not be set and then silently ignored."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from tests.cli.conftest import write_yaml
+from tests.cli.runs import rapo_env
+
+
+def test_the_recipes_env_is_set_before_the_libraries_that_read_it_at_import(tmp_path):
+    """`env: {HF_HOME: ...}` reaches huggingface_hub, which reads it once, when imported (as TRL's parser is)."""
+    hf_home = tmp_path / "hf-home"
+    config = write_yaml(tmp_path / "env.yaml", {"output_dir": str(tmp_path / "out"), "env": {"HF_HOME": str(hf_home)}})
+    code = textwrap.dedent(f"""
+        from rapo_trl.cli import parse_recipe, read_recipe
+
+        argv = ["--config", {str(config)!r}]
+        read_recipe("train", argv)  # `rapo train` checks the recipe first, then parses it with TRL's parser
+        parse_recipe("train", argv)
+        import huggingface_hub
+
+        print(huggingface_hub.constants.HF_HOME)
+    """)
+    env = rapo_env()
+    env.pop("HF_HOME", None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == str(hf_home)
+
+
+def test_an_env_that_is_not_a_mapping_is_one_line(tmp_path):
+    import pytest
+
+    from rapo_trl.cli import read_recipe
+
+    config = write_yaml(tmp_path / "env.yaml", {"output_dir": str(tmp_path / "out"), "env": ["HF_HOME"]})
+    with pytest.raises(ValueError, match="`env` must be a mapping"):
+        read_recipe("train", ["--config", str(config)])
