@@ -40,3 +40,20 @@ def test_an_env_that_is_not_a_mapping_is_one_line(tmp_path):
     config = write_yaml(tmp_path / "env.yaml", {"output_dir": str(tmp_path / "out"), "env": ["HF_HOME"]})
     with pytest.raises(ValueError, match="`env` must be a mapping"):
         read_recipe("train", ["--config", str(config)])
+
+
+def test_a_number_list_in_yaml_takes_exponents_as_a_float_field_does(tmp_path):
+    """YAML 1.1 reads `1e-1` as text: argparse converts it for `learning_rate`, and now for `reward_weights` items too
+    (it reached GRPOTrainer as the string '1e-1', which failed in torch.tensor once the model had loaded)."""
+    import pytest
+
+    from rapo_trl.cli import parse_recipe, read_recipe
+
+    base = {"output_dir": str(tmp_path / "out"), "reward_funcs": ["rapo_outcome", "f1"]}
+    config = write_yaml(tmp_path / "weights.yaml", base)
+    config.write_text(config.read_text() + "reward_weights: [1e-1, 1]\n")
+    assert read_recipe("train", ["--config", str(config)])[1].reward_weights == [0.1, 1]
+    assert parse_recipe("train", ["--config", str(config)])[1].reward_weights == [0.1, 1]
+    bad = write_yaml(tmp_path / "bad.yaml", {**base, "reward_weights": ["half", 1]})
+    with pytest.raises(ValueError, match="'reward_weights'.*wrong type"):
+        read_recipe("train", ["--config", str(bad)])

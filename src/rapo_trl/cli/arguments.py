@@ -256,7 +256,11 @@ def _matches(value, hint) -> bool:
     if origin is typing.Literal:
         return value in typing.get_args(hint)
     if origin in (list, tuple):
-        return isinstance(value, (list, tuple)) or isinstance(value, str)
+        if isinstance(value, str):  # one name for a list of names
+            return True
+        items = typing.get_args(hint)
+        return isinstance(value, (list, tuple)) and (
+            len(items) != 1 or all(_matches(item, items[0]) for item in value))
     if origin is dict:
         return isinstance(value, (dict, str))
     if hint is type(None):
@@ -276,6 +280,19 @@ def _matches(value, hint) -> bool:
     if hint is str:
         return isinstance(value, str)
     return True
+
+
+def _number_list(hint) -> bool:
+    """``list[float]`` (or ``list[float] | None``): the fields whose YAML items may be YAML 1.1 float text."""
+    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return any(typing.get_origin(member) is list and typing.get_args(member) == (float,) for member in members)
+
+
+def yaml_numbers(config: dict, hints: dict) -> dict:
+    """``config`` with the items of its number lists made numbers: YAML 1.1 reads ``1e-1`` (no dot) as text, which
+    argparse converts for a float field but leaves as it is in a list (``reward_weights: [1e-1, 1]``)."""
+    return {key: [float(item) if isinstance(item, str) else item for item in value]
+            if isinstance(value, list) and _number_list(hints.get(key)) else value for key, value in config.items()}
 
 
 def _type_name(hint) -> str:

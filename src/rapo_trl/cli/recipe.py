@@ -219,7 +219,7 @@ def apply_env(path: str, config: dict) -> None:
 def read_recipe(command: str, argv: list[str]):
     """``(script, training, model)``: `RAPOScriptArguments` and namespaces of the RAPOConfig and ModelConfig
     fields, read without TRL or torch. A help request prints and exits; bad input raises one clear line."""
-    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_hints
+    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_hints, yaml_numbers
     from rapo_trl.cli.common import check_script_arguments
 
     argv = split_config_equals(argv)
@@ -232,8 +232,9 @@ def read_recipe(command: str, argv: list[str]):
     if found is not None:
         apply_env(*found)
         config = {key: value for key, value in found[1].items() if key != "env"}  # TrlParser sets `env` itself
-        check_config_hints(config, {name: spec.hint for name, spec in fields.items()}, command)
-        parser.set_defaults(**config)
+        hints = {name: spec.hint for name, spec in fields.items()}
+        check_config_hints(config, hints, command)
+        parser.set_defaults(**yaml_numbers(config, hints))
     values = vars(parser.parse_args(argv))
     values.pop("config", None)
     parts = {owner: {name: value for name, value in values.items() if fields[name].dataclass == owner}
@@ -255,7 +256,7 @@ def parse_recipe(command: str, argv: list[str]):
     read_recipe(command, argv)
     from trl import ModelConfig, TrlParser
 
-    from rapo_trl.cli.arguments import RAPOScriptArguments
+    from rapo_trl.cli.arguments import RAPOScriptArguments, yaml_numbers
     from rapo_trl.config import RAPOConfig
 
     class RecipeParser(TrlParser, ArgumentParser):  # TRL's parsing; our exact names and one-line errors
@@ -268,6 +269,10 @@ def parse_recipe(command: str, argv: list[str]):
                 for action in parser._actions:
                     if f"--{field.name}" in action.option_strings and action.nargs is None:
                         action.nargs, action.const = "?", const
+
+        def set_defaults_with_config(self, **config):  # the YAML's values as read_recipe reads them
+            hints = {name: spec.hint for name, spec in recipe_fields().items()}
+            return super().set_defaults_with_config(**yaml_numbers(config, hints))
 
     parser = RecipeParser((RAPOScriptArguments, RAPOConfig, ModelConfig), prog=f"rapo {command}")
     parser.set_defaults(**DEFAULTS)
