@@ -57,3 +57,26 @@ def test_a_number_list_in_yaml_takes_exponents_as_a_float_field_does(tmp_path):
     bad = write_yaml(tmp_path / "bad.yaml", {**base, "reward_weights": ["half", 1]})
     with pytest.raises(ValueError, match="'reward_weights'.*wrong type"):
         read_recipe("train", ["--config", str(bad)])
+
+
+def test_a_failed_push_names_a_retry_that_pushes_as_the_recipe_asked(tmp_path, monkeypatch):
+    """A private repo's retry must not create a public one (nor push to main, nor leave the warm start home)."""
+    import shlex
+
+    import pytest
+
+    from rapo_trl.cli import build_parser, parse_recipe, push, train
+
+    def offline(*args, **kwargs):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(push, "push_run", offline)
+    script, rapo_args, _ = parse_recipe("train", [
+        "--output_dir", str(tmp_path / "my run"), "--push_to_hub", "--hub_model_id", "me/model",
+        "--hub_private_repo", "--hub_revision", "v1", "--push_warm_start", "true"])
+    with pytest.raises(RuntimeError, match="retry with") as failed:
+        train._push(script, rapo_args, "org/base")
+    retry = str(failed.value).split("retry with `", 1)[1].rstrip("`")
+    args = build_parser().parse_args(shlex.split(retry)[1:])
+    assert (args.run, args.hub_model_id) == (str(tmp_path / "my run"), "me/model")
+    assert (args.hub_private_repo, args.hub_revision, args.push_warm_start) == (True, "v1", True)

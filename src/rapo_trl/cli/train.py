@@ -274,6 +274,20 @@ def _push(script, rapo_args, base: str) -> None:
                               revision=rapo_args.hub_revision)
     except (OSError, RuntimeError, ValueError) as error:  # the Hub or the network: the trained run is saved
         raise RuntimeError(f"the push to {repo_id} failed ({type(error).__name__}: {error}); the run is saved in "
-                           f"{rapo_args.output_dir}: retry with `rapo push {rapo_args.output_dir} --hub_model_id "
-                           f"{repo_id}`") from error
+                           f"{rapo_args.output_dir}: retry with `{retry_command(script, rapo_args, repo_id)}`") from error
     print(f"Pushed to https://huggingface.co/{repo} (adapter base: {base}).")
+
+
+def retry_command(script, rapo_args, repo_id: str) -> str:
+    """The `rapo push` command that pushes as this run's push was asked to: a private repo stays private, the branch
+    and the warm-start folders are the recipe's (the token is left out: it is a secret, and the saved login is used)."""
+    import shlex
+
+    words = ["rapo", "push", rapo_args.output_dir, "--hub_model_id", repo_id]
+    if rapo_args.hub_private_repo:
+        words.append("--hub_private_repo")
+    if rapo_args.hub_revision:
+        words += ["--hub_revision", rapo_args.hub_revision]
+    if script.push_warm_start:
+        words.append("--push_warm_start")
+    return shlex.join(words)
