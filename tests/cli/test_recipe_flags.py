@@ -80,3 +80,15 @@ def test_a_failed_push_names_a_retry_that_pushes_as_the_recipe_asked(tmp_path, m
     args = build_parser().parse_args(shlex.split(retry)[1:])
     assert (args.run, args.hub_model_id) == (str(tmp_path / "my run"), "me/model")
     assert (args.hub_private_repo, args.hub_revision, args.push_warm_start) == (True, "v1", True)
+
+
+def test_rapo_push_takes_true_and_false_after_its_flags_as_rapo_train_does():
+    from rapo_trl.cli import build_parser
+
+    def parsed(*flags):
+        args = build_parser().parse_args(["push", "run", *flags])
+        return args.hub_private_repo, args.push_warm_start
+
+    assert parsed() == (False, False)
+    assert parsed("--hub_private_repo", "--push_warm_start") == (True, True)
+    assert parsed("--hub_private_repo", "true", "--push_warm_start", "false") == (True, False)

@@ -7,15 +7,19 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
+    from rapo_trl.cli.recipe import _to_bool as to_bool
+
     push = subparsers.add_parser("push", help="Push a trained run to the Hub as `rapo train --push_to_hub` does "
                                               "(e.g. to retry a push that failed).")
     push.add_argument("run", help="The run's output_dir.")
     push.add_argument("--hub_model_id", default=None, help="The model repo (default: the run folder's name).")
     push.add_argument("--base_model_name", default=None,
                       help="What the adapter names as its base (default: what the run recorded).")
-    push.add_argument("--push_warm_start", action="store_true", help="Also push the SFT warm-start folders.")
+    # `--flag`, `--flag true` or `--flag false`, as the recipe commands (and `rapo train`'s same flags) take them
+    flag = {"type": to_bool, "nargs": "?", "const": True, "default": False, "metavar": "BOOL"}
+    push.add_argument("--push_warm_start", **flag, help="Also push the SFT warm-start folders.")
     push.add_argument("--hub_token", default=None, help="Token to push with (default: the saved login).")
-    push.add_argument("--hub_private_repo", action="store_true", help="Create the repo private.")
+    push.add_argument("--hub_private_repo", **flag, help="Create the repo private.")
     push.add_argument("--hub_revision", default=None, help="The branch to push to.")
 
 
