@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from tests.cli.conftest import write_yaml
 from tests.cli.runs import rapo_env
@@ -92,3 +95,26 @@ def test_rapo_push_takes_true_and_false_after_its_flags_as_rapo_train_does():
     assert parsed() == (False, False)
     assert parsed("--hub_private_repo", "--push_warm_start") == (True, True)
     assert parsed("--hub_private_repo", "true", "--push_warm_start", "false") == (True, False)
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--question_column", "problem"], "question_column reads your own data, which task=arithmetic has none of"),
+    (["--task", "gsm8k", "--dataset_config", "main"], "dataset_config reads your own data"),
+    (["--eval_fraction", "0.3"], "eval_fraction reads your own data"),
+    (["--task", "dataset", "--dataset_path", "DATA", "--dataset_config", "main"],
+     "dataset_config goes with dataset_name"),
+    (["--task", "dataset", "--dataset_path", "DATA", "--dataset_train_split", "validation"],
+     "dataset_train_split goes with dataset_name"),
+])
+def test_a_data_setting_the_task_would_ignore_is_refused(flags, words, tmp_path):
+    """`trl grpo`'s data flags with a task that never reads them: said, not silently dropped."""
+    from rapo_trl.cli import read_recipe
+    from rapo_trl.cli.errors import UsageError
+
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
+    argv = ["--output_dir", str(tmp_path / "out"), *[str(data) if flag == "DATA" else flag for flag in flags]]
+    with pytest.raises(UsageError, match=re.escape(words)):
+        read_recipe("train", argv)
+    read_recipe("train", ["--output_dir", str(tmp_path / "out"), "--task", "dataset", "--dataset_path", str(data),
+                          "--eval_fraction", "0.5", "--question_column", "question"])  # what a JSONL does read

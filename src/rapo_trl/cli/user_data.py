@@ -4,6 +4,7 @@ cap it, as ``trl grpo`` trains on the whole split."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -28,12 +29,21 @@ def check_user_data(script: RAPOScriptArguments) -> None:
         if given or script.eval_dataset_path:
             raise UsageError(f"{(given or ['eval_dataset_path'])[0]} is your own data: set task: dataset "
                              f"(task={script.task} draws its own questions)")
+        ignored = _changed(script, ("dataset_config", "dataset_train_split", "dataset_test_split", "eval_fraction",
+                                    "question_column", "answer_column"))
+        if ignored:
+            raise UsageError(f"{ignored[0]} reads your own data, which task={script.task} has none of (it draws its "
+                             "own questions): set task: dataset with dataset_path or dataset_name, or leave it unset")
         return
     if len(given) != 1:
         raise UsageError("task=dataset needs dataset_path (a JSONL file) or dataset_name (a Hub id or a dataset "
                          "folder)" + (", not both" if given else ""))
     if script.eval_dataset_path and script.dataset_name:
         raise UsageError("eval_dataset_path goes with dataset_path; with dataset_name set dataset_test_split")
+    ignored = _changed(script, ("dataset_config", "dataset_train_split")) if script.dataset_path else []
+    if ignored:
+        raise UsageError(f"{ignored[0]} goes with dataset_name (a Hub id or a dataset folder), not with dataset_path "
+                         "(one JSONL file, all of it training data)")
     if script.dataset_test_split is not None and script.dataset_path:
         raise UsageError("dataset_test_split names a split of dataset_name; with dataset_path give the eval "
                          "questions as eval_dataset_path (or leave both unset: eval_fraction is held out)")
@@ -47,6 +57,12 @@ def check_user_data(script: RAPOScriptArguments) -> None:
             _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
     if script.dataset_name:
         _check_dataset_name(script)
+
+
+def _changed(script: RAPOScriptArguments, names) -> list[str]:
+    """Those of ``names`` the recipe sets to something other than their default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RAPOScriptArguments)}
+    return [name for name in names if getattr(script, name) != defaults[name]]
 
 
 def _read_jsonl(script: RAPOScriptArguments, path: str, reader=read_qa_jsonl):
