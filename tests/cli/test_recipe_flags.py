@@ -118,3 +118,25 @@ def test_a_data_setting_the_task_would_ignore_is_refused(flags, words, tmp_path)
         read_recipe("train", argv)
     read_recipe("train", ["--output_dir", str(tmp_path / "out"), "--task", "dataset", "--dataset_path", str(data),
                           "--eval_fraction", "0.5", "--question_column", "question"])  # what a JSONL does read
+
+
+def test_a_flag_only_another_command_reads_is_said_to_be_ignored(tmp_path, monkeypatch, caplog):
+    """`rapo train --eval_samples 4` samples nothing: eval reads it. The command says so rather than drop it."""
+    from rapo_trl import cli
+    from rapo_trl.cli import train
+
+    class Checked(Exception):
+        pass
+
+    def stop(*args):
+        raise Checked
+
+    monkeypatch.setattr(train, "check", stop)
+    with caplog.at_level("WARNING"), pytest.raises(Checked):
+        cli._run_recipe("train", ["--output_dir", str(tmp_path), "--eval_samples", "4", "--num-samples=8",
+                                  "--max_steps", "2"])
+    said = [record.getMessage() for record in caplog.records]
+    assert any("--eval_samples is read by `rapo eval` only" in line for line in said), said
+    assert any("--num-samples is read by `rapo build-store` only" in line for line in said), said
+    assert not any("max_steps" in line for line in said)
+    assert cli.ignored_flags("eval", ["--eval_samples", "4"]) == []

@@ -11,7 +11,7 @@ from rapo_trl import __version__
 from rapo_trl.cli.console import configure_console
 from rapo_trl.cli.errors import TRACEBACK_ENV, report
 from rapo_trl.cli.parsing import ArgumentParser
-from rapo_trl.cli.recipe import RECIPE_COMMANDS, parse_recipe, read_recipe
+from rapo_trl.cli.recipe import RECIPE_COMMANDS, ignored_flags, parse_recipe, read_recipe
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +38,9 @@ def _run_recipe(command: str, argv: list[str]):
     from rapo_trl.cli import build_store, evaluate, train
 
     module = {"build-store": build_store, "train": train, "eval": evaluate}[command]
+    for flag, reader in ignored_flags(command, argv):
+        logging.getLogger("rapo_trl.cli").warning("rapo %s: %s is read by `rapo %s` only; this command ignores it",
+                                                  command, flag, reader)
     # Everything that can be checked without TRL, torch or a model (the recipe, the store, the model's
     # whereabouts) is, first: a mistake answers in a second, not after the imports and a model load.
     module.check(*read_recipe(command, argv))

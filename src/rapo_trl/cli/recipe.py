@@ -73,6 +73,22 @@ BARE_FLAGS = {"resume_from_checkpoint": "true"}
 from the newest whole checkpoint, as ``Trainer.train(resume_from_checkpoint=True)``."""
 
 
+ONLY_READ_BY = {
+    "eval": ("eval_model", "eval_base", "eval_batch_size", "eval_processes", "eval_report", "eval_samples",
+             "eval_temperature", "eval_sample_size", "eval_sampled_splits", "eval_sampled_models", "eval_scoring"),
+    "build-store": ("num_samples", "keep_top_k", "expert_error_rate"),
+}
+"""Script fields only one command reads. In the YAML (one recipe for every command) they are at home; on another
+command's command line they do nothing, which `ignored_flags` says."""
+
+
+def ignored_flags(command: str, argv: list[str]) -> list[tuple[str, str]]:
+    """``(flag, command that reads it)`` for each flag of ``argv`` that only another command reads."""
+    given = [arg.split("=", 1)[0] for arg in argv if arg.startswith("--")]
+    return [(flag, reader) for flag in given for reader, names in ONLY_READ_BY.items()
+            if reader != command and flag[2:].replace("-", "_") in names]
+
+
 def help_groups(command: str) -> list[tuple[str, list[str]]]:
     """``(title, field names)`` of the command's help; the RAPO group is what RAPOConfig declares, less the
     fields another group shows."""
