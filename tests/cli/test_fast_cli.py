@@ -67,6 +67,9 @@ def recipe_file(tmp_path, tiny_model_dir):
 RECIPE_ERRORS = {  # name: (YAML changes or None for the recipe as is, extra arguments, words of the one line)
     "unknown_key": ({"retrive_prob": 0.5}, [], ["unknown key 'retrive_prob'", "did you mean 'retrieve_prob'?"]),
     "wrong_type": ({"max_steps": "ten"}, [], ["'max_steps'", "wrong type", "expected int"]),
+    # YAML 1.1 reads `save_strategy: no` as False: the line says to quote it
+    "yaml_boolean": ({"save_strategy": False}, [], ["'save_strategy' = False", "expected str",
+                                                   "put the text in quotes, save_strategy: \"...\""]),
     "missing_config": (None, ["--config", "no-such.yaml"], ["cannot read config no-such.yaml", "No such file"]),
     "unknown_flag": (None, ["--learning_rat", "1e-4"], ["unrecognized arguments: --learning_rat",
                                                           "did you mean --learning_rate?"]),

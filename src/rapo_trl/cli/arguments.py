@@ -309,6 +309,11 @@ def check_config_types(config: dict, dataclass_types, command: str = "train") ->
     check_config_hints(config, hints, command)
 
 
+def _yaml_boolean_hint(key: str) -> str:
+    """What to write instead when YAML read a word meant as text as a boolean."""
+    return f" (YAML reads an unquoted no, yes, on, off, true or false as a boolean: put the text in quotes, {key}: \"...\")"
+
+
 def check_config_hints(config: dict, hints: dict, command: str = "train") -> None:
     """`check_config_types` against ``name -> type hint`` (the recipe's fields, read without importing them)."""
     from rapo_trl.cli.parsing import closest, replaced_field
@@ -326,4 +331,5 @@ def check_config_hints(config: dict, hints: dict, command: str = "train") -> Non
         if not _matches(value, hints[key]):
             raise ValueError(
                 f"config key '{key}' = {value!r} has the wrong type; expected {_type_name(hints[key])}"
+                + (_yaml_boolean_hint(key) if isinstance(value, bool) and _matches("text", hints[key]) else "")
             )
