@@ -105,3 +105,43 @@ def test_a_resume_on_another_store_says_so_and_one_on_the_same_store_does_not(ti
     assert "location" in warning and "records 2 -> 4" in warning  # two step records a trajectory
     for store in stores.values():
         store.close()
+
+
+def test_a_resume_with_other_arguments_names_what_they_do_and_an_unchanged_one_says_nothing(tiny_model_dir, tmp_path,
+                                                                                             caplog):
+    """Trainer keeps the checkpoint's learning rate and RNGs, stretches the schedules over a new max_steps and skips
+    the trained batches counted in the new sizes over the new dataset, all without a word (but for the batch size):
+    the checkpoint records the run's arguments and a resume names those that differ."""
+    import logging
+
+    def run(resume=None, stop=None, rows=1, **settings):
+        args = RAPOConfig(**common_args(tmp_path / "run", **{"max_steps": 2, "save_strategy": "steps", "save_steps": 1,
+                                                             "max_completion_length": 64, **settings}),
+                          max_turn_tokens=16, retrieve_prob=1.0, retrieve_prob_final=0.0)
+        trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(rows),
+                              trace_store=FixedStore(), tools=[EchoTool()],
+                              callbacks=[StopAfter(stop)] if stop else None)
+        trainer.add_callback(Scripted(trainer))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rapo_trl"):
+            trainer.train(resume_from_checkpoint=resume)
+        return [r.getMessage() for r in caplog.records if "other arguments" in r.getMessage()]
+
+    run(stop=1)
+    checkpoint = str(tmp_path / "run" / "checkpoint-1")
+    assert run(resume=checkpoint) == []
+    (warning,) = run(resume=checkpoint, learning_rate=0.01, seed=3, max_steps=4, rows=2, num_generations=2)
+    assert "learning_rate 0.1 -> 0.01: not applied" in warning
+    assert "max_steps 2 -> 4" in warning and "(p 0.5 -> 0.75 at step 1)" in warning
+    assert "seed 0 -> 3" in warning and "num_generations 4 -> 2" in warning and "dataset_rows 1 -> 2" in warning
+    assert "the dataset's rows" not in warning  # its size said it
+
+
+def test_the_dataset_digest_sees_another_order_or_other_rows_and_not_a_copy():
+    from rapo_trl.trainer.resilience.changed_arguments import dataset_digest
+
+    rows = [{"prompt": f"Q{i}"} for i in range(200)]
+    assert dataset_digest(rows) == dataset_digest([dict(row) for row in rows])
+    assert dataset_digest(rows) != dataset_digest(rows[::-1])
+    assert dataset_digest(rows) != dataset_digest(rows[:100] + [{"prompt": "other"}] + rows[101:])
+    assert dataset_digest(iter(rows)) is None  # no length: not compared

@@ -15,9 +15,11 @@ RAPO_STATE_FILE = "rapo_state_{process}.json"
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None) -> str:
-    """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``)."""
-    state = {"engine": engine.get_state(), "store": None, "run": run}
+def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None,
+                    arguments: dict | None = None) -> str:
+    """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``);
+    ``arguments``: the run's arguments a resume compares (``changed_arguments.py``)."""
+    state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments}
     describe = getattr(store, "describe", None)
     if describe is not None:
         try:
@@ -54,6 +56,12 @@ def saved_run(checkpoint: str, process_index: int) -> str | None:
     """The run id a checkpoint's RAPO state records (``None``: none, or no readable state)."""
     run = _saved_state(checkpoint, process_index).get("run")
     return run if isinstance(run, str) else None
+
+
+def saved_arguments(checkpoint: str, process_index: int) -> dict | None:
+    """The run arguments a checkpoint's RAPO state records (``None``: an older checkpoint, or no readable state)."""
+    arguments = _saved_state(checkpoint, process_index).get("arguments")
+    return arguments if isinstance(arguments, dict) else None
 
 
 STORE_IDENTITY = ("location", "collection", "embedder", "records")

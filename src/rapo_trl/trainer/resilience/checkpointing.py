@@ -7,10 +7,12 @@ the run (``store_outage.py``)."""
 
 from __future__ import annotations
 
+from rapo_trl.trainer.resilience.changed_arguments import run_arguments, warn_if_resumed_with_other_arguments
 from rapo_trl.trainer.resilience.checkpoint import (
     checked_resume,
     resume_rapo_state,
     save_rapo_state,
+    saved_arguments,
     saved_run,
     warn_if_resumed_on_another_store,
     whole_checkpoint_or_none,
@@ -60,7 +62,7 @@ class CheckpointingMixin:
         # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
         super()._save_rng_state(output_dir)
         save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
-                        self.growth_run)
+                        self.growth_run, run_arguments(self))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -73,4 +75,7 @@ class CheckpointingMixin:
             if self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
                 take_back_growth(self.trace_store, run, self.state.global_step)
         warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
+        if self.accelerator.is_main_process:  # the state's max_steps is the resumed run's here, its step the checkpoint's
+            warn_if_resumed_with_other_arguments(checkpoint, saved_arguments(checkpoint, self.accelerator.process_index),
+                                                 run_arguments(self), self.state.global_step)
         self.accelerator.wait_for_everyone()  # no process retrieves before every one has taken its growth back
