@@ -145,3 +145,33 @@ def test_the_dataset_digest_sees_another_order_or_other_rows_and_not_a_copy():
     assert dataset_digest(rows) != dataset_digest(rows[::-1])
     assert dataset_digest(rows) != dataset_digest(rows[:100] + [{"prompt": "other"}] + rows[101:])
     assert dataset_digest(iter(rows)) is None  # no length: not compared
+
+
+def test_a_resume_with_store_growth_off_still_takes_back_what_its_run_grew_after_the_checkpoint(tiny_model_dir,
+                                                                                                tmp_path):
+    """Resumed with store_growth_min_reward=None, the run grows nothing, but the interrupted run's records of the steps
+    after the checkpoint were left in the store for the resumed steps to retrieve."""
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    def grown(store):
+        return sorted(m["grown_at_step"] for page in store.iter_batches() for m in page["metadatas"]
+                      if "grown_at_step" in m)
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(32))
+    store.add_trajectories(["<think>t</think>\n<python>1</python>\n<result>\n1\n</result>\n<answer>7</answer>"], [1.0],
+                           ["q0"], prompts=["Q"])
+
+    def run(resume=None, **settings):
+        args = RAPOConfig(**common_args(tmp_path / "run", max_steps=2, save_strategy="steps", save_steps=1,
+                                        max_completion_length=64), max_turn_tokens=16, retrieve_prob=1.0, **settings)
+        trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), trace_store=store,
+                              tools=[EchoTool()])
+        trainer.add_callback(Scripted(trainer))
+        trainer.train(resume_from_checkpoint=resume)
+
+    run(store_growth_min_reward=0.0)
+    assert 1 in grown(store) and 2 in grown(store)
+    run(resume=str(tmp_path / "run" / "checkpoint-1"), store_growth_min_reward=None)
+    assert 2 not in grown(store) and 1 in grown(store)  # step 2 was taken again, growing nothing
+    store.close()

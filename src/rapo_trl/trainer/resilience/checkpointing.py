@@ -70,12 +70,14 @@ class CheckpointingMixin:
             return
         resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
         run = saved_run(checkpoint, self.accelerator.process_index)
+        saved = saved_arguments(checkpoint, self.accelerator.process_index)
         if run is not None:
             self.growth_run = run
-            if self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
+            # The checkpoint's run may have grown the store even when the resumed one does not (growth turned off).
+            grew = saved is not None and saved.get("store_growth_min_reward") is not None
+            if grew or self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
                 take_back_growth(self.trace_store, run, self.state.global_step)
         warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
         if self.accelerator.is_main_process:  # the state's max_steps is the resumed run's here, its step the checkpoint's
-            warn_if_resumed_with_other_arguments(checkpoint, saved_arguments(checkpoint, self.accelerator.process_index),
-                                                 run_arguments(self), self.state.global_step)
+            warn_if_resumed_with_other_arguments(checkpoint, saved, run_arguments(self), self.state.global_step)
         self.accelerator.wait_for_everyone()  # no process retrieves before every one has taken its growth back
