@@ -245,3 +245,32 @@ def test_the_warm_start_key_is_the_same_in_processes_with_different_hash_seeds(t
         seen.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert len({tuple(process["order"]) for process in seen}) > 1  # the set's order did differ between them
     assert len({process["key"] for process in seen}) == 1
+
+
+def test_sft_on_store_is_trained_again_when_the_warm_start_it_continues_changed(tiny_model_dir, tmp_path, capsys):
+    # SFT on the store trains the warm start's adapter further (start_adapter): its cache key held that adapter's
+    # path alone, so a warm start trained again (other steps, store, learning rate) left the old SFT-on-store model
+    # reused, continued from a warm start that no longer exists.
+    import json
+
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    common = dict(min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, learning_rate=1e-3)
+    out = str(tmp_path / "out")
+    history = tmp_path / "out" / SFT_ON_STORE_DIR / "sft_history.json"
+    for warm_steps in (2, 3):
+        warm = warm_start(str(tiny_model_dir), tok, rows, store, out, steps=warm_steps, **common)
+        capsys.readouterr()
+        warm_start(str(tiny_model_dir), tok, rows, store, out, steps=1, folder=SFT_ON_STORE_DIR, start_adapter=warm,
+                   **common)
+        assert "Warm start reused" not in capsys.readouterr().out, f"after a warm start of {warm_steps} steps"
+        assert json.loads(history.read_text())["steps"] == 1
+    # the same warm start again: both are reused
+    warm = warm_start(str(tiny_model_dir), tok, rows, store, out, steps=3, **common)
+    warm_start(str(tiny_model_dir), tok, rows, store, out, steps=1, folder=SFT_ON_STORE_DIR, start_adapter=warm,
+               **common)
+    assert capsys.readouterr().out.count("Warm start reused") == 2

@@ -127,9 +127,7 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
     SFT examples (the store's trajectories for the demonstrated questions), the settings, and package versions."""
     from importlib import metadata
 
-    folder = Path(model_path)
-    weights = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in folder.glob("*.safetensors")) \
-        if folder.is_dir() else []
+    weights = _fingerprint(model_path)
     versions = {}
     for name in _VERSIONED:
         try:
@@ -139,6 +137,19 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
     payload = {"format": _FORMAT, "model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
                "settings": settings, "versions": versions}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=_stable_json).encode()).hexdigest()
+
+
+def _fingerprint(path: str | None) -> list:
+    """What a model or adapter folder holds: its weight files' names, sizes and times, and the key it was made under
+    where it is a warm start of its own (a folder trained again keeps its path and, for a LoRA, its sizes)."""
+    if path is None or not Path(path).is_dir():
+        return []
+    folder = Path(path)
+    found: list = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in folder.glob("*.safetensors"))
+    stamp = folder / WARM_START_KEY_FILE
+    if stamp.is_file():
+        found.append(["made_under", stamp.read_text()])
+    return found
 
 
 def _stable_json(value):
@@ -196,6 +207,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                              seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
                              lora=lora.to_dict() if hasattr(lora, "to_dict") else lora or LORA,
                              start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {},
+                             **({"start_adapter_files": _fingerprint(start_adapter)} if start_adapter else {}),
                              **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}))
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
