@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rapo_trl.cli import evaluate, parse_recipe
 from rapo_trl.cli.common import load_questions
 
@@ -110,3 +112,45 @@ def test_a_dataset_of_numbers_is_scored_by_math_equivalence_unless_told(tmp_path
         evaluate.run(*parse_recipe("eval", [*argv, *flag]))
         assert f"pass@1 by {said} on eval" in capsys.readouterr().out
         assert json.loads((tmp_path / "report.json").read_text())["sets"]["eval"]["scoring"] == scoring
+
+
+def test_eval_leaves_out_a_baseline_folder_the_run_did_not_make(tmp_path, caplog):
+    """A run trained again in the same output_dir without sft_same_time (or another baseline) leaves the earlier run's
+    folder there; it was scored as this run's equal-time baseline. The run record lists the baselines the run made."""
+    from rapo_trl.cli.run_record import write_run_record
+
+    target = tmp_path / "out"
+    for folder in ("sft-warm-start", "sft-same-time", "grpo-same-rollouts"):
+        (target / folder).mkdir(parents=True)
+        (target / folder / "adapter_config.json").write_text("{}")
+    write_run_record(str(target), ["python"], "tags", None, "arithmetic", baselines=["warm_start"])
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+        models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"warm_start": str(target / "sft-warm-start"), "trained": str(target)}
+    assert "sft-same-time is left out" in caplog.text and "grpo-same-rollouts is left out" in caplog.text
+    write_run_record(str(target), ["python"], "tags", None, "arithmetic")  # a record of an older version: all scored
+    assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == [
+        "warm_start", "sft_same_time", "grpo_same_rollouts", "trained"]
+
+
+def test_train_records_the_baselines_it_makes(tiny_model_dir, tmp_path, monkeypatch):
+    from rapo_trl.cli import train
+    from tests.cli.conftest import recipe, write_yaml
+
+    class Recorded(Exception):
+        pass
+
+    seen = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise Recorded
+
+    monkeypatch.setattr(train, "write_run_record", record)
+    config = {**recipe(tiny_model_dir, tmp_path), "output_dir": str(tmp_path / "model"), "retrieve_prob": 0.0,
+              "grpo_same_rollouts": True}
+    script, args, model = parse_recipe("train", ["--config", str(write_yaml(tmp_path / "r.yaml", config))])
+    with pytest.raises(Recorded):
+        train.run(script, args, model)
+    assert seen["baselines"] == ["grpo_same_rollouts"]

@@ -35,7 +35,12 @@ from rapo_trl.cli.model_scoring import (  # noqa: F401 - MODEL_NAMES is re-expor
     score_loaded,
     score_models,
 )
-from rapo_trl.cli.run_record import refuse_trained_questions, refuse_what_eval_cannot_run, use_trained_tools
+from rapo_trl.cli.run_record import (
+    read_run_record,
+    refuse_trained_questions,
+    refuse_what_eval_cannot_run,
+    use_trained_tools,
+)
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS is re-exported
@@ -77,9 +82,14 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
         base = base or _base_of(target)
         if base:
             models["base"] = base
+    made = (read_run_record(target) or {}).get("baselines")  # None: a run recorded before train listed them
     for name, folder in BASELINE_FOLDERS.items():
         # a merged model (config.json) or a LoRA adapter over the warm start (adapter_config.json)
         if any((Path(target) / folder / f).exists() for f in ("config.json", "adapter_config.json")):
+            if made is not None and name not in made:
+                logger.warning("rapo eval: %s is left out: the run that trained %s made no %s (the folder is an "
+                               "earlier run's in the same output_dir).", Path(target) / folder, target, name)
+                continue
             models[name] = str(Path(target) / folder)
     models["trained"] = target
     return models

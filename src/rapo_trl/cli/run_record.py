@@ -17,14 +17,18 @@ logger = logging.getLogger("rapo_trl.cli")
 
 
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
-                     task: str, base_model: str | None = None, trained_questions: Iterable[str] = ()) -> None:
+                     task: str, base_model: str | None = None, trained_questions: Iterable[str] = (),
+                     baselines: Iterable[str] | None = None) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
     paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; ``base_model``, what
-    a pushed adapter names as its base (``rapo push`` reads it); and the questions it trained on, as hashes of their
-    text (``rapo eval`` refuses an eval set holding one)."""
+    a pushed adapter names as its base (``rapo push`` reads it); the questions it trained on, as hashes of their
+    text (``rapo eval`` refuses an eval set holding one); and the ``baselines`` it makes beside the model (names of
+    ``rapo eval``'s models: it scores no other folder, such as one an earlier run left in the same output_dir)."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
               "environment_factory": environment_factory, "base_model": base_model}
+    if baselines is not None:
+        record["baselines"] = list(baselines)
     hashes = question_hashes(trained_questions)
     if hashes:
         record["trained_question_hashes"] = sorted(hashes)

@@ -185,7 +185,7 @@ def run(script, rapo_args, model_args) -> dict:
         if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
-                             trained_questions=_questions(rows, demo_rows))
+                             trained_questions=_questions(rows, demo_rows), baselines=_baselines(script))
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if script.sft_same_time:
@@ -213,6 +213,13 @@ def run(script, rapo_args, model_args) -> dict:
         del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
         _train_grpo_after_rapo(data, source, warm, rapo_args, steps)
     return result.metrics
+
+
+def _baselines(script) -> list[str]:
+    """The models this run makes beside the trained one, by ``rapo eval``'s names."""
+    made = {"warm_start": script.sft_warmup_steps > 0, "sft_on_store": script.sft_store_steps > 0,
+            "sft_same_time": script.sft_same_time, "grpo_same_rollouts": script.grpo_same_rollouts}
+    return [name for name, on in made.items() if on]
 
 
 def _questions(*row_sets) -> list[str]:
