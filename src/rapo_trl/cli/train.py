@@ -182,6 +182,10 @@ def run(script, rapo_args, model_args) -> dict:
     alongside = grpo_alongside(script, rapo_args, model_args, warm) if script.grpo_alongside else nullcontext()
     with alongside:
         trainer = build_trainer(data, source, warm, rapo_args, store)
+        if script.sft_same_time:
+            from rapo_trl.cli.trained_time import TrainedSeconds
+
+            trainer.add_callback(TrainedSeconds())  # RL's time over every session: train_runtime is the last one's
         if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
@@ -191,10 +195,12 @@ def run(script, rapo_args, model_args) -> dict:
         if script.sft_same_time:
             from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
+            seconds = max(TrainedSeconds.of(trainer), result.metrics["train_runtime"])
+
             # The fair baseline: RL's starting point trained further by SFT for as long as RAPO trained; only
             # evaluated. With LoRA, its adapter trained further; otherwise a LoRA over the merged starting point.
             warm_start(model_path if lora_run else warm, rows=demo_rows, store=demo_store,
-                       steps=script.sft_warmup_steps, max_seconds=result.metrics["train_runtime"],
+                       steps=script.sft_warmup_steps, max_seconds=seconds,
                        folder=SFT_SAME_TIME_DIR, start_adapter=warm if lora_run else None,
                        retrieved_share=script.sft_retrieved_share, **sft)
         save_history_and_plots(trainer, rapo_args.output_dir)
