@@ -111,3 +111,24 @@ def test_episode_rewards_weigh_and_await_as_grpo_trainer_sums_them():
                 for environment, size in zip(environments, (2, 5))]
     totals = episode_rewards(episodes, ROWS * 2, [turns, total_is_three], [0.5, 10.0])
     assert totals == [0.5 * 2 + 10.0 + 3, 0.5 * 5 + 0.0 + 4]
+
+
+def test_a_nan_get_reward_is_left_out_as_grpo_trainer_leaves_it_out(tiny_model, tmp_path):
+    """TRL sums the rewards with nansum, so an environment whose ``get_reward`` is NaN adds nothing; the NaN must not
+    make the rollout's total NaN (sorted first and then dropped, losing the best rollout with it)."""
+
+    class NanForOne(Counter):
+        def get_reward(self) -> float:
+            return float("nan") if self.total == 1 else float(self.total)
+
+    def answered(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    agent = _agent(tiny_model, [POOR, GOOD], NanForOne)
+    assert build_from_environment(store, agent, ROWS, answered, num_samples=2, keep_top_k=1) == 3
+    assert {m["reward"] for m in store.collection.get(include=["metadatas"])["metadatas"]} == {6.0}
+    episodes = _agent(tiny_model, [POOR, GOOD], NanForOne).episodes(ROWS * 2)
+    from rapo_trl.store.environment_build import episode_rewards
+
+    assert episode_rewards(episodes, ROWS * 2, [answered]) == [1.0, 6.0]

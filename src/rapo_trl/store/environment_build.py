@@ -19,7 +19,7 @@ def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Calla
     """Each episode's reward as GRPOTrainer sums it: the reward functions called as TRL calls them (``prompts``,
     ``completions`` as chat messages, ``completion_ids``, ``environments`` and the rows' other columns), weighted by
     ``reward_weights`` (default 1 each), plus ``get_reward()`` of environments that define it, with weight 1; ``async``
-    ones awaited; a ``None`` is left out, as TRL leaves out NaN."""
+    ones awaited; a ``None`` or NaN (a reward function's or ``get_reward``'s) is left out, as TRL leaves out NaN."""
     weights = [1.0] * len(reward_funcs) if reward_weights is None else [float(w) for w in reward_weights]
     if len(weights) != len(reward_funcs):
         raise ValueError(f"got {len(weights)} reward weights for {len(reward_funcs)} reward functions")
@@ -36,7 +36,7 @@ def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Calla
     for i, episode in enumerate(episodes):
         get_reward = getattr(episode.environment, "get_reward", None)
         value = resolved(get_reward()) if callable(get_reward) else None
-        totals[i] += 0.0 if value is None else float(value)
+        totals[i] += 0.0 if value is None or math.isnan(float(value)) else float(value)
     return totals
 
 
