@@ -132,3 +132,25 @@ def test_a_nan_get_reward_is_left_out_as_grpo_trainer_leaves_it_out(tiny_model, 
     from rapo_trl.store.environment_build import episode_rewards
 
     assert episode_rewards(episodes, ROWS * 2, [answered]) == [1.0, 6.0]
+
+
+def test_a_reset_observation_joins_content_blocks_as_grpo_trainer_joins_them():
+    from rapo_trl.rollout.environment_agent import observed_prompt
+
+    class Observing(Counter):
+        def __init__(self, observation):
+            super().__init__()
+            self.observation = observation
+
+        def reset(self, **kwargs):
+            super().reset(**kwargs)
+            return self.observation
+
+    blocks = {"prompt": [{"role": "user", "content": [{"type": "text", "text": "Count."}]}]}
+    text = {"prompt": [{"role": "user", "content": "Count."}]}
+    block = [{"type": "text", "text": " Start at 2."}]
+    expected = [{"role": "user", "content": [{"type": "text", "text": "Count."}, *block]}]
+    assert observed_prompt(Observing(" Start at 2."), blocks) == expected
+    assert observed_prompt(Observing(block), text) == expected
+    assert observed_prompt(Observing(" Start at 2."), text) == [{"role": "user", "content": "Count. Start at 2."}]
+    assert blocks["prompt"][0]["content"] == [{"type": "text", "text": "Count."}]  # the row is left as it was

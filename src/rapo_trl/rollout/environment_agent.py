@@ -37,8 +37,16 @@ def observed_prompt(environment, row: dict) -> list[dict]:
     if environment is None:  # standalone JSON tools only: the prompt as it is
         return prompt
     observation = environment.reset(**row)
-    if observation is not None:
-        prompt[-1]["content"] = prompt[-1]["content"] + observation
+    if observation is None:
+        return prompt
+    # As GRPOTrainer joins them: a text observation and a message of content blocks (or the other way round) become
+    # content blocks.
+    content = prompt[-1]["content"]
+    if isinstance(observation, list) and isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if isinstance(observation, str) and isinstance(content, list):
+        observation = [{"type": "text", "text": observation}]
+    prompt[-1]["content"] = content + observation
     return prompt
 
 
