@@ -154,3 +154,19 @@ def test_a_reset_observation_joins_content_blocks_as_grpo_trainer_joins_them():
     assert observed_prompt(Observing(block), text) == expected
     assert observed_prompt(Observing(" Start at 2."), text) == [{"role": "user", "content": "Count. Start at 2."}]
     assert blocks["prompt"][0]["content"] == [{"type": "text", "text": "Count."}]  # the row is left as it was
+
+
+def test_an_environment_without_reset_is_refused_clearly(tiny_model):
+    import pytest
+
+    class NoReset:
+        def add(self, n: int) -> int:
+            """Add a number.
+
+            Args:
+                n: the number to add
+            """
+            return n
+
+    with pytest.raises(ValueError, match="must define a callable reset.*NoReset has none"):
+        _agent(tiny_model, [GOOD], NoReset).episodes(ROWS)

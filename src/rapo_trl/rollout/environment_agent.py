@@ -36,6 +36,9 @@ def observed_prompt(environment, row: dict) -> list[dict]:
     prompt = [dict(message) for message in messages]
     if environment is None:  # standalone JSON tools only: the prompt as it is
         return prompt
+    if not callable(getattr(environment, "reset", None)):
+        raise ValueError(f"Each environment returned by environment_factory must define a callable reset (as TRL's "
+                         f"GRPOTrainer requires); {type(environment).__name__} has none.")
     observation = environment.reset(**row)
     if observation is None:
         return prompt
