@@ -57,3 +57,24 @@ def test_answers_of_mixed_types_load_as_one_column(tmp_path, answers, read):
     path = _file(tmp_path, *(json.dumps({"question": f"Question {i}?", "answer": a}) for i, a in enumerate(answers)))
     assert [row["answer"] for row in read_qa_jsonl(path)] == read
     assert load_jsonl_qa(path)["answer"] == read  # the dataset column Arrow refused before
+
+
+@pytest.mark.parametrize("answers, read", [
+    (["twelve", 15], ["twelve", "15"]),
+    (["4", ["2", 2]], [["4"], ["2", "2"]]),
+    ([7, [1, 2]], [[7], [1, 2]]),
+])
+def test_mixed_answers_loaded_by_datasets_become_rows(tmp_path, monkeypatch, answers, read):
+    """docs/your-own-task.md loads its JSONL file with ``load_dataset("json")``, which keeps a mix of answer types
+    as they are (a ``Json`` column): ``to_rapo_rows`` brings them to one type as the JSONL reader does."""
+    from datasets import load_dataset
+
+    from rapo_trl import PythonTool, rapo_outcome_reward, to_rapo_rows
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    path = _file(tmp_path, *(json.dumps({"question": f"Question {i}?", "answer": a}) for i, a in enumerate(answers)))
+    rows = to_rapo_rows(load_dataset("json", data_files=str(path), split="train"), tools=[PythonTool()])
+    assert rows["answer"] == read
+    answer = "<think>t</think>\n<answer>\\boxed{%s}</answer>"
+    completions = [answer % (a[0] if isinstance(a, list) else a) for a in read]
+    assert rapo_outcome_reward(None, completions, None, answer=rows["answer"]) == [1.0] * len(read)

@@ -52,16 +52,21 @@ def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: 
 
 
 def _answers_of_one_type(rows: list[dict]) -> list[dict]:
-    """``rows`` with answers of one type, as a dataset column holds them (Arrow refuses a mix): where some answers
-    are lists of golds, every answer is one (``"4"`` -> ``["4"]``); where some are text, numbers are written as text
-    (``12`` beside ``"15"``). The rewards score a gold and a list holding it alike, and a number's text by its value."""
-    answers = [row["answer"] for row in rows]
+    """``rows`` with answers of one type (:func:`answers_of_one_type`)."""
+    answers = answers_of_one_type([row["answer"] for row in rows])
+    return [{**row, "answer": answer} for row, answer in zip(rows, answers)]
+
+
+def answers_of_one_type(answers: list) -> list:
+    """``answers`` of one type, as a dataset column holds them (Arrow refuses a mix): where some answers are lists of
+    golds, every answer is one (``"4"`` -> ``["4"]``); where some are text, numbers are written as text (``12`` beside
+    ``"15"``). The rewards score a gold and a list holding it alike, and a number's text by its value."""
     if any(isinstance(answer, list) for answer in answers):
         answers = [answer if isinstance(answer, list) else [answer] for answer in answers]
     if any(isinstance(gold, str) for answer in answers for gold in (answer if isinstance(answer, list) else [answer])):
         answers = [[_as_text(gold) for gold in answer] if isinstance(answer, list) else _as_text(answer)
                    for answer in answers]
-    return [{**row, "answer": answer} for row, answer in zip(rows, answers)]
+    return answers
 
 
 def _as_text(gold):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from rapo_trl.jsonl_qa import read_qa_jsonl
+from rapo_trl.jsonl_qa import answers_of_one_type, read_qa_jsonl
 from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for
 from rapo_trl.tasks.splits import stable_hash
 
@@ -49,8 +49,9 @@ def to_rapo_rows(
     """RAPO training/eval rows from any dataset with a question and an answer column.
 
     Adds ``prompt`` (system + user messages, or one string when ``conversational=False``), puts the
-    gold(s) in ``answer`` (a string, a number, a list of them or SQuAD's ``{"text": [...]}``, kept as given; a
-    row without one, such as ``None`` or ``""``, is refused) and adds a stable
+    gold(s) in ``answer`` (a string, a number, a list of them or SQuAD's ``{"text": [...]}``, kept as given but for a
+    mix, which is brought to one type as ``load_jsonl_qa`` does: with some lists every answer becomes a list, with
+    some strings numbers become their text; a row without one, such as ``None`` or ``""``, is refused) and adds a stable
     ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
 
@@ -88,6 +89,8 @@ def to_rapo_rows(
     answers = list(dataset[answer_column])
     for index, answer in enumerate(answers):
         _check_gold(index, answer_column, answer)
+    # A column of mixed answers (datasets' Json feature, as load_dataset("json") gives a file of them) as one type.
+    answers = answers_of_one_type(answers)
     # Replaced columns go first, so their old types cannot clash with the new ones.
     replaced = {"prompt", "answer", "question_id", answer_column} & set(dataset.column_names)
     rows = dataset.remove_columns(sorted(replaced))
