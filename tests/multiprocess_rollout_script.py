@@ -42,6 +42,8 @@ def main(model_dir: str, out_dir: str) -> None:
         "f_ret_batch": batch["rapo_retrieved_fraction"].tolist(),
         "f_ret": [r.retrieved_fraction for r in rows],
         "hybrid_share": trainer._metrics["train"]["rapo/hybrid_share"][-1],
+        "seconds": {name: trainer._metrics["train"][name][-1]
+                    for name in ("rapo/time_generate", "rapo/time_tools", "rapo/time_retrieval")},
         "by_retrieval": {name: trainer._metrics["train"][name][-1]
                          for name in ("rapo/reward_hybrid_retrieved", "rapo/reward_on_policy")
                          if name in trainer._metrics["train"]},

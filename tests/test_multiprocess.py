@@ -44,6 +44,7 @@ def test_group_straddling_two_processes(two_processes):
     ranks = two_processes["straddling"]
     assert ranks[0]["hybrid"] == [True, True] and ranks[1]["hybrid"] == [False, False]
     assert ranks[0]["hybrid_share"] == ranks[1]["hybrid_share"] == 0.5  # gathered over both processes
+    assert ranks[0]["seconds"] == ranks[1]["seconds"]  # the slowest process's, not each its own (process 0's logged)
     # rank 0 holds the hybrid rows (rewards 1, 2; both retrieved), rank 1 the on-policy rows (3, 0): both log both
     for rank in ranks:
         assert rank["by_retrieval"] == {"rapo/reward_hybrid_retrieved": 1.5, "rapo/reward_on_policy": 1.5}

@@ -7,7 +7,13 @@ import torch
 from accelerate import Accelerator
 
 from rapo_trl.rollout import RetrievalEvent, RolloutRow, RolloutStats
-from rapo_trl.trainer.metrics import gathered_mean, gathered_sum, retrieval_reward_metrics, rollout_metrics
+from rapo_trl.trainer.metrics import (
+    gathered_max,
+    gathered_mean,
+    gathered_sum,
+    retrieval_reward_metrics,
+    rollout_metrics,
+)
 
 
 def mean(values, weights=None):
@@ -22,6 +28,29 @@ def test_gathered_mean_weights_and_empty():
     assert mean([1.0, 3.0]) == 2.0
     assert mean([1.0, 3.0], [3.0, 1.0]) == 1.5
     assert mean([]) == 0.0
+
+
+class TwoProcesses:
+    """An accelerator of two processes, the other one's values ``other`` times this one's."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, other: float):
+        self.other = other
+
+    def gather(self, tensor):
+        return torch.cat([tensor, tensor * self.other])
+
+
+def test_phase_seconds_are_the_slowest_processs_not_process_zeros():
+    """Process 0's seconds alone hid a process 1 stuck in its tools (the log shows process 0's values)."""
+    assert gathered_max(TwoProcesses(other=4.0), 2.0) == 8.0
+    stats = RolloutStats(generate_seconds=3.0, tool_seconds=1.0, retrieval_seconds=0.5)
+    row = RolloutRow([1], completion_ids=[5] * 4)
+    metrics = rollout_metrics([row], stats, store_errors=0, retrieve_prob=0.5, mean=mean, total=total,
+                              slowest=lambda value: gathered_max(TwoProcesses(other=10.0), value))
+    assert (metrics["rapo/time_generate"], metrics["rapo/time_tools"], metrics["rapo/time_retrieval"]) == (
+        30.0, 10.0, 5.0)
 
 
 def event(pre, post, fallback=False):

@@ -36,6 +36,12 @@ def gathered_sum(accelerator, value: float) -> float:
     return float(stacked.sum())
 
 
+def gathered_max(accelerator, value: float) -> float:
+    """The largest of ``value`` over processes; every process must call it (it gathers)."""
+    stacked = accelerator.gather(torch.tensor([float(value)], dtype=torch.float32, device=accelerator.device))
+    return float(stacked.max())
+
+
 def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
                         total: Callable[[float], float]) -> dict[str, float]:
     """The mean over processes of each name's values, for the names some process has values of: a share of nothing
@@ -45,14 +51,18 @@ def means_where_defined(values_by_name: dict[str, list[float]], mean: Mean,
 
 
 def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: int, retrieve_prob: float,
-                    mean: Mean, total: Callable[[float], float]) -> dict[str, float]:
+                    mean: Mean, total: Callable[[float], float],
+                    slowest: Callable[[float], float] | None = None) -> dict[str, float]:
     """What the rollout did: retrieval, tools, truncation and time per phase; ``store_errors`` is this process's count
-    over the run, logged summed over processes. ``total`` sums a number over processes:
+    over the run, logged summed over processes. ``total`` sums a number over processes, ``slowest`` takes its largest
+    (the seconds of each phase: processes roll out side by side and the step waits for the slowest; ``None``: one
+    process):
     a quantity of the retrievals is left out of a step that made none on any process, rather than logged as 0 (which
     a log over several steps would average in)."""
     events = [e for row in rows for e in row.retrievals]
     hybrid = [row for row in rows if row.is_hybrid]
     called = [row for row in rows if row.tool_calls]
+    slowest = slowest or float
     per_retrieval = means_where_defined(
         {"rapo/fallback_rate": [float(e.is_fallback) for e in events],
          "rapo/entropy_before_retrieval": [e.entropy_pre for e in events if e.entropy_pre is not None],
@@ -71,9 +81,9 @@ def rollout_metrics(rows: list[RolloutRow], stats: RolloutStats, store_errors: i
         "tools/call_frequency": mean([float(r.tool_calls) for r in rows]),
         "tools/failure_frequency": mean([r.tool_failures / r.tool_calls for r in called],
                                         [float(r.tool_calls) for r in called]),
-        "rapo/time_generate": stats.generate_seconds,
-        "rapo/time_tools": stats.tool_seconds,
-        "rapo/time_retrieval": stats.retrieval_seconds,
+        "rapo/time_generate": slowest(stats.generate_seconds),
+        "rapo/time_tools": slowest(stats.tool_seconds),
+        "rapo/time_retrieval": slowest(stats.retrieval_seconds),
     }
 
 

@@ -64,6 +64,7 @@ from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import (
     CUMULATIVE_METRICS,
+    gathered_max,
     gathered_mean,
     gathered_sum,
     rollout_metrics,
@@ -372,7 +373,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         mean = functools.partial(gathered_mean, self.accelerator)
         # Evaluation retrieves nothing: its p is 0, and the store-error count is training's, not the evaluation's.
         metrics = rollout_metrics(rollout.rows, rollout.stats, engine.store_errors, retrieve_prob if training else 0.0,
-                                  mean, functools.partial(gathered_sum, self.accelerator))
+                                  mean, functools.partial(gathered_sum, self.accelerator),
+                                  functools.partial(gathered_max, self.accelerator))
         if not training:
             del metrics["rapo/store_errors"]
         self._log_metrics("train" if training else "eval", {**rollout.metrics, **metrics})
