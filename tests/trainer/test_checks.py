@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import torch
 from datasets import Dataset
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -16,6 +17,7 @@ from rapo_trl.trainer.checks import (
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
     warn_if_prompt_and_tools_differ,
+    warn_on_lost_signal,
 )
 from tests.helpers.scripted import Turn
 from tests.helpers.trainers import batch_inputs, rapo_trainer, script
@@ -87,6 +89,40 @@ def test_a_step_whose_tool_calls_all_fail_is_warned_about_once(tiny_model_dir, t
     found = [m for m in warnings_of(caplog) if "tool call" in m]
     assert len(found) == 1 and "every tool call of the last step failed (4 calls)" in found[0]
     assert "<python>: Error" in found[0] and "boom happened" in found[0]
+
+
+class OneOfTwoProcesses:
+    """Process ``index`` of two; the other process's rows made ``other_calls`` tool calls, none failed."""
+
+    device = torch.device("cpu")
+    num_processes = 2
+
+    def __init__(self, index: int, other_calls: int):
+        self.process_index, self.is_main_process, self.other_calls = index, index == 0, other_calls
+
+    def gather(self, tensor):
+        other = torch.full_like(tensor, self.other_calls) if tensor.numel() == 1 else torch.zeros_like(tensor)
+        return torch.cat([tensor, other])
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_tool_failures_are_judged_over_every_processs_rows_and_said_once(index, caplog, monkeypatch):
+    """Two processes: this one's two calls failed, the other's two worked, so not every call of the step failed;
+    and the warnings due (three flat steps here) are said by the main process only, not once per process."""
+    from rapo_trl.rollout import RolloutRow
+    from rapo_trl.signal_monitor import SignalMonitor
+
+    monkeypatch.setattr("accelerate.utils.gather_object", lambda errors: list(errors))  # the other has none
+    rows = [RolloutRow([1], completion_ids=[5], tool_calls=1) for _ in range(2)]
+    for row in rows:
+        row.tool_errors.append(("python", "Error: boom"))
+    monitor = SignalMonitor(patience=3)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(3):
+            warn_on_lost_signal(monitor, rows, torch.zeros(4), 4, OneOfTwoProcesses(index, other_calls=2))
+    said = warnings_of(caplog)
+    assert not [m for m in said if "tool call" in m]
+    assert len([m for m in said if "equal for 3 steps" in m]) == (1 if index == 0 else 0)
 
 
 def test_a_step_with_one_working_tool_call_is_not_warned_about(tiny_model_dir, tmp_path, caplog):

@@ -291,12 +291,19 @@ def check_user_vllm(args, vllm_llm) -> None:
 
 
 def warn_on_lost_signal(monitor, rows, rewards, group_size: int, accelerator) -> None:
-    """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed. Every
-    process calls it (it gathers)."""
+    """Once each: flat groups or truncated rollouts for several steps; a step whose every tool call failed. Judged
+    over every process's rows (the tool calls and errors gathered too: one process's rows failing is not the step's
+    every call) and said once, by the main process. Every process calls it (it gathers)."""
     import torch
+    from accelerate.utils import gather_object
 
     truncated = accelerator.gather(torch.tensor([float(r.truncated) for r in rows], device=accelerator.device))
     messages = monitor.update(rewards.nan_to_num(nan=0.0).tolist(), group_size, truncated.bool().tolist())
-    messages += monitor.update_tools(sum(r.tool_calls for r in rows), [e for r in rows for e in r.tool_errors])
-    for message in messages:
-        logger.warning("RAPO: %s", message)
+    calls = accelerator.gather(torch.tensor([sum(r.tool_calls for r in rows)], device=accelerator.device))
+    errors = [e for r in rows for e in r.tool_errors]
+    if accelerator.num_processes > 1:
+        errors = [tuple(e) for e in gather_object(errors)]
+    messages += monitor.update_tools(int(calls.sum()), errors)
+    if accelerator.is_main_process:
+        for message in messages:
+            logger.warning("RAPO: %s", message)
