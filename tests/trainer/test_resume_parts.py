@@ -13,6 +13,7 @@ from trl.trainer.utils import RepeatSampler
 
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import StoreConfig, TraceStore
+from rapo_trl.trainer.resilience.checkpoint import runs_to_take_back
 from rapo_trl.trainer.resilience.epoch_order import ResumableRepeatSampler, resumable
 from rapo_trl.trainer.resilience.growth_rollback import growth_tag, take_back_growth
 from rapo_trl.trainer.resilience.sigterm_stop import SigtermStop
@@ -56,6 +57,28 @@ def test_a_resume_deletes_only_its_runs_growth_after_the_checkpoint(tmp_path, ca
         assert left == {(None, None), ("a", 1), ("b", 3)}
         assert [r.record_id for r in store.select([f"Q\n{TRAJECTORY.format(2)}"])] != []  # still searchable
     assert take_back_growth(SimpleNamespace(), "a", 1) == 0  # a store of the user's own without the method
+
+
+def test_a_run_of_two_processes_resumed_on_one_takes_back_both_processes_growth(tmp_path):
+    """Each process tags its growth with its own run id: resumed on one process, process 1's records of the steps
+    after the checkpoint stayed in the store (the resumed run retrieved them). Process 0 now takes them back too."""
+    import json
+
+    checkpoint = tmp_path / "checkpoint-1"
+    checkpoint.mkdir()
+    for index, run in enumerate("ab"):
+        state = {"engine": None, "run": run, "arguments": {"store_growth_min_reward": 0.5}}
+        (checkpoint / f"rapo_state_{index}.json").write_text(json.dumps(state))
+    assert runs_to_take_back(str(checkpoint), 0, 1, growing=False) == ["a", "b"]  # resumed on one process
+    assert runs_to_take_back(str(checkpoint), 0, 2, growing=False) == ["a"]  # on two: each takes its own back
+    assert runs_to_take_back(str(checkpoint), 1, 2, growing=False) == ["b"]
+    with _store(tmp_path / "store") as store:
+        for run, value in (("a", 1), ("b", 2)):
+            store.add_policy_trajectories(["Q"], [TRAJECTORY.format(value)], [1.0], [f"q{value}"],
+                                          metadata=growth_tag(run, 2))
+        for run in runs_to_take_back(str(checkpoint), 0, 1, growing=False):
+            take_back_growth(store, run, 1)
+        assert len(store) == 0
 
 
 def test_a_store_that_cannot_delete_is_said_and_the_resume_goes_on(caplog):

@@ -64,6 +64,29 @@ def saved_arguments(checkpoint: str, process_index: int) -> dict | None:
     return arguments if isinstance(arguments, dict) else None
 
 
+def runs_to_take_back(checkpoint: str, process_index: int, num_processes: int, growing: bool) -> list[str]:
+    """The runs whose growth after ``checkpoint`` this process takes back on resume: its own saved run, and on
+    process 0 also those of the checkpoint's processes the resumed run does not have (a run saved by two processes,
+    resumed on one: its second process's records would otherwise stay, and be retrieved at steps the interrupted run
+    could not). A run counts where it grew the store (its saved arguments) or the resumed run grows it."""
+    indexes = [process_index]
+    if process_index == 0:
+        prefix, suffix = RAPO_STATE_FILE.split("{process}")
+        with suppress(OSError):
+            for name in os.listdir(checkpoint):
+                saved = name.removeprefix(prefix).removesuffix(suffix)
+                if name.startswith(prefix) and name.endswith(suffix) and saved.isdigit() \
+                        and int(saved) >= num_processes:
+                    indexes.append(int(saved))
+    runs = []
+    for index in sorted(set(indexes)):
+        run, saved = saved_run(checkpoint, index), saved_arguments(checkpoint, index)
+        grew = saved is not None and saved.get("store_growth_min_reward") is not None
+        if run is not None and (grew or growing) and run not in runs:
+            runs.append(run)
+    return runs
+
+
 STORE_IDENTITY = ("location", "collection", "embedder", "records")
 """What a checkpoint's store description and the resumed run's store are compared on (after the steps past the
 checkpoint have taken their growth back, an unchanged store holds the checkpoint's records)."""

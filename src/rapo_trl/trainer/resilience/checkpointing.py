@@ -11,6 +11,7 @@ from rapo_trl.trainer.resilience.changed_arguments import run_arguments, warn_if
 from rapo_trl.trainer.resilience.checkpoint import (
     checked_resume,
     resume_rapo_state,
+    runs_to_take_back,
     save_rapo_state,
     saved_arguments,
     saved_run,
@@ -73,10 +74,12 @@ class CheckpointingMixin:
         saved = saved_arguments(checkpoint, self.accelerator.process_index)
         if run is not None:
             self.growth_run = run
-            # The checkpoint's run may have grown the store even when the resumed one does not (growth turned off).
-            grew = saved is not None and saved.get("store_growth_min_reward") is not None
-            if grew or self.args.store_growth_min_reward is not None:  # the state is the checkpoint's here: its global_step is the one resumed
-                take_back_growth(self.trace_store, run, self.state.global_step)
+        # The checkpoint's run may have grown the store even when the resumed one does not (growth turned off); a
+        # process the resumed run lacks has its growth taken back by process 0. The state is the checkpoint's here:
+        # its global_step is the one resumed.
+        for grown_by in runs_to_take_back(checkpoint, self.accelerator.process_index, self.accelerator.num_processes,
+                                          growing=self.args.store_growth_min_reward is not None):
+            take_back_growth(self.trace_store, grown_by, self.state.global_step)
         warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
         if self.accelerator.is_main_process:  # the state's max_steps is the resumed run's here, its step the checkpoint's
             warn_if_resumed_with_other_arguments(checkpoint, saved, run_arguments(self), self.state.global_step)

@@ -5,7 +5,8 @@ after that (in the loss, in the checkpoint save) leaves records of a step its la
 checkpoint, it would retrieve them when it takes the step again, where the uninterrupted run could not: the resumed
 run would not be the run it continues. So every grown record is tagged with the run (an id kept in each
 checkpoint's RAPO state, one per process) and the step that grew it, and a resume first deletes its run's records
-of the steps after the checkpoint. Records grown by other runs sharing the store are left alone.
+of the steps after the checkpoint (each process its own; process 0 also those of the checkpoint's processes the
+resumed run does not have, ``checkpoint.runs_to_take_back``). Records grown by other runs sharing the store are left alone.
 """
 
 from __future__ import annotations
