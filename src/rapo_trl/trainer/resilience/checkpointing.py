@@ -80,7 +80,7 @@ class CheckpointingMixin:
         for grown_by in runs_to_take_back(checkpoint, self.accelerator.process_index, self.accelerator.num_processes,
                                           growing=self.args.store_growth_min_reward is not None):
             take_back_growth(self.trace_store, grown_by, self.state.global_step)
-        warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
-        if self.accelerator.is_main_process:  # the state's max_steps is the resumed run's here, its step the checkpoint's
+        if self.accelerator.is_main_process:  # said once; the state's max_steps is the resumed run's here, its step the checkpoint's
+            warn_if_resumed_on_another_store(checkpoint, self.accelerator.process_index, self.trace_store)
             warn_if_resumed_with_other_arguments(checkpoint, saved, run_arguments(self), self.state.global_step)
         self.accelerator.wait_for_everyone()  # no process retrieves before every one has taken its growth back
