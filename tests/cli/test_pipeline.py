@@ -81,7 +81,7 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     trained_on = record.pop("trained_question_hashes")
     assert record == {
         "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,
-        "base_model": str(Path(base["model_name_or_path"]).resolve())}
+        "base_model": str(Path(base["model_name_or_path"]).resolve()), "baselines": []}  # no baseline beside it
     # the questions it trained on, which rapo eval refuses to ask
     assert set(trained_on) == question_hashes(load_questions(parse_recipe("train", ["--config", str(
         cli_work[0] / "recipe.yaml")])[0], "train")["question"])
