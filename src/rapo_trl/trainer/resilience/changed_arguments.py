@@ -22,6 +22,8 @@ logger = logging.getLogger("rapo_trl.trainer")
 
 SKIPS_OTHER_PROMPTS = ("the batches its run trained are skipped counted in the new sizes, so this epoch can repeat some "
                        "prompts and never reach others")
+SKIPS_BY_POSITION = ("the prompts its run trained are skipped by position in the new dataset, so this epoch repeats "
+                     "some prompts and never reaches others")
 CONSEQUENCES = {
     "learning_rate": "not applied: the optimizer and scheduler restored from the checkpoint keep the saved rate",
     "max_steps": "the learning-rate schedule and retrieve_prob's decay are spread over the new count from here: they "
@@ -34,10 +36,8 @@ CONSEQUENCES = {
     "num_generations": SKIPS_OTHER_PROMPTS,
     "num_iterations": SKIPS_OTHER_PROMPTS,
     "num_processes": SKIPS_OTHER_PROMPTS,
-    "dataset_rows": "the prompts its run trained are skipped by position in the new dataset, so this epoch repeats "
-                    "some prompts and never reaches others",
-    "dataset_rows_digest": "the prompts its run trained are skipped by position in the new dataset, so this epoch "
-                           "repeats some prompts and never reaches others",
+    "dataset_rows": SKIPS_BY_POSITION,
+    "dataset_rows_digest": SKIPS_BY_POSITION,
 }
 
 

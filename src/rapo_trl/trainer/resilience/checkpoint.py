@@ -80,9 +80,10 @@ def runs_to_take_back(checkpoint: str, process_index: int, num_processes: int, g
                     indexes.append(int(saved))
     runs = []
     for index in sorted(set(indexes)):
-        run, saved = saved_run(checkpoint, index), saved_arguments(checkpoint, index)
-        grew = saved is not None and saved.get("store_growth_min_reward") is not None
-        if run is not None and (grew or growing) and run not in runs:
+        state = _saved_state(checkpoint, index)  # read once: its run and the arguments saying whether it grew
+        run, arguments = state.get("run"), state.get("arguments")
+        grew = isinstance(arguments, dict) and arguments.get("store_growth_min_reward") is not None
+        if isinstance(run, str) and (grew or growing) and run not in runs:
             runs.append(run)
     return runs
 
