@@ -211,7 +211,8 @@ class HashingEmbedder:
     """A model-free embedder: hashed bag of words (and word bigrams), L2-normalised.
 
     Deterministic across processes and machines, instant, and similar texts get similar vectors, so
-    tests and smoke runs can exercise retrieval without loading a network.
+    tests and smoke runs can exercise retrieval without loading a network. Texts without words (``""``, ``"?!"``)
+    all get one and the same unit vector.
     """
 
     def __init__(self, dimension: int = 256, name: str | None = None, bigrams: bool = True):
@@ -228,7 +229,9 @@ class HashingEmbedder:
         for row, text in enumerate(texts):
             words = re.findall(r"\w+", text.lower())
             features = words + ([f"{a} {b}" for a, b in zip(words, words[1:], strict=False)] if self.bigrams else [])
-            for feature in features:
+            # A text without words (an empty key) gets one feature no word or bigram can be, so it embeds to a unit
+            # vector like any other text rather than to zero, which no distance can tell apart from anything.
+            for feature in features or [""]:
                 digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
                 index = int.from_bytes(digest[:4], "little") % self.dimension
                 vectors[row, index] += 1.0 if digest[4] & 1 else -1.0

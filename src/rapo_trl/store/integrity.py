@@ -70,9 +70,13 @@ def _probe_vectors(store, count: int) -> np.ndarray:
 
 
 def _self_distance(vectors: np.ndarray, space: str) -> np.ndarray:
-    """Each vector's distance to itself in Chroma's convention for ``space``."""
+    """Each vector's distance to itself in Chroma's convention for ``space``. A zero vector (what an embedder may give
+    a text without words) is at cosine distance 1 from every vector, itself included."""
+    squares = (vectors * vectors).sum(axis=1)
     if space == "ip":
-        return 1.0 - (vectors * vectors).sum(axis=1)
+        return 1.0 - squares
+    if space == "cosine":
+        return np.where(squares > 0, 0.0, 1.0).astype(np.float32)
     return np.zeros(len(vectors), dtype=np.float32)
 
 
