@@ -197,3 +197,24 @@ def test_sft_on_store_imitates_rl_questions_from_the_warm_start_with_one_sft_see
     assert on_store["folder"] == "sft-on-store" and on_store["steps"] == 5 and warm["steps"] == script.sft_warmup_steps
     assert warm["seed"] == on_store["seed"] == 7
     assert len(warm_start_examples(on_store["rows"], on_store["store"], min_reward=1.0)) > 0
+
+
+def test_sft_on_a_store_of_other_questions_is_refused_before_any_sft_trains(tmp_path, tiny_model_dir, monkeypatch):
+    """A store of the demonstrated stories alone has nothing for SFT on the store: refused before the warm start
+    trains (it comes first), naming what is missing."""
+    from rapo_trl.cli import train
+
+    build_store.run(*_demo(tmp_path, "build-store", "--store_split", "demonstrated", size=4))
+    monkeypatch.setattr("rapo_trl.cli.warm_start.warm_start", _warm_start_called)
+    script, args, model = _demo(tmp_path, "train", "--model_name_or_path", str(tiny_model_dir),
+                                "--output_dir", str(tmp_path / "model"), "--bf16", "false", "--store_split",
+                                "demonstrated", "--sft_store_steps", "5", "--retrieve_prob", "0", size=4)
+    with pytest.raises(UsageError, match=r"SFT on the store \(sft_store_steps\) imitates the stored trajectories "
+                                         r"\(reward >= 1\) of RL's own questions \(split 'reward_only'\), but the "
+                                         r"store collection 'traces' at .* holds no trajectory of any of them: .*"
+                                         r"store_split equal to train_split.*or set sft_store_steps to 0"):
+        train.run(script, args, model)
+
+
+def _warm_start_called(*args, **kwargs):
+    raise _WarmStartCalled

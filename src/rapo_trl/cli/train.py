@@ -112,6 +112,23 @@ def check_store_holds_no_eval_question(script, stores: dict) -> None:
                              "solutions; build the store again with this recipe's data settings")
 
 
+def check_sft_sources(script, rows, demo_rows, store, demo_store) -> None:
+    """Each SFT stage the run makes has stored trajectories to imitate: SFT on the store comes after the warm start,
+    which would otherwise train for minutes before the store is found to hold none of RL's questions."""
+    from rapo_trl.cli.warm_start import SFT_MIN_REWARD, check_sft_source
+
+    if demo_rows is not None:
+        check_sft_source(demo_rows, demo_store, SFT_MIN_REWARD, "the SFT warm start (sft_warmup_steps)",
+                         f"the demonstrated questions (split {task_split(script, 'demo')!r})",
+                         "run `rapo build-store` with this recipe first")
+    if script.sft_store_steps > 0:
+        check_sft_source(rows, store, SFT_MIN_REWARD, "SFT on the store (sft_store_steps)",
+                         f"RL's own questions (split {task_split(script, 'train')!r})",
+                         "build a store of them with `rapo build-store` and store_split equal to train_split (into a "
+                         "new store_path or store_collection if this one holds other questions), or set "
+                         "sft_store_steps to 0")
+
+
 def _eval_question_ids(script, question_ids) -> dict[str, str]:
     """``question_id -> eval set`` of every question the recipe holds out; for your own data every held-out row, not
     the first ``eval_size`` alone (a later ``rapo eval`` with a larger ``eval_size`` asks them too)."""
@@ -149,6 +166,7 @@ def run(script, rapo_args, model_args) -> dict:
     if store is not None and script.environment_factory is None:
         check_store_holds_no_eval_question(script, {store.collection_name: store,
                                                     demo_store.collection_name: demo_store})
+    check_sft_sources(script, rows, demo_rows, store, demo_store)
     # Only now, every input checked: the model.
     source = load_policy_source(rapo_args, model_args)
     model_path = source.path  # the model the warm start begins from: the pushed adapter's base
@@ -157,8 +175,10 @@ def run(script, rapo_args, model_args) -> dict:
     pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, model_path)
     peft_config, warm = source.peft_config, None
     lora_run = peft_config is not None
+    from rapo_trl.cli.warm_start import SFT_MIN_REWARD
+
     sft = dict(tokenizer=source.tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
-               min_reward=1.0, use_cpu=rapo_args.use_cpu,
+               min_reward=SFT_MIN_REWARD, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
                fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=source.init_kwargs,
                lora=peft_config)

@@ -19,10 +19,14 @@ import logging
 import time
 from pathlib import Path
 
+from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
 from rapo_trl.hardware import frozen_weights_dtype
 
 logger = logging.getLogger(__name__)
+
+SFT_MIN_REWARD = 1.0
+"""The reward a stored trajectory needs for the SFT stages of ``rapo train`` to imitate it."""
 
 
 def trajectory_steps_from_store(store, min_reward: float) -> dict[str, list[str]]:
@@ -43,6 +47,25 @@ def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
     return {qid: STEP_SEPARATOR.join(steps) for qid, steps in trajectory_steps_from_store(store, min_reward).items()}
 
 
+def check_sft_source(rows, store, min_reward: float, stage: str, questions: str, fix: str) -> None:
+    """Refuse an SFT ``stage`` whose ``store`` holds no trajectory with reward >= ``min_reward`` of any of ``rows``'
+    questions: it would have no example. Reads the records' metadata alone, so a run finds out before its model loads
+    and before an earlier stage trains."""
+    from rapo_trl.store.integrity import usable_reward
+
+    wanted, stored = set(rows["question_id"]), False
+    for page in store.iter_batches():
+        for metadata in page["metadatas"]:
+            if metadata.get("question_id") in wanted:
+                reward = metadata.get("reward")
+                if usable_reward(reward) and float(reward) >= min_reward:
+                    return
+                stored = True
+    held = f"only trajectories below reward {min_reward:g} of them" if stored else "no trajectory of any of them"
+    raise UsageError(f"{stage} imitates the stored trajectories (reward >= {min_reward:g}) of {questions}, but the "
+                     f"store collection {store.collection_name!r} at {store.location} holds {held}: {fix}")
+
+
 def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieved_share: float = 0.0,
                         seed: int = 0) -> list[dict]:
     """SFT examples: each row's best trajectory in ``store`` (the collection of the demonstrated questions,
@@ -53,8 +76,8 @@ def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieve
     chosen = [(row["prompt"], by_question[row["question_id"]]) for row in rows if row["question_id"] in by_question]
     if not chosen:
         name = getattr(getattr(store, "collection", None), "name", None)
-        raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory for the warm "
-                         "start's questions; run `rapo build-store` with this recipe first")
+        raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory with reward >= "
+                         f"{min_reward:g} of any of these {len(rows)} questions, so there is nothing to imitate")
     if retrieved_share > 0:
         return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed)
     return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}]}
