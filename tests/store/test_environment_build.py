@@ -170,3 +170,36 @@ def test_an_environment_without_reset_is_refused_clearly(tiny_model):
 
     with pytest.raises(ValueError, match="must define a callable reset.*NoReset has none"):
         _agent(tiny_model, [GOOD], NoReset).episodes(ROWS)
+
+
+def test_a_dict_environment_factory_gives_each_row_the_environment_it_names(tiny_model, tmp_path):
+    """As GRPOTrainer takes it: a row's ``environment`` column names its environment, and is not passed to reset."""
+    import pytest
+
+    class Doubled(Counter):
+        def get_reward(self) -> float:
+            return 2.0 * self.total
+
+    factories = {"plain": Counter, "doubled": Doubled}
+    rows = [{**ROWS[0], "environment": "plain"}, {**ROWS[0], "question_id": "doubled", "environment": "doubled"}]
+    agent = _agent(tiny_model, [GOOD, GOOD], factories)
+    episodes = agent.episodes(rows)
+    assert [type(episode.environment) for episode in episodes] == [Counter, Doubled]
+    assert [episode.environment.total for episode in episodes] == [5, 5]  # each rollout's calls ran on its own
+    assert [[sorted(kwargs) for kwargs in episode.environment.resets] for episode in episodes] == \
+        [[["prompt", "question_id"]]] * 2
+    with pytest.raises(ValueError, match=r"environment='other'.*Expected one of: \['plain', 'doubled'\]"):
+        agent.episodes([{**ROWS[0], "environment": "other"}])
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    assert build_from_environment(store, _agent(tiny_model, [GOOD, GOOD], factories), rows, num_samples=1,
+                                  keep_top_k=1) == 6
+    rewards = {(m["question_id"], m["reward"]) for m in store.collection.get(include=["metadatas"])["metadatas"]}
+    assert rewards == {("five", 5.0), ("doubled", 10.0)}
+
+
+def test_an_environment_factory_that_is_not_callable_is_refused(tiny_model):
+    import pytest
+
+    with pytest.raises(TypeError, match=r"environment_factory 'broken' must be a class or a callable.*got int"):
+        _agent(tiny_model, [GOOD], {"plain": Counter, "broken": 3})

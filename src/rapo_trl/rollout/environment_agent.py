@@ -53,24 +53,38 @@ def observed_prompt(environment, row: dict) -> list[dict]:
     return prompt
 
 
+def environment_factories(environment_factory) -> dict | None:
+    """``environment_factory`` as GRPOTrainer reads it: a dict maps the names a row's ``environment`` column gives to
+    factories; a class or callable is the one environment (under ``None``) of every row; ``None``: no environment."""
+    if environment_factory is None:
+        return None
+    factories = dict(environment_factory) if isinstance(environment_factory, dict) else {None: environment_factory}
+    for name, factory in factories.items():
+        if not callable(factory):
+            where = "" if name is None else f" {name!r}"
+            raise TypeError(f"environment_factory{where} must be a class or a callable returning an environment (or "
+                            f"a dict of them by name), got {type(factory).__name__}.")
+    return factories
+
+
 class EnvironmentAgent:
     """Rollouts of a model on fresh environments from ``environment_factory``.
 
     Args:
         model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results).
         environment_factory: a class or callable returning an environment (``reset``, tool methods, optionally
-            ``get_reward``), as GRPOTrainer takes it; ``None`` for ``tools`` alone (a store for a trainer given
+            ``get_reward``), or a dict of them by name, each row naming its own in an ``environment`` column (not
+            passed to ``reset``), as GRPOTrainer takes it; ``None`` for ``tools`` alone (a store for a trainer given
             ``tools=[fn]`` as JSON tool calls).
         tools: standalone JSON tools (plain typed functions) beside the environment's methods.
         config: budgets (JSON tool calls; the agent never retrieves).
         sampling: sampling settings; batch_size: rollouts generated together.
     """
 
-    def __init__(self, model, tokenizer, environment_factory: Callable | None, tools: Sequence[Callable] = (),
-                 config: RolloutConfig | None = None, sampling: SamplingSettings | None = None, batch_size: int = 8):
-        if environment_factory is not None and not callable(environment_factory):
-            raise TypeError(f"environment_factory must be a class or a callable returning an environment, got "
-                            f"{type(environment_factory).__name__}.")
+    def __init__(self, model, tokenizer, environment_factory: Callable | dict[str, Callable] | None,
+                 tools: Sequence[Callable] = (), config: RolloutConfig | None = None,
+                 sampling: SamplingSettings | None = None, batch_size: int = 8):
+        self.factories = environment_factories(environment_factory)
         self.tokenizer = tokenizer
         self.environment_factory = environment_factory
         self.tools = tool_table(tools)
@@ -79,8 +93,8 @@ class EnvironmentAgent:
         self.engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer, sampling), (), None, config)
 
     @classmethod
-    def from_pretrained(cls, path: str, environment_factory: Callable | None, tools: Sequence[Callable] = (),
-                        max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
+    def from_pretrained(cls, path: str, environment_factory: Callable | dict[str, Callable] | None,
+                        tools: Sequence[Callable] = (), max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
                         batch_size: int = 8, device: str | None = None, dtype=None,
                         json_tool_timeout: float | None = DEFAULT_TIMEOUT_S) -> EnvironmentAgent:
         from rapo_trl.rollout.agent import load_policy
@@ -96,8 +110,8 @@ class EnvironmentAgent:
         done: list[Episode] = []
         for start in range(0, len(rows), self.batch_size):
             batch = rows[start : start + self.batch_size]
-            environments = [self.environment_factory() if self.environment_factory else None for _ in batch]
-            prompts = [observed_prompt(env, dict(row)) for env, row in zip(environments, batch)]
+            environments = [self._environment(row) for row in batch]
+            prompts = [observed_prompt(env, self._reset_columns(row)) for env, row in zip(environments, batch)]
             tables = [{**self.tools, **(environment_tools(env) if env is not None else {})} for env in environments]
             prompt_ids = [list(self.tokenizer.apply_chat_template(prompt, tools=list(table.values()) or None,
                                                                   add_generation_prompt=True, tokenize=True,
@@ -106,3 +120,25 @@ class EnvironmentAgent:
             rolled = self.engine.run(prompt_ids, retrieval_enabled=False, row_tools=tables)
             done += [Episode(p, r, e) for p, r, e in zip(prompts, rolled, environments)]
         return done
+
+    @property
+    def _named(self) -> bool:
+        """Whether rows choose their environment by name (a dict ``environment_factory``)."""
+        return isinstance(self.environment_factory, dict)
+
+    def _environment(self, row):
+        """A fresh environment of the kind ``row`` uses (``None`` without an ``environment_factory``)."""
+        if self.factories is None:
+            return None
+        name = row.get("environment") if self._named else None
+        if name not in self.factories:
+            raise ValueError(f"A row has environment={name!r}, which is not among the environments passed to "
+                             f"environment_factory. Expected one of: {list(self.factories)}.")
+        return self.factories[name]()
+
+    def _reset_columns(self, row) -> dict:
+        """The row as ``reset`` gets it: with named environments, the ``environment`` column only chooses one."""
+        row = dict(row)
+        if self._named:
+            row.pop("environment", None)
+        return row
