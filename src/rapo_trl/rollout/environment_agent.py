@@ -94,7 +94,8 @@ class EnvironmentAgent:
 
     @classmethod
     def from_pretrained(cls, path: str, environment_factory: Callable | dict[str, Callable] | None,
-                        tools: Sequence[Callable] = (), max_completion_length: int = 1024, max_turn_tokens: int = 512, temperature: float = 1.0,
+                        tools: Sequence[Callable] = (), max_completion_length: int = 1024,
+                        max_turn_tokens: int = 512, temperature: float = 1.0,
                         batch_size: int = 8, device: str | None = None, dtype=None,
                         json_tool_timeout: float | None = DEFAULT_TIMEOUT_S) -> EnvironmentAgent:
         from rapo_trl.rollout.agent import load_policy
