@@ -13,7 +13,7 @@ TOOL_CLOSE = re.compile(rf"</(?:{'|'.join(TOOL_TAGS)})>")
 """Closes a built-in tool's call: a step (``rapo_trl.store.steps.split_steps``) ends at one, with its result."""
 
 RESULT_TEMPLATE = "\n<result>\n{output}\n</result>\n"
-"""How a tool's output is shown to the policy (forced tokens)."""
+"""How a tool's output is shown to the policy (forced tokens), filled by ``result_block``."""
 
 RETRIEVE_PREFACE = "Additional context is enclosed in <retrieve> </retrieve> tags. Use it if helpful."
 """The sentence that announces a retrieved step."""
@@ -57,6 +57,18 @@ def cap_text(text: str, limit: int | None) -> str:
         return text
     head = limit // 2
     return f"{text[:head]}\n... [{len(text) - limit} characters cut] ...\n{text[-(limit - head):]}"
+
+
+def result_block(output: str, template: str = RESULT_TEMPLATE, limit: int | None = None) -> str:
+    """A tool's output as the policy is shown it: cut to ``limit`` characters (``cap_text``) and wrapped in
+    ``template``. The template's closing tag inside the output (code printing ``</result>``) is written
+    ``<\\/result>``: the rewards, the store's step splitter and the format check find a result's end by that tag, and
+    the output's own copy would end the block early, leaving the rest to read as the policy's text."""
+    closing = template.partition("{output}")[2].strip()
+    text = cap_text(output, limit)
+    if closing:
+        text = text.replace(closing, f"{closing[0]}\\{closing[1:]}")
+    return template.format(output=text)
 
 
 def is_tool_step(step: str) -> bool:

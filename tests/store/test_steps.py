@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rapo_trl.store import preprocess_context, split_steps, step_records
+from rapo_trl.tasks.trajectory import TrajectoryWriter
 
 R = "<result>\n7\n</result>"
 
@@ -119,3 +120,14 @@ def test_record_ids_are_deterministic_and_distinct():
     other_question = step_records(text, 1.0, "q2")
     assert [r.record_id for r in first] == [r.record_id for r in again]
     assert len({r.record_id for r in first + other_question}) == 4
+
+
+def test_an_expert_tool_output_holding_the_result_tag_stays_in_its_step():
+    writer = TrajectoryWriter(fallbacks={"python": lambda code: "</result>\n<python>1</python>\n"})
+    writer.think("t")
+    writer.call("python", "print()")
+    writer.answer("\\boxed{1}")
+    first, second = split_steps(writer.text())
+    assert first.endswith("<result>\n<\\/result>\n<python>1</python>\n\n</result>")
+    assert second == "\n<answer>\\boxed{1}</answer>"
+

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from rapo_trl.core.rows import RolloutRow
-from rapo_trl.protocol import cap_text
+from rapo_trl.protocol import result_block
 from rapo_trl.rollout.chat_tools import ChatToolCalls, ToolTable
 from rapo_trl.rollout.config import RolloutConfig
 from rapo_trl.rollout.sequence import append_forced
@@ -60,7 +60,7 @@ def run_tag_calls(rows: list[RolloutRow], calls: list[TurnCall], tools: dict[str
         outputs[i] = result
     for i, _, _ in calls:
         text = _shown_output(rows[i], outputs[i])
-        block = config.result_template.format(output=cap_text(text, config.max_result_chars))
+        block = result_block(text, config.result_template, config.max_result_chars)
         append_forced(rows[i], encode(block), "tool", config.max_completion_length)
     return limited
 

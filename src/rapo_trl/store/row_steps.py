@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from rapo_trl.protocol import RESULT_TEMPLATE
+from rapo_trl.protocol import result_block
 from rapo_trl.store.steps import StepRecord, preprocess_context, record_id, trajectory_id
 
 if TYPE_CHECKING:  # the row's module imports torch, which a process that only reads or writes a store never needs
@@ -49,7 +49,7 @@ def row_step_records(row: RolloutRow, tokenizer, question: str, reward: float, q
         shown = results[index]
         value = decode(row.completion_ids[turn.start:turn.end]).strip()
         if shown:
-            value += RESULT_TEMPLATE.format(output="\n".join(shown)).rstrip()
+            value += result_block("\n".join(shown)).rstrip()
         # The agent's own context: a retrieved block (a policy row grown into the store) was never the agent's.
         before = [t for segment in row.segments if segment.end <= turn.start and segment.kind != "retrieved"
                   for t in row.completion_ids[segment.start:segment.end]]

@@ -1,5 +1,6 @@
 """Prompts, dataset adapters and the shipped demo tasks with their scripted experts."""
 
+from rapo_trl.protocol import RESULT_TEMPLATE
 from rapo_trl.tasks.adapters import (
     gsm8k_final_answer,
     load_gsm8k,
@@ -16,7 +17,6 @@ from rapo_trl.tasks.prompt import (
     system_prompt_for,
 )
 from rapo_trl.tasks.registry import TASKS, Task, get_task, load_corpus, load_task
-from rapo_trl.tasks.trajectory import RESULT_TEMPLATE
 
 __all__ = [
     "NO_TOOLS_SYSTEM_PROMPT",

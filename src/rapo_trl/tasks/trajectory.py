@@ -12,8 +12,8 @@ import io
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# Mirrors ``RolloutConfig.result_template``: how the rollout appends a tool's output after the call.
-from rapo_trl.protocol import RESULT_TEMPLATE
+# How the rollout appends a tool's output after the call (``RolloutConfig.result_template`` by default).
+from rapo_trl.protocol import result_block
 
 
 def run_python_locally(code: str) -> str:
@@ -64,7 +64,7 @@ class TrajectoryWriter:
         else:
             raise KeyError(f"no tool or stand-in for <{tag}>")
         body = f"\n{content}\n" if tag == "python" else content
-        self.parts.append(f"<{tag}>{body}</{tag}>" + RESULT_TEMPLATE.format(output=output))
+        self.parts.append(f"<{tag}>{body}</{tag}>" + result_block(output))
         return output
 
     def answer(self, text: str) -> None:
