@@ -155,6 +155,23 @@ def test_arguments_are_coerced_to_the_annotated_types():
                    [{}, "dict"], [7, "int"]]
 
 
+def scores(name: str, **points: int) -> list:
+    """Echo each score a player got with the name of its Python type.
+
+    Args:
+        name: The player.
+        points: Points by round.
+    """
+    return [name, [[key, value, type(value).__name__] for key, value in points.items()]]
+
+
+def test_values_taken_by_kwargs_are_coerced_to_its_annotation():
+    out = json.loads(FunctionTool(scores).run('{"name": 7, "r1": "3", "r2": 4.0, "points": 5}'))
+    assert out == ["7", [["r1", 3, "int"], ["r2", 4, "int"], ["points", 5, "int"]]]
+    with pytest.raises(ToolError, match="argument 'r1' must be an integer"):
+        FunctionTool(scores).run('{"name": "a", "r1": "three"}')
+
+
 def test_return_values_are_str_or_json():
     assert FunctionTool(city).run("Paris") == '{"name": "Paris", "letters": 5}'
     assert FunctionTool(divide).run('{"a": 1, "b": 4}') == "0.25"

@@ -19,8 +19,9 @@ renders, so it needs what TRL needs: a type hint on every argument and a Google-
 describing each one. A function of exactly one parameter may also be called with a bare JSON value or
 plain text (``<square>7</square>``, ``<lookup>Paris</lookup>``). Arguments are checked against the
 signature and coerced to the annotated basic types where that is unambiguous (``"3"`` to 3 for an
-``int``, 3 to 3.0 for a ``float``, ``"true"`` to ``True`` for a ``bool``); a call that cannot be made
-raises ``ToolError`` with a one-line message the policy sees. Async functions are awaited.
+``int``, 3 to 3.0 for a ``float``, ``"true"`` to ``True`` for a ``bool``), the values a ``**more: int`` takes
+by its annotation (``**more: Any``: as given); a call that cannot be made raises ``ToolError`` with a
+one-line message the policy sees. Async functions are awaited.
 
 Each call runs in a daemon thread of its own and fails with ``ToolError`` past ``timeout``; ``max_overdue``
 bounds how many may run on past it (``timed_call.py``).
@@ -261,9 +262,12 @@ class FunctionTool:
         self.tag = name
         self._signature = inspect.signature(self.function)
         self._params = [p for p in self._signature.parameters.values() if p.kind not in _VARIADIC]
-        self._takes_any_keyword = any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in self._signature.parameters.values()
+        var_keyword = next(
+            (p for p in self._signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
         )
+        self._takes_any_keyword = var_keyword is not None
+        # get_json_schema describes ``**more: int`` under its name by the type of each value it takes.
+        self._extra_spec = self.properties.get(var_keyword.name, {}) if var_keyword else {}
         self._calls = TimedCalls(name, self.timeout, self.max_overdue)
 
     # ------------------------------------------------------------------ description
@@ -343,8 +347,9 @@ class FunctionTool:
                 f"{self.tag}: missing required argument{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(repr(m) for m in missing)}"
             )
+        specs = {name: self.properties.get(name, {}) for name in names}
         return {
-            key: _plain(coerce(item, self.properties.get(key, {}), f"{self.tag}: argument {key!r}"))
+            key: _plain(coerce(item, specs.get(key, self._extra_spec), f"{self.tag}: argument {key!r}"))
             for key, item in arguments.items()
         }
 
