@@ -11,6 +11,7 @@ import torch
 from rapo_trl import RAPOConfig
 from rapo_trl.core.objective import retrieved_token_loss, retrieved_token_weights
 from rapo_trl.core.rows import RetrievalEvent, RolloutRow
+from rapo_trl.trainer import trainer as trainer_module
 from rapo_trl.trainer.loss_terms import RETRIEVED_WEIGHT_KEY
 from tests.helpers.fakes import FixedStore
 from tests.helpers.scripted import Turn
@@ -149,6 +150,19 @@ def test_retrieved_token_loss_is_added_to_the_policy_loss(tiny_model_dir, tmp_pa
     assert trainer._metrics["train"]["rapo/retrieved_token_loss"][-1] == pytest.approx(
         loss.item() - plain_loss.item(), abs=1e-6)
     assert trainer._metrics["train"]["rapo/retrieved_tokens_learned"][-1] == float((weights != 0).sum())
+
+
+def test_retrieved_tokens_learned_is_the_count_over_every_process(tiny_model_dir, tmp_path, monkeypatch):
+    # A second process with as many tokens learned: the log shows both processes' count, not their mean.
+    monkeypatch.setattr(trainer_module, "gathered_sum", lambda accelerator, value: 2 * float(value))
+    trainer = rapo_trainer(tiny_model_dir, tmp_path, store=FixedStore(text=STORED), retrieve_prob=1.0,
+                           retrieved_token_loss_weight=0.5)
+    script(trainer)
+    trainer.model.train()
+    batch = trainer._generate_and_score_completions(batch_inputs())
+    learned = float((batch[RETRIEVED_WEIGHT_KEY] != 0).sum())
+    assert learned > 0
+    assert trainer._metrics["train"]["rapo/retrieved_tokens_learned"][-1] == 2 * learned
 
 
 @pytest.mark.parametrize("mask_truncated", [False, True])

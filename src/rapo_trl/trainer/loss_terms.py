@@ -33,7 +33,8 @@ class LossTerm(Protocol):
 
     def batch_field(self, rows, advantages: torch.Tensor, completion_mask: torch.Tensor
                     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The tensor to add to the scored batch under ``key``, and metrics of this process's rows."""
+        """The tensor to add to the scored batch under ``key``, and counts over this process's rows (logged summed
+        over processes)."""
 
     def loss(self, per_token_logps: torch.Tensor, field: torch.Tensor, normalizer: torch.Tensor) -> torch.Tensor:
         """The term's loss on one micro-batch; ``normalizer`` is the DAPO token mean's."""

@@ -253,8 +253,8 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             out[term.key], term_metrics = term.batch_field(
                 step.rows, out["advantages"], out["completion_mask"]
             )
-            metrics.update(
-                {name: gathered_mean(self.accelerator, [value]) for name, value in term_metrics.items()}
+            metrics.update(  # counts of this process's rows: the log shows every process's, summed
+                {name: gathered_sum(self.accelerator, value) for name, value in term_metrics.items()}
             )
         metrics.update(
             signal_metrics(step.rewards, self.num_generations),
