@@ -11,7 +11,7 @@ from trl import ModelConfig, TrlParser
 
 from rapo_trl.cli import fields
 from rapo_trl.cli.arguments import RAPOScriptArguments
-from rapo_trl.cli.recipe import _conversion, recipe_parser
+from rapo_trl.cli.recipe import _conversion, _OneValue, recipe_parser
 from rapo_trl.config import RAPOConfig
 
 
@@ -87,3 +87,31 @@ def test_a_field_that_takes_a_string_or_a_list_takes_several_values_early_as_in_
     _, trained, _ = parser.parse_args_into_dataclasses(argv + ["--output_dir", "out", "--use_cpu", "true"])
     assert early.debug == ["underflow_overflow", "tpu_metrics_debug"]
     assert [str(d.value) for d in trained.debug] == early.debug
+
+
+def test_the_early_parser_takes_several_values_exactly_where_trl_does():
+    """`--report_to a b` passed the early checks, then TRL's parser (which reads report_to as one string) refused it
+    as arguments not used, after TRL's import."""
+    def several(parser):
+        return {option for action in parser._actions for option in action.option_strings
+                if action.nargs == "+" and not isinstance(action, _OneValue)}
+
+    assert several(recipe_parser("train", everything=True)) == several(
+        TrlParser((RAPOScriptArguments, RAPOConfig, ModelConfig)))
+
+
+def test_several_trackers_are_refused_early_with_where_a_list_goes(tmp_path, capsys):
+    from rapo_trl.cli import parse_recipe, read_recipe
+    from tests.cli.conftest import write_yaml
+
+    argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "tensorboard", "none"]
+    with pytest.raises(ValueError, match="not used by the HfArgumentParser"):  # `trl grpo` refuses them too
+        TrlParser((RAPOScriptArguments, RAPOConfig, ModelConfig)).parse_args_into_dataclasses(argv)
+    with pytest.raises(SystemExit):
+        read_recipe("train", argv)
+    said = capsys.readouterr().err
+    assert "--report_to/--report-to: takes one value on the command line" in said
+    assert "report_to: [tensorboard, none]" in said
+    assert read_recipe("train", argv[:-1])[1].report_to == "tensorboard"
+    config = write_yaml(tmp_path / "trackers.yaml", {"output_dir": str(tmp_path / "out"), "report_to": ["tensorboard"]})
+    assert parse_recipe("train", ["--config", str(config)])[1].report_to == ["tensorboard"]

@@ -161,6 +161,8 @@ def _conversion(hint) -> dict:
     if bool in members:
         return {"type": _to_bool, "nargs": "?", "const": True}  # a bare `--bf16` is true, for `bool | None` too
     lists = [member for member in members if typing.get_origin(member) is list]
+    if lists and str in members and len(members) < len(args):
+        return {"action": _OneValue}
     if lists:  # `str | list[str]` (TrainingArguments.debug) takes several values, as in HfArgumentParser
         (item,) = typing.get_args(lists[0]) or (str,)
         return {"type": item if item in (int, float) and len(members) == 1 else str, "nargs": "+"}
@@ -170,6 +172,20 @@ def _conversion(hint) -> dict:
     if member in (int, float):
         return {"type": _or_none(member) if len(members) < len(args) else member}
     return {}
+
+
+class _OneValue(argparse.Action):
+    """A ``None | str | list[str]`` field (``report_to``): TRL's parser reads it as one string, so several values fail
+    there, after TRL's import, as arguments not used. Refused here in a line that says where a list goes."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="+", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if len(values) > 1:
+            raise argparse.ArgumentError(self, f"takes one value on the command line, as in `trl grpo`; give several "
+                                               f"in the YAML recipe: {self.dest}: [{', '.join(values)}]")
+        setattr(namespace, self.dest, values[0])
 
 
 def _to_bool(text):
