@@ -140,3 +140,44 @@ def test_a_flag_only_another_command_reads_is_said_to_be_ignored(tmp_path, monke
     assert any("--num-samples is read by `rapo build-store` only" in line for line in said), said
     assert not any("max_steps" in line for line in said)
     assert cli.ignored_flags("eval", ["--eval_samples", "4"]) == []
+
+
+def test_training_flags_given_to_eval_are_said_to_be_ignored(tmp_path, monkeypatch, caplog):
+    """`rapo eval --max_steps 10 --retrieve_prob 0.5 --use_cpu` trains nothing, retrieves nothing and places the
+    model by `device`: said, not silently dropped; what eval does read (the rollout budget) is not."""
+    from rapo_trl import cli
+    from rapo_trl.cli import evaluate
+
+    class Checked(Exception):
+        pass
+
+    def stop(*args):
+        raise Checked
+
+    monkeypatch.setattr(evaluate, "check", stop)
+    with caplog.at_level("WARNING"), pytest.raises(Checked):
+        cli._run_recipe("eval", ["--output_dir", str(tmp_path), "--max_steps", "10", "--retrieve_prob=0.5",
+                                 "--use-cpu", "--sft_same_time", "true", "--max_completion_length", "64",
+                                 "--eval_samples", "4"])
+    said = [record.getMessage() for record in caplog.records]
+    for flag in ("--max_steps", "--retrieve_prob", "--use-cpu", "--sft_same_time"):
+        assert any(f"rapo eval: {flag} is read by `rapo train` only" in line for line in said), (flag, said)
+    assert not any("max_completion_length" in line or "eval_samples" in line for line in said), said
+    assert cli.ignored_flags("train", ["--max_steps", "10", "--retrieve_prob", "0.5"]) == []
+
+
+def test_no_command_said_to_ignore_a_flag_reads_it():
+    """A flag `ignored_flags` calls ignored must be a real field, and unread where it is called ignored."""
+    import inspect
+
+    from rapo_trl.cli import build_store, evaluate, model_folder, model_scoring, run_record, training_report
+    from rapo_trl.cli.fields import recipe_fields
+    from rapo_trl.cli.recipe import ONLY_READ_BY
+
+    others = "".join(inspect.getsource(module) for module in (build_store, evaluate, model_folder, model_scoring,
+                                                                  run_record, training_report))
+    for reader, names in ONLY_READ_BY.items():
+        assert set(names) <= recipe_fields().keys(), reader
+        if reader == "train":
+            read = [name for name in names if re.search(rf"(args|script)\.{name}\b", others)]
+            assert read == [], read

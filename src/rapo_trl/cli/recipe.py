@@ -77,9 +77,20 @@ ONLY_READ_BY = {
     "eval": ("eval_model", "eval_base", "eval_batch_size", "eval_processes", "eval_report", "eval_samples",
              "eval_temperature", "eval_sample_size", "eval_sampled_splits", "eval_sampled_models", "eval_scoring"),
     "build-store": ("num_samples", "keep_top_k", "expert_error_rate"),
+    "train": ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
+              "gradient_accumulation_steps", "steps_per_generation", "num_generations", "beta", "loss_type", "epsilon",
+              "logging_steps", "save_strategy", "save_steps", "report_to", "resume_from_checkpoint", "push_to_hub",
+              "hub_model_id", "use_vllm", "use_cpu", "bf16", "fp16", "use_peft", "lora_r", "lora_alpha",
+              "lora_dropout", "lora_target_modules", "retrieve_prob", "retrieve_prob_final", "num_hybrid_generations",
+              "retrieve_at", "retrieve_failed_groups_max_reward", "retrieval_advantage_weight",
+              "importance_shaping_weight", "retrieved_token_loss_weight", "store_growth_min_reward",
+              "dynamic_sampling_max_rounds", "allow_empty_store", "sft_learning_rate", "sft_store_steps",
+              "sft_retrieved_share", "sft_seed", "sft_batch_size", "sft_same_time", "grpo_same_rollouts",
+              "grpo_alongside", "base_model_name", "push_warm_start"),
 }
-"""Script fields only one command reads. In the YAML (one recipe for every command) they are at home; on another
-command's command line they do nothing, which `ignored_flags` says."""
+"""Fields only one command reads (train's: those a user plausibly gives eval or build-store, which place their model
+with ``device``, not ``use_cpu``). In the YAML (one recipe for every command) they are at home; on another command's
+command line they do nothing, which `ignored_flags` says."""
 
 
 def ignored_flags(command: str, argv: list[str]) -> list[tuple[str, str]]:
