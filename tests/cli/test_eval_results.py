@@ -123,6 +123,7 @@ def test_eval_leaves_out_a_baseline_folder_the_run_did_not_make(tmp_path, caplog
     for folder in ("sft-warm-start", "sft-same-time", "grpo-same-rollouts"):
         (target / folder).mkdir(parents=True)
         (target / folder / "adapter_config.json").write_text("{}")
+    (target / "sft-warm-start" / "sft_history.json").write_text("{}")  # finished
     write_run_record(str(target), ["python"], "tags", None, "arithmetic", baselines=["warm_start"])
     script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
     with caplog.at_level("WARNING", logger="rapo_trl.cli"):
@@ -130,6 +131,32 @@ def test_eval_leaves_out_a_baseline_folder_the_run_did_not_make(tmp_path, caplog
     assert models == {"warm_start": str(target / "sft-warm-start"), "trained": str(target)}
     assert "sft-same-time is left out" in caplog.text and "grpo-same-rollouts is left out" in caplog.text
     write_run_record(str(target), ["python"], "tags", None, "arithmetic")  # a record of an older version: all scored
+    assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == [
+        "warm_start", "sft_same_time", "grpo_same_rollouts", "trained"]
+
+
+def test_eval_leaves_out_a_baseline_the_run_stopped_before_finishing(tmp_path, caplog):
+    """A run killed while it saved its equal-time baseline (the adapter written, its SFT history not yet), or while it
+    trained its GRPO baseline (checkpoints alone): the record lists both, yet neither is a finished baseline."""
+    from rapo_trl.cli.run_record import write_run_record
+
+    target = tmp_path / "out"
+    for folder in ("sft-warm-start", "sft-same-time", "grpo-same-rollouts/checkpoint-2"):
+        (target / folder).mkdir(parents=True)
+        (target / folder / "adapter_config.json").write_text("{}")
+    (target / "sft-warm-start" / "sft_history.json").write_text("{}")
+    write_run_record(str(target), ["python"], "tags", None, "arithmetic",
+                     baselines=["warm_start", "sft_same_time", "grpo_same_rollouts"])
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+        models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"warm_start": str(target / "sft-warm-start"), "trained": str(target)}
+    for folder, marker in (("sft-same-time", "sft_history.json"), ("grpo-same-rollouts", "trainer_state.json")):
+        assert f"{target / folder} is left out: the run that trained {target} stopped before it finished" in caplog.text
+        assert f"no {marker} in the folder" in caplog.text
+    (target / "sft-same-time" / "sft_history.json").write_text("{}")
+    (target / "grpo-same-rollouts" / "adapter_config.json").write_text("{}")
+    (target / "grpo-same-rollouts" / "trainer_state.json").write_text("{}")
     assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == [
         "warm_start", "sft_same_time", "grpo_same_rollouts", "trained"]
 

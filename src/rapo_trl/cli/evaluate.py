@@ -42,17 +42,22 @@ from rapo_trl.cli.run_record import (
     use_trained_tools,
 )
 from rapo_trl.cli.training_report import training_steps, training_table
-from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
+from rapo_trl.cli.warm_start import SFT_HISTORY_FILE, SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
 from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS is re-exported
     NUMERIC_TASKS,
     SCORINGS,
     format_table,
     set_scoring,
 )
+from rapo_trl.plots import STATE_FILE
 
 BASELINE_FOLDERS = {"warm_start": WARM_START_DIR, "sft_on_store": SFT_ON_STORE_DIR, "sft_same_time": SFT_SAME_TIME_DIR,
                     "grpo_same_rollouts": GRPO_SAME_ROLLOUTS_DIR}
 """The models ``rapo train`` leaves inside its output_dir beside the trained one, by name."""
+FINISHED_MARKERS = {"warm_start": SFT_HISTORY_FILE, "sft_on_store": SFT_HISTORY_FILE,
+                    "sft_same_time": SFT_HISTORY_FILE, "grpo_same_rollouts": STATE_FILE}
+"""The file ``rapo train`` writes in each baseline's folder after its model: a run stopped before it leaves a folder
+without it (a half-saved model, or checkpoints alone)."""
 
 logger = logging.getLogger("rapo_trl.cli")
 
@@ -84,8 +89,14 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
             models["base"] = base
     made = (read_run_record(target) or {}).get("baselines")  # None: a run recorded before train listed them
     for name, folder in BASELINE_FOLDERS.items():
+        path = Path(target) / folder
+        if made is not None and name in made and path.is_dir() and not (path / FINISHED_MARKERS[name]).is_file():
+            logger.warning("rapo eval: %s is left out: the run that trained %s stopped before it finished its %s "
+                           "baseline (no %s in the folder, written once the model is saved).", path, target, name,
+                           FINISHED_MARKERS[name])
+            continue
         # a merged model (config.json) or a LoRA adapter over the warm start (adapter_config.json)
-        if any((Path(target) / folder / f).exists() for f in ("config.json", "adapter_config.json")):
+        if any((path / f).exists() for f in ("config.json", "adapter_config.json")):
             if made is not None and name not in made:
                 logger.warning("rapo eval: %s is left out: the run that trained %s made no %s (the folder is an "
                                "earlier run's in the same output_dir).", Path(target) / folder, target, name)
@@ -196,7 +207,7 @@ def run(script, rapo_args, model_args) -> dict:
                "training": training, "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_on_store_sft", SFT_ON_STORE_DIR),
                          ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
-        history = Path(target) / folder / "sft_history.json"
+        history = Path(target) / folder / SFT_HISTORY_FILE
         if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
             payload[name] = json.loads(history.read_text())
     markdown = "# Evaluation\n\n" + "\n\n".join(tables) + "\n"
@@ -229,7 +240,7 @@ def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, temper
 def _update_card_and_plots(target: str, payload: dict) -> None:
     """The model card's evaluation table, and the run's plots redrawn with pass@1 (when it was trained here)."""
     from rapo_trl.model_card import add_evaluation
-    from rapo_trl.plots import STATE_FILE, plot_run
+    from rapo_trl.plots import plot_run
 
     if (Path(target) / "README.md").is_file():
         add_evaluation(target, payload)

@@ -104,6 +104,8 @@ class _StopAfter:
 
 
 WARM_START_DIR, SFT_SAME_TIME_DIR, SFT_ON_STORE_DIR = "sft-warm-start", "sft-same-time", "sft-on-store"
+SFT_HISTORY_FILE = "sft_history.json"
+"""The SFT stage's loss per step, written once its model is saved: a folder without it holds no finished stage."""
 WARM_START_LORA = "lora"
 """With ``merge`` (a run without LoRA), the warm start's LoRA, kept beside the merged model."""
 
@@ -268,7 +270,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     # before they load what it wrote.
     if trainer.accelerator.is_main_process:
         _save(trainer, tokenizer, target, model_path, merge, model_init_kwargs or {})
-        (target / "sft_history.json").write_text(json.dumps(
+        (target / SFT_HISTORY_FILE).write_text(json.dumps(
             {"examples": len(examples), "steps": trainer.state.global_step, "seconds": round(seconds, 1),
              "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
         if key is not None:  # written last: a folder without it (a killed save) is never taken for a finished one
