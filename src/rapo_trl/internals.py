@@ -76,9 +76,13 @@ INTERNALS: tuple[Internal, ...] = (
              "re-split in generation order after TRL's shuffle (one optimizer step over them all)",
              ("generation_batch",), calls_in_order=("shuffle_sequence_dict(", "split_tensor_dict(",
                                                     "self._buffered_inputs[self._step % self.args.steps_per_generation]")),
-    Internal(GRPO, "_buffered_inputs", "the micro-batches of the current generation, re-split in order",
+    Internal(GRPO, "_buffered_inputs", "the micro-batches of the current generation, re-split in order; saved "
+             "with a checkpoint inside a generation cycle and handed back on resume (resilience/generation_buffer.py)",
              attribute=True),
-    Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out", attribute=True),
+    Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out; saved with every "
+             "checkpoint and handed back on resume", attribute=True),
+    Internal(GRPO, "training_step", "_step counts micro-steps, the place in the generation cycle a checkpoint saves",
+             ("model", "inputs", "num_items_in_batch"), calls_in_order=("super().training_step(", "self._step += 1")),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),
     Internal(GRPO, "_generate", "override: with JSON tools RAPO hides self.tools while TRL takes the rollout's rows, "
              "since TRL runs its own tool loop (and drops env_mask) only when they are set", ("prompts",),

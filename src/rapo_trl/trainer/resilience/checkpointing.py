@@ -1,5 +1,6 @@
 """RAPOTrainer's checkpoint and fault handling, as a mixin before GRPOTrainer: RAPO's rollout state saved beside
-TRL's RNG state and restored on resume; a save that fails leaves no half-written folder; a resume takes only a whole
+TRL's RNG state and restored on resume, and with it the generation a checkpoint falls inside
+(``generation_buffer.py``); a save that fails leaves no half-written folder; a resume takes only a whole
 checkpoint, walks the epoch it resumes in the uninterrupted run's prompt order (``epoch_order.py``) and takes back
 what the steps after the checkpoint grew into the store (``growth_rollback.py``); a SIGTERM stops the run at the end
 of its step with a checkpoint (``sigterm_stop.py``); a trace store that stays unreachable warns at every log or stops
@@ -19,6 +20,7 @@ from rapo_trl.trainer.resilience.checkpoint import (
     whole_checkpoint_or_none,
 )
 from rapo_trl.trainer.resilience.epoch_order import resumable
+from rapo_trl.trainer.resilience.generation_buffer import resume_generation, save_generation
 from rapo_trl.trainer.resilience.growth_rollback import take_back_growth
 from rapo_trl.trainer.resilience.sigterm_stop import SigtermStop
 from rapo_trl.trainer.resilience.store_outage import StoreOutageCallback
@@ -64,12 +66,14 @@ class CheckpointingMixin:
         super()._save_rng_state(output_dir)
         save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
                         self.growth_run, run_arguments(self))
+        save_generation(self, output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
         resume_rapo_state(checkpoint, self.accelerator.process_index, self.rollout_engine)
+        resume_generation(self, checkpoint)
         run = saved_run(checkpoint, self.accelerator.process_index)
         saved = saved_arguments(checkpoint, self.accelerator.process_index)
         if run is not None:
