@@ -89,7 +89,7 @@ def test_a_saved_batch_is_handed_back_only_to_the_sizes_it_was_cut_for(tmp_path)
     layout = dict(steps_per_generation=4, num_iterations=1, per_device_train_batch_size=2, num_processes=1)
     batch = [{"advantages": torch.tensor([float(i)])} for i in range(4)]
     save_generation_buffer(str(tmp_path), 0, 6, batch, layout)
-    saved, problem = load_generation_buffer(str(tmp_path), 0, layout)
+    saved, problem = load_generation_buffer(str(tmp_path), 0, layout, torch.device("cpu", 0))  # a CPU process's device
     assert problem is None and saved.step == 6 and [b["advantages"].item() for b in saved.inputs] == [0, 1, 2, 3]
     saved, problem = load_generation_buffer(str(tmp_path), 0, {**layout, "num_processes": 2})
     assert saved is None and "num_processes 1 -> 2" in problem

@@ -18,7 +18,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import gather_object, send_to_device
 
 GENERATION_BUFFER_FILE = "generation_buffer_{process}.pt"
 
@@ -77,8 +77,11 @@ def load_generation_buffer(checkpoint: str, process_index: int, layout: dict,
     if not os.path.exists(path):
         return None, None
     try:
-        state = torch.load(path, map_location=device, weights_only=True)
+        # Loaded on the CPU, then moved: a process's device can be a "cpu:N" that map_location does not take.
+        state = torch.load(path, map_location="cpu", weights_only=True)
         step, saved_layout, inputs = int(state["step"]), state["layout"], state["inputs"]
+        if device is not None:
+            inputs = send_to_device(inputs, device)
     except Exception as error:  # noqa: BLE001 - any unreadable file: the run generates anew, and says so
         return None, f"has an unreadable {name} ({type(error).__name__}: {error})"
     if saved_layout != layout:
