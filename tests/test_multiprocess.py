@@ -17,6 +17,7 @@ SCENARIOS = {
     "group_failed": ("multiprocess_dynamic_sampling_script", "group_failed"),
     "token_loss": ("multiprocess_token_loss_script",),
     "both_flat": ("multiprocess_dynamic_sampling_script", "both_flat"),
+    "train": ("multiprocess_train_script",),
 }
 """Scenario -> ``tests/<script>.py`` and its extra arguments."""
 
@@ -98,3 +99,15 @@ def test_dynamic_sampling_never_gives_two_processes_the_same_prompt(two_processe
     assert ranks[0]["replaced"] == ranks[1]["replaced"] == [0, 1, 2, 3]
     assert ranks[0]["replacement_prompts"] != ranks[1]["replacement_prompts"]
     assert {*ranks[0]["replacement_prompts"], *ranks[1]["replacement_prompts"]} == {"vary:2", "vary:3"}
+
+
+@pytest.mark.slow
+def test_training_under_distributed_data_parallel_scores_with_the_shared_prompt(two_processes):
+    """The loss gets the model wrapped in DistributedDataParallel: the shared-prompt forward unwraps it (its config,
+    its forward's cache argument) and gives the gradient each row's own forward gives."""
+    for rank in two_processes["train"]:
+        assert rank["shared"]["wrapped"] == rank["separate"]["wrapped"] == "DistributedDataParallel"
+        assert rank["shared_forwards"] == 1
+        assert rank["shared"]["grad_norm"] == pytest.approx(rank["separate"]["grad_norm"], rel=1e-5)
+        assert rank["shared"]["loss"] == pytest.approx(rank["separate"]["loss"], abs=1e-6)
+    assert two_processes["train"][0] == two_processes["train"][1]  # the processes log the same step

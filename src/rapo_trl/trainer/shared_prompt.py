@@ -15,9 +15,11 @@ rarely holds two of one group. Where every micro-batch of a generation feeds the
 accumulation over the whole generation batch, one iteration), the order of rows does not change the gradient,
 and :func:`rows_in_generation_order` puts them back in generation order: consecutive rows, one group's.
 
-Used only where that holds (otherwise the trainer says why, once, and runs TRL's forward; under DDP the wrapper's
-``forward`` takes no cache argument, so it is off there): a decoder whose ``forward`` takes a cache, full-attention ``DynamicLayer``
-caches, no gradient checkpointing (recomputation would drop the cache) and no multimodal inputs.
+Used only where that holds (otherwise the trainer says why, once, and runs TRL's forward): a decoder whose
+``forward`` takes a cache, full-attention ``DynamicLayer`` caches, no gradient checkpointing (recomputation would drop
+the cache) and no multimodal inputs. Under several processes the model comes wrapped (DistributedDataParallel): the
+checks read the model inside, and both forwards go through the wrapper, which hands the cache on and reduces the
+gradient once, after the backward that spans them.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ def scores_with_shared_prompts(model, input_ids, attention_mask, logits_to_keep:
     if all(groups is None for _, groups in chunks):
         return None
     reason = shared_prompt_unavailable(model)
-    if reason is not None:  # e.g. under DDP: the wrapper's forward takes no cache argument
+    if reason is not None:  # e.g. gradient checkpointing, on by default in GRPOConfig
         if reason not in _SAID:
             _SAID.add(reason)
             logger.warning("RAPO: the shared prompt forward is off for this model (%s): every row runs its prompt in the "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from transformers import (
     DynamicCache,
     GenerationConfig,
@@ -141,9 +142,12 @@ class _PreallocatedLayer(DynamicLayer):
 
 
 def unwrapped_model(model):
-    """The transformers model under a PEFT wrapper (the one that owns the generation utilities and the config).
+    """The transformers model (the one that owns the generation utilities and the config) under the wrappers a run
+    puts around it: accelerate's for several processes (DistributedDataParallel, FSDP, DeepSpeed), then PEFT's.
 
-    Public because the loss's shared-prompt forward (``trainer/shared_prompt.py``) unwraps the same way."""
+    Public because the loss's shared-prompt forward (``trainer/shared_prompt.py``) unwraps the same way; it gets the
+    model as the trainer's loss does, wrapped for several processes."""
+    model = extract_model_from_parallel(model)
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
