@@ -1,7 +1,9 @@
 """Two training processes (torchrun + accelerate, CPU/gloo): a group straddling them gets globally normalised
-retrieval advantages and hybrid rows by global index; dynamic sampling runs the same rounds on both."""
+retrieval advantages and hybrid rows by global index; dynamic sampling runs the same rounds on both; `trainer.train()`
+runs under DistributedDataParallel, with LoRA, a shared embedded store and the retrieved-token loss too."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ SCENARIOS = {
     "token_loss": ("multiprocess_token_loss_script",),
     "both_flat": ("multiprocess_dynamic_sampling_script", "both_flat"),
     "train": ("multiprocess_train_script",),
+    "lora_retrieval": ("multiprocess_train_script", "lora_retrieval"),
 }
 """Scenario -> ``tests/<script>.py`` and its extra arguments."""
 
@@ -111,3 +114,20 @@ def test_training_under_distributed_data_parallel_scores_with_the_shared_prompt(
         assert rank["shared"]["grad_norm"] == pytest.approx(rank["separate"]["grad_norm"], rel=1e-5)
         assert rank["shared"]["loss"] == pytest.approx(rank["separate"]["loss"], abs=1e-6)
     assert two_processes["train"][0] == two_processes["train"][1]  # the processes log the same step
+
+
+@pytest.mark.slow
+def test_lora_training_that_retrieves_and_learns_retrieved_tokens_agrees_on_both_processes(two_processes):
+    """``trainer.train()`` with LoRA, an embedded store both processes read, retrieval for the failed groups only and
+    the retrieved-token loss: the processes log the same steps and end with the same adapter, which trained."""
+    ranks = two_processes["lora_retrieval"]
+    assert ranks[0] == ranks[1]
+    rank = ranks[0]
+    assert rank["wrapped"] == "DistributedDataParallel"
+    steps = [entry for entry in rank["log"] if "loss" in entry]
+    assert len(steps) == 2 and all(math.isfinite(step["loss"]) for step in steps)
+    assert any(step["rapo/retrieval_rate"] > 0 for step in steps)
+    learned = [step for step in steps if step["rapo/retrieved_tokens_learned"] > 0]
+    assert learned and all(step["rapo/retrieved_token_loss"] != 0 for step in learned)
+    assert all(step["grad_norm"] > 0 for step in steps)
+    assert all(value > 0 for value in rank["lora_b"])  # LoRA's B starts at zero: the adapter trained
