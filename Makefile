@@ -15,7 +15,7 @@ demo: setup
 	bash scripts/demo.sh $(DEMO)
 
 test: setup
-	.venv/bin/python -m pytest -q -m "not gpu and not vllm" tests
+	.venv/bin/python -m pytest -q -n auto --dist worksteal -m "not gpu and not vllm" tests
 
 lint: setup
 	.venv/bin/ruff check src tests benchmarks scripts
@@ -26,7 +26,7 @@ test-latest:
 	@rm -f .venv-latest/.rapo-tested
 	RAPO_VENV=.venv-latest RAPO_LOCK= bash scripts/setup.sh
 	.venv-latest/bin/python -m pip list --format=freeze 2>/dev/null | grep -iE '^(torch|transformers|trl|peft|accelerate|datasets|chromadb|sentence-transformers)=='
-	.venv-latest/bin/python -m pytest -q -m "not gpu and not vllm" tests
+	.venv-latest/bin/python -m pytest -q -n auto --dist worksteal -m "not gpu and not vllm" tests
 	@touch .venv-latest/.rapo-tested
 
 lock:

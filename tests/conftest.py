@@ -12,6 +12,22 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 import pytest  # noqa: E402
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``make test`` runs ``-n auto``) the workers share the machine's cores: each worker, and the
+    processes its tests start, computes with its share of them rather than with one torch thread per core, which
+    would put workers x cores threads on the cores."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = str(max(1, cores // int(workers)))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved tiny Qwen2 checkpoint with the offline BPE tokenizer (built once per session)."""
