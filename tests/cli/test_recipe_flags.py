@@ -125,17 +125,8 @@ def test_a_flag_only_another_command_reads_is_said_to_be_ignored(tmp_path, monke
     from rapo_trl import cli
     from rapo_trl.cli import train
 
-    class Checked(Exception):
-        pass
-
-    def stop(*args):
-        raise Checked
-
-    monkeypatch.setattr(train, "check", stop)
-    with caplog.at_level("WARNING"), pytest.raises(Checked):
-        cli._run_recipe("train", ["--output_dir", str(tmp_path), "--eval_samples", "4", "--num-samples=8",
-                                  "--max_steps", "2"])
-    said = [record.getMessage() for record in caplog.records]
+    said = _warnings_until_checked(train, "train", ["--output_dir", str(tmp_path), "--eval_samples", "4",
+                                                    "--num-samples=8", "--max_steps", "2"], monkeypatch, caplog)
     assert any("--eval_samples is read by `rapo eval` only" in line for line in said), said
     assert any("--num-samples is read by `rapo build-store` only" in line for line in said), said
     assert not any("max_steps" in line for line in said)
@@ -148,18 +139,10 @@ def test_training_flags_given_to_eval_are_said_to_be_ignored(tmp_path, monkeypat
     from rapo_trl import cli
     from rapo_trl.cli import evaluate
 
-    class Checked(Exception):
-        pass
-
-    def stop(*args):
-        raise Checked
-
-    monkeypatch.setattr(evaluate, "check", stop)
-    with caplog.at_level("WARNING"), pytest.raises(Checked):
-        cli._run_recipe("eval", ["--output_dir", str(tmp_path), "--max_steps", "10", "--retrieve_prob=0.5",
-                                 "--use-cpu", "--sft_same_time", "true", "--max_completion_length", "64",
-                                 "--eval_samples", "4"])
-    said = [record.getMessage() for record in caplog.records]
+    said = _warnings_until_checked(evaluate, "eval", ["--output_dir", str(tmp_path), "--max_steps", "10",
+                                                      "--retrieve_prob=0.5", "--use-cpu", "--sft_same_time", "true",
+                                                      "--max_completion_length", "64", "--eval_samples", "4"],
+                                   monkeypatch, caplog)
     for flag in ("--max_steps", "--retrieve_prob", "--use-cpu", "--sft_same_time"):
         assert any(f"rapo eval: {flag} is read by `rapo train` only" in line for line in said), (flag, said)
     assert not any("max_completion_length" in line or "eval_samples" in line for line in said), said
@@ -181,3 +164,19 @@ def test_no_command_said_to_ignore_a_flag_reads_it():
         if reader == "train":
             read = [name for name in names if re.search(rf"(args|script)\.{name}\b", others)]
             assert read == [], read
+
+
+def _warnings_until_checked(module, command: str, argv: list[str], monkeypatch, caplog) -> list[str]:
+    """What ``rapo <command> <argv>`` warns before its ``module.check`` runs (stopped there: nothing loads)."""
+    from rapo_trl import cli
+
+    class Checked(Exception):
+        pass
+
+    def stop(*args):
+        raise Checked
+
+    monkeypatch.setattr(module, "check", stop)
+    with caplog.at_level("WARNING"), pytest.raises(Checked):
+        cli._run_recipe(command, argv)
+    return [record.getMessage() for record in caplog.records]

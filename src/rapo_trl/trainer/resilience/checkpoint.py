@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
@@ -26,14 +27,23 @@ def save_rapo_state(folder: str, process_index: int, engine, store, run: str | N
             state["store"] = describe()
         except Exception as error:  # noqa: BLE001 - a store that cannot say must not fail the checkpoint
             state["store"] = {"error": f"{type(error).__name__}: {error}"}
-    os.makedirs(folder, exist_ok=True)
-    name = RAPO_STATE_FILE.format(process=process_index)
-    temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # same folder: os.replace stays atomic
-    try:
+
+    def write(temp: str) -> None:
         with open(temp, "w") as handle:
             json.dump(state, handle, default=str)
             handle.flush()
             os.fsync(handle.fileno())
+
+    return write_atomically(folder, RAPO_STATE_FILE.format(process=process_index), write)
+
+
+def write_atomically(folder: str, name: str, write: Callable[[str], None]) -> str:
+    """``write(temp)`` into a temp file in ``folder``, then ``os.replace`` it to ``name``: a checkpoint killed while
+    saving holds the whole file or none. Returns the file's path."""
+    os.makedirs(folder, exist_ok=True)
+    temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # same folder: os.replace stays atomic
+    try:
+        write(temp)
         os.replace(temp, os.path.join(folder, name))
     except BaseException:
         with suppress(OSError):

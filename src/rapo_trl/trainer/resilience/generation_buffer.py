@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import suppress
 from dataclasses import dataclass
 
 import torch
 from accelerate.utils import gather_object, send_to_device
+
+from rapo_trl.trainer.resilience.checkpoint import write_atomically
 
 GENERATION_BUFFER_FILE = "generation_buffer_{process}.pt"
 
@@ -41,21 +42,12 @@ def cycle_length(layout: dict) -> int:
 
 
 def save_generation_buffer(folder: str, process_index: int, step: int, buffered_inputs, layout: dict) -> str:
-    """Write this process's ``_step`` and, inside a cycle, its generated batch, atomically (a temp file in the same
-    folder, then ``os.replace``). At a cycle's start the batch is not needed: the next micro-step generates anyway."""
+    """Write this process's ``_step`` and, inside a cycle, its generated batch, atomically (``write_atomically``).
+    At a cycle's start the batch is not needed: the next micro-step generates anyway."""
     inside = step % cycle_length(layout) != 0 and buffered_inputs is not None
     state = {"step": step, "layout": layout, "inputs": buffered_inputs if inside else None}
-    os.makedirs(folder, exist_ok=True)
-    name = GENERATION_BUFFER_FILE.format(process=process_index)
-    temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # same folder: os.replace stays atomic
-    try:
-        torch.save(state, temp)
-        os.replace(temp, os.path.join(folder, name))
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temp)
-        raise
-    return os.path.join(folder, name)
+    return write_atomically(folder, GENERATION_BUFFER_FILE.format(process=process_index),
+                            lambda temp: torch.save(state, temp))
 
 
 @dataclass
