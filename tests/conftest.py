@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (``make test`` runs ``-n auto``) the workers share the machine's cores: each worker, and the
+    """Under pytest-xdist (``make test`` runs ``-n auto``), the workers share the machine's cores: each worker, and the
     processes its tests start, computes with its share of them rather than with one torch thread per core, which
     would put workers x cores threads on the cores."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from rapo_trl.core.objective import group_normalize
+from tests.helpers.chroma_server import free_port
 
 SCENARIOS = {
     "straddling": ("multiprocess_rollout_script",),
@@ -35,7 +36,8 @@ def two_processes(tiny_model_dir, tmp_path_factory) -> dict[str, list[dict]]:
         (out / name).mkdir()
         scenarios.append([script, str(out / name), *extra])
     runner = Path(__file__).with_name("multiprocess_scenarios.py")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29577",
+    # A free port, not a fixed one: under pytest-xdist another worker may be running a torchrun of its own
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(runner), str(tiny_model_dir), json.dumps(scenarios)]
     # A rank that hangs in a collective (a term gathered on one rank only) ends here, not in CI's limit.
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

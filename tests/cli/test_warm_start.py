@@ -5,6 +5,7 @@ import pytest
 from rapo_trl.cli.warm_start import trajectories_from_store
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import TraceStore
+from tests.helpers.chroma_server import free_port
 
 GOOD = "<think>compute</think>\n<python>\nprint(6 * 7)\n</python>\n<result>\n42\n</result>\n<answer>\\boxed{42}</answer>"
 BAD = "<think>guess</think>\n<python>\nprint(6 + 7)\n</python>\n<result>\n13\n</result>\n<answer>\\boxed{13}</answer>"
@@ -182,7 +183,8 @@ def test_under_two_processes_only_the_main_one_merges_and_saves(tiny_model_dir, 
 
     script = Path(__file__).with_name("warm_start_two_processes.py")
     root = Path(__file__).parents[2]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29581",
+    # A free port, not a fixed one: under pytest-xdist another worker may be running a torchrun of its own
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(script), str(tiny_model_dir), str(tmp_path)]
     env = {**__import__("os").environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root, env=env)
