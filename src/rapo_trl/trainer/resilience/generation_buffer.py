@@ -13,6 +13,7 @@ the run goes on as the uninterrupted one does.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass
 
@@ -92,10 +93,7 @@ def estimated_step(global_step: int, gradient_accumulation_steps: int) -> int:
 def aligned_save_steps(layout: dict, gradient_accumulation_steps: int) -> int:
     """The smallest ``save_steps`` whose checkpoints all fall at a cycle's start."""
     cycle = cycle_length(layout)
-    step = 1
-    while step * gradient_accumulation_steps % cycle:
-        step += 1
-    return step
+    return cycle // math.gcd(cycle, gradient_accumulation_steps)
 
 
 def warn_generation_lost(checkpoint: str, problem: str, step: int, layout: dict,
