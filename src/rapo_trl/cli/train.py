@@ -171,12 +171,11 @@ def run(script, rapo_args, model_args) -> dict:
     source = load_policy_source(rapo_args, model_args)
     model_path = source.path  # the model the warm start begins from: the pushed adapter's base
     from rapo_trl.cli.push import base_model_name
+    from rapo_trl.cli.warm_start import SFT_MIN_REWARD
 
     pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, model_path)
     peft_config, warm = source.peft_config, None
     lora_run = peft_config is not None
-    from rapo_trl.cli.warm_start import SFT_MIN_REWARD
-
     sft = dict(tokenizer=source.tokenizer, output_dir=rapo_args.output_dir, learning_rate=script.sft_learning_rate,
                min_reward=SFT_MIN_REWARD, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,

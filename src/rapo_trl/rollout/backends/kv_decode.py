@@ -147,7 +147,8 @@ def unwrapped_model(model):
 
     Public because the loss's shared-prompt forward (``trainer/shared_prompt.py``) unwraps the same way; it gets the
     model as the trainer's loss does, wrapped for several processes."""
-    model = extract_model_from_parallel(model)
+    if hasattr(model, "module"):  # those wrappers hold the model there; the check costs ~2 ms, so only for them
+        model = extract_model_from_parallel(model)
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
