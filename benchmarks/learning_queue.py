@@ -1,20 +1,24 @@
 """The learning protocol's remaining runs (``learning_comparison_notes.md``) as two lanes of one core each, run by
-``bench_comparison.py`` in a worktree fixed at the protocol's commit, so that every run of a lane is one code version
-whatever main has become; each finished run's record is copied into this checkout's ``learning.json`` and the report
-redrawn here, ready to commit.
+``bench_comparison.py`` in a worktree fixed at one commit, so that every run of a line is one code version whatever
+main has become; each finished run's record is copied into this checkout's ``learning.json`` and the report redrawn
+here, ready to commit.
+
+A line is one code version and one arithmetic (runs pair only within one): ``bf16`` is the protocol begun on CPUs
+that compute bf16 (839daef), ``fp32`` the same protocol's finalists and references from the start on CPUs that do
+not (AVX2 only), where the precision rule trains in fp32. Each line runs only on its own kind of CPU.
 
 A sitting's files go with its machine, so the steps rebuild whatever is missing and resume the rest:
 
-    .venv/bin/python benchmarks/learning_queue.py prepare      # worktree, its venv, the store, the warm start and
-                                                               # GRPO seed 0's first two steps against its record
+    .venv/bin/python benchmarks/learning_queue.py prepare      # the line of this CPU: worktree, its venv, the store,
+                                                               # the warm start and GRPO seed 0's first two steps
+                                                               # against its record (once there is one)
     mkdir -p runs
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 0 >> runs/queue-0.log 2>&1 < /dev/null &
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 1 >> runs/queue-1.log 2>&1 < /dev/null &
-    .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records and redraw, at any time
+    .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records of every line and redraw
 
 ``prepare`` exits non-zero when the two steps differ from the record: the rebuilt warm start is then not the one the
-records started from, and the lanes must not start (the notes say what runs instead). The runs need a CPU that
-computes bf16, as every record of the protocol's code did; on another the lanes refuse to start.
+records started from, and the lanes must not start (the notes say what runs instead).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,26 +36,51 @@ from bench_comparison import JSON_PATH, WARM_START_DIR  # noqa: E402
 from common import update_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-PROTOCOL_COMMIT = "839daef6d5de4c97119748fe01142e7bd1f71038"
-"""The commit every remaining run of the protocol trains on (code 8d5c3859c977-74aea9eac1b7)."""
-PROTOCOL_CODE = "8d5c3859c977-74aea9eac1b7"
-WORKTREE = ROOT.parent / "rapo-protocol"
-"""The worktree at ``PROTOCOL_COMMIT``, beside this checkout, with a venv of its own (its ``src`` installed)."""
 WORKDIR = "runs/comparison"
-"""The bench's working folder inside the worktree: store, warm start, runs."""
+"""The bench's working folder inside a line's worktree: store, warm start, runs."""
 RESULTS = JSON_PATH.relative_to(ROOT)
-"""``learning.json`` inside a checkout: this one's, or the worktree's."""
+"""``learning.json`` inside a checkout: this one's, or a worktree's."""
 LISTS = ("comparison", "rescored")
 """The lists of ``learning.json`` a run or a rescore appends to."""
-LANES = (
-    (("rapo_guided_token", 0), ("rapo_guided_failed", 0), ("rapo_prefix_imitate_failed", 3), ("grpo", 3),
-     ("rapo_prefix_imitate_failed", 4), ("grpo", 4), ("rapo_paper", 0)),
-    (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0),
-     ("sft_then_rapo_guided_token_failed", 3), ("sft_then_grpo", 3), ("sft_then_rapo_guided_token_failed", 4),
-     ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
-)
-"""(arm, seed) in the order each lane runs them: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first,
-then stage 3's seeds 3-4 of the two picks (J, E) and their references, then the fidelity pair."""
+J, E = "rapo_prefix_imitate_failed", "sft_then_rapo_guided_token_failed"
+"""The two picks of the ``bf16`` line's stage 2: the best warm-start arm and the best SFT arm."""
+
+
+@dataclass(frozen=True)
+class Line:
+    """One code version and one arithmetic: every run of a line trains at ``commit`` in the precision the CPU's
+    rule picks (``precision``), so its runs pair."""
+
+    name: str
+    commit: str
+    """The commit every run of the line trains on."""
+    precision: str
+    """``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs this line runs on (``default_precision``)."""
+    lanes: tuple[tuple[tuple[str, int], ...], ...]
+    """(arm, seed) in the order each lane runs them; the arm ``warm_start`` scores the shared warm start."""
+
+    @property
+    def worktree(self) -> Path:
+        """The worktree at ``commit``, beside this checkout, with a venv of its own (its ``src`` installed)."""
+        return ROOT.parent / f"rapo-protocol-{self.name}"
+
+
+LINES = {line.name: line for line in (
+    Line("bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", "bf16", (
+        (("rapo_guided_token", 0), ("rapo_guided_failed", 0), (J, 3), ("grpo", 3), (J, 4), ("grpo", 4),
+         ("rapo_paper", 0)),
+        (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
+         ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
+    )),
+    Line("fp32", "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95", "fp32", (
+        (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
+        tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
+    )),
+)}
+"""``bf16``: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first, then stage 3's seeds 3-4 of the two
+picks (J, E) and their references, then the fidelity pair. ``fp32``: the picks and their references over seeds 0-4,
+each seed's pair together, the warm start scored once after the first pair (the arms chosen before any run of the
+line, from the ``bf16`` line's records; ``learning_comparison_notes.md``)."""
 CHECK_STEPS = 2
 """Steps of the warm-start check. With a linear schedule a run of 2 steps takes its first update at the rate a run
 of 30 takes, so its rewards and losses in steps 1-2 are the record's if the start and the code are."""
@@ -63,40 +93,57 @@ def main(argv=None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("prepare")
     lane = commands.add_parser("run")
-    lane.add_argument("lane", type=int, choices=range(len(LANES)))
+    lane.add_argument("lane", type=int, choices=range(2))
     commands.add_parser("sync")
     args = parser.parse_args(argv)
     if args.command == "sync":
         sync()
         return
-    refuse_without_bf16()
+    line = line_of_this_cpu()
     if args.command == "prepare":
-        prepare()
+        prepare(line)
     else:
-        run_lane(LANES[args.lane])
+        run_lane(line, line.lanes[args.lane])
 
 
-def refuse_without_bf16() -> None:
-    from rapo_trl.hardware import cpu_computes_bf16
+def line_of_this_cpu() -> Line:
+    """The line whose arithmetic the precision rule picks on this CPU: its runs pair with that line's records."""
+    from rapo_trl.hardware import default_precision
 
-    if not cpu_computes_bf16():
-        raise SystemExit("learning_queue: this CPU does not compute bf16; the protocol's records trained in bf16, "
-                         "and fp32 runs here would not pair with them (learning_comparison_notes.md)")
+    precision = default_precision("cpu")
+    for line in LINES.values():
+        if line.precision == precision:
+            print(f"learning_queue: this CPU trains in {precision}: the {line.name} line, at {line.commit[:10]}",
+                  flush=True)
+            return line
+    raise SystemExit(f"learning_queue: this CPU trains in {precision}, the arithmetic of no line")
 
 
-def prepare() -> None:
-    if not (WORKTREE / ".git").exists():
-        git("worktree", "add", "--detach", str(WORKTREE), PROTOCOL_COMMIT)
-    subprocess.run(["bash", "scripts/setup.sh"], cwd=WORKTREE, check=True)
-    steps = worktree_python("-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True)
+def prepare(line: Line) -> None:
+    if not (line.worktree / ".git").exists():
+        git("worktree", "add", "--detach", str(line.worktree), line.commit)
+    subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
+    steps = worktree_python(line, "-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True)
     logged = json.loads(steps.strip().splitlines()[-1])
-    record = recorded_run(load_records(ROOT / RESULTS)["comparison"], "grpo", 0, PROTOCOL_CODE)
+    code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
+    record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
+    if record is None:
+        print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
+              "warm starts are checked against; the lanes may start")
+        return
     differences = check_steps(logged, record, CHECK_STEPS)
     if differences:
         raise SystemExit("learning_queue: the rebuilt warm start is not the records' one:\n" + "\n".join(differences))
     print(f"learning_queue: GRPO seed 0's first {CHECK_STEPS} steps equal its record; the lanes may start")
 
 
+CODE_SCRIPT = """
+import sys
+sys.path.insert(0, "benchmarks")
+import bench_comparison
+print(bench_comparison.code_version())
+"""
+"""Run in a worktree: the code version its runs are recorded under."""
 CHECK_SCRIPT = """
 import json, sys
 from pathlib import Path
@@ -114,11 +161,11 @@ print(json.dumps(bench.step_logs(output / "trainer_state.json")))
 steps from it, the step logs printed last."""
 
 
-def recorded_run(records: list[dict], arm: str, seed: int, code: str) -> dict:
+def recorded_run(records: list[dict], arm: str, seed: int, code: str) -> dict | None:
     for record in records:
         if record["arm"] == arm and record["seed"] == seed and record.get("code") == code:
             return record
-    raise SystemExit(f"learning_queue: no record of {arm} seed {seed} on code {code}")
+    return None
 
 
 def check_steps(logged: list[dict], record: dict, steps: int) -> list[str]:
@@ -134,20 +181,21 @@ def check_steps(logged: list[dict], record: dict, steps: int) -> list[str]:
     return differences
 
 
-def run_lane(lane: tuple[tuple[str, int], ...]) -> None:
-    if not (WORKTREE / WORKDIR / WARM_START_DIR).exists():
+def run_lane(line: Line, lane: tuple[tuple[str, int], ...]) -> None:
+    if not (line.worktree / WORKDIR / WARM_START_DIR).exists():
         raise SystemExit("learning_queue: no warm start in the worktree yet; run `learning_queue.py prepare` first "
                          "(two lanes would otherwise build the store and the warm start twice, at once)")
     for arm, seed in lane:
-        worktree_python("benchmarks/bench_comparison.py", "--workdir", WORKDIR, "--arms", arm, "--seeds", str(seed))
+        arms = ["--eval-warm-start"] if arm == "warm_start" else [arm, "--seeds", str(seed)]
+        worktree_python(line, "benchmarks/bench_comparison.py", "--workdir", WORKDIR, "--arms", *arms)
         sync()
 
 
 def sync() -> None:
-    """Copy the worktree's records that this checkout lacks into its ``learning.json``, then redraw the report."""
-    theirs = load_records(WORKTREE / RESULTS)
+    """Copy every line's records that this checkout lacks into its ``learning.json``, then redraw the report."""
+    theirs = [load_records(line.worktree / RESULTS) for line in LINES.values()]
     added = []
-    update_results(ROOT / RESULTS, lambda ours: added.append(merged(ours, theirs)))
+    update_results(ROOT / RESULTS, lambda ours: added.append(sum(merged(ours, records) for records in theirs)))
     print(f"learning_queue: {added[0]} new records copied")
     subprocess.run([sys.executable, "benchmarks/bench_comparison.py", "--report-only"], cwd=ROOT, check=True)
 
@@ -174,11 +222,12 @@ def identity(record: dict) -> tuple:
     return record["arm"], record["seed"], record.get("code"), record["recorded"]
 
 
-def worktree_python(*arguments: str, capture: bool = False) -> str:
-    """The worktree's own Python (its ``src`` installed) with ``arguments``, one torch thread; stdout if captured."""
+def worktree_python(line: Line, *arguments: str, capture: bool = False) -> str:
+    """The line's worktree's own Python (its ``src`` installed) with ``arguments``, one torch thread; stdout if
+    captured."""
     environment = {**os.environ, **THREADS}
-    done = subprocess.run([str(WORKTREE / ".venv/bin/python"), *arguments], cwd=WORKTREE, env=environment, check=True,
-                          stdout=subprocess.PIPE if capture else None, text=True)
+    done = subprocess.run([str(line.worktree / ".venv/bin/python"), *arguments], cwd=line.worktree, env=environment,
+                          check=True, stdout=subprocess.PIPE if capture else None, text=True)
     return done.stdout or ""
 
 

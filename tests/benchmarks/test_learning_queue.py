@@ -10,12 +10,33 @@ def _record(arm, seed, recorded, code="v"):
     return {"arm": arm, "seed": seed, "code": code, "recorded": recorded}
 
 
-def test_the_lanes_name_arms_the_bench_knows_and_no_run_twice():
+def test_each_line_runs_arms_the_bench_knows_and_no_run_twice():
     queue, bench = load_bench("learning_queue"), load_bench("bench_comparison")
-    runs = [run for lane in queue.LANES for run in lane]
-    assert {arm for arm, _ in runs} <= set(bench.ARMS)
-    assert len(runs) == len(set(runs))
+    for line in queue.LINES.values():
+        runs = [run for lane in line.lanes for run in lane]
+        assert {arm for arm, _ in runs} <= {*bench.ARMS, "warm_start"}
+        assert len(runs) == len(set(runs))
     assert queue.WARM_START_DIR == bench.WARM_START_DIR
+
+
+def test_the_fp32_line_pairs_each_pick_with_its_reference_over_five_seeds():
+    queue = load_bench("learning_queue")
+    runs = {run for lane in queue.LINES["fp32"].lanes for run in lane}
+    for arm in ("grpo", queue.J, "sft_then_grpo", queue.E):
+        assert {seed for name, seed in runs if name == arm} == set(range(5))
+    # a pick and its reference share a lane, so each seed's pair finishes together
+    for lane in queue.LINES["fp32"].lanes:
+        arms = {arm for arm, _ in lane} - {"warm_start"}
+        assert arms in ({"grpo", queue.J}, {"sft_then_grpo", queue.E})
+
+
+def test_each_line_runs_on_the_cpus_whose_precision_rule_picks_its_arithmetic(monkeypatch):
+    queue = load_bench("learning_queue")
+    import rapo_trl.hardware as hardware
+
+    for computes_bf16, name in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(hardware, "cpu_computes_bf16", lambda computes_bf16=computes_bf16: computes_bf16)
+        assert queue.line_of_this_cpu().name == name
 
 
 def test_a_sync_copies_the_records_this_checkout_lacks_once_and_in_order():
@@ -42,5 +63,6 @@ def test_the_warm_start_check_names_each_step_that_differs_from_the_record():
 
 def test_the_recorded_run_found_is_of_the_asked_code():
     queue = load_bench("learning_queue")
-    records = [_record("grpo", 0, "t0", code="old"), _record("grpo", 0, "t1", code=queue.PROTOCOL_CODE)]
-    assert queue.recorded_run(records, "grpo", 0, queue.PROTOCOL_CODE)["recorded"] == "t1"
+    records = [_record("grpo", 0, "t0", code="old"), _record("grpo", 0, "t1", code="new")]
+    assert queue.recorded_run(records, "grpo", 0, "new")["recorded"] == "t1"
+    assert queue.recorded_run(records, "grpo", 1, "new") is None
