@@ -85,6 +85,9 @@ def machine_line(machine: dict) -> str:
     if "cpus" in machine and "cores" not in cpu:
         cpu += f", {machine['cpus']} cores" + (f" (torch threads: {machine['torch_threads']})"
                                                if "torch_threads" in machine else "")
+    if "native_bf16" in machine:
+        # two machines of one CPU name can differ here, and it decides the precision every run trained in
+        cpu += ", bf16 instructions" if machine["native_bf16"] else ", no bf16 instructions"
     gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
     versions = ", ".join(f"{name} {machine[name]}" for name in ("torch", "transformers", "trl") if name in machine)
     return f"{cpu}{gpu}; Python {machine.get('python', '?')}, {versions}"

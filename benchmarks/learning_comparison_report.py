@@ -48,7 +48,7 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
              "table.", ""]
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
-        lines += _version_section(version, members, arms, png_path if index == 0 else None)
+        lines += _version_section(version, members, arms, png_path if index == 0 else version_plot(png_path, version))
         lines += [f"Code {later} repeats this version (GRPO and SFT-then-GRPO seed 0: the same reward and loss at "
                   "every step), so its runs are in this table; where both ran an arm and seed, this version's run is "
                   "shown." for later in joined.get(version, [])] + ([""] if version in joined else [])
@@ -61,7 +61,13 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
     md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
 
 
-def _version_section(version: str, records: list[dict], arms: Sequence[str], png_path: Path | None) -> list[str]:
+def version_plot(png_path: Path, version: str) -> Path:
+    """The plot of an older version's table, beside the newest one's ``png_path``: each line of the protocol (one code
+    version and one arithmetic) keeps its curves when another line's runs land after it."""
+    return png_path.with_name(f"{png_path.stem}_{version}{png_path.suffix}")
+
+
+def _version_section(version: str, records: list[dict], arms: Sequence[str], png_path: Path) -> list[str]:
     runs = [r for r in records if r["arm"] != "warm_start"]
     by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
     by_arm = {arm: members for arm, members in by_arm.items() if members}
@@ -76,7 +82,7 @@ def _version_section(version: str, records: list[dict], arms: Sequence[str], png
         [_row(arm, members, by_arm) for arm, members in by_arm.items()]
         + [_warm_row(record) for record in warm[-1:]])
     lines.append("")
-    if png_path is not None and runs and _draw(by_arm, png_path):
+    if runs and _draw(by_arm, png_path):
         lines += [f"![on-policy reward per step]({png_path.name})", ""]
     return lines
 

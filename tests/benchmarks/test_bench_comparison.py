@@ -82,6 +82,9 @@ def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos
     assert cells[10] == "0.700"  # the mean of the last five on-policy rewards, not of the reward with hybrid rows
     assert cells[11] == "5"
     assert png.is_file()
+    # the older version keeps a plot of its own, linked from its table
+    older = report.version_plot(png, "old")
+    assert older.is_file() and older != png and f"]({older.name})" in text
 
 
 def test_a_recorded_run_is_skipped_and_one_of_other_code_or_flags_is_not(tmp_path, monkeypatch):
