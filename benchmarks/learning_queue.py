@@ -58,6 +58,9 @@ class Line:
     """``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs this line runs on (``default_precision``)."""
     lanes: tuple[tuple[tuple[str, int], ...], ...]
     """(arm, seed) in the order each lane runs them; the arm ``warm_start`` scores the shared warm start."""
+    warm_start_threads: int
+    """Torch threads the store and the warm start are built on, before any lane runs (the same at every rebuild, so
+    that a rebuilt warm start is the records' one)."""
 
     @property
     def worktree(self) -> Path:
@@ -71,11 +74,11 @@ LINES = {line.name: line for line in (
          ("rapo_paper", 0)),
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
          ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
-    )),
+    ), warm_start_threads=1),
     Line("fp32", "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95", "fp32", (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
         tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
-    )),
+    ), warm_start_threads=2),
 )}
 """``bf16``: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first, then stage 3's seeds 3-4 of the two
 picks (J, E) and their references, then the fidelity pair. ``fp32``: the picks and their references over seeds 0-4,
@@ -84,8 +87,8 @@ line, from the ``bf16`` line's records; ``learning_comparison_notes.md``)."""
 CHECK_STEPS = 2
 """Steps of the warm-start check. With a linear schedule a run of 2 steps takes its first update at the rate a run
 of 30 takes, so its rewards and losses in steps 1-2 are the record's if the start and the code are."""
-THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-"""One torch thread a run, as every record was made (and the warm start with it)."""
+RUN_THREADS = 1
+"""One torch thread a run, as every record was made."""
 
 
 def main(argv=None) -> None:
@@ -123,18 +126,29 @@ def prepare(line: Line) -> None:
     if not (line.worktree / ".git").exists():
         git("worktree", "add", "--detach", str(line.worktree), line.commit)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
-    steps = worktree_python(line, "-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True)
-    logged = json.loads(steps.strip().splitlines()[-1])
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
+    built = (line.worktree / WORKDIR / WARM_START_DIR).exists()
+    if not built:
+        logged = check_run(line, line.warm_start_threads)
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
               "warm starts are checked against; the lanes may start")
         return
+    if built or line.warm_start_threads != 1:
+        logged = check_run(line, 1)  # as the records ran: one thread
     differences = check_steps(logged, record, CHECK_STEPS)
     if differences:
         raise SystemExit("learning_queue: the rebuilt warm start is not the records' one:\n" + "\n".join(differences))
     print(f"learning_queue: GRPO seed 0's first {CHECK_STEPS} steps equal its record; the lanes may start")
+
+
+def check_run(line: Line, threads: int) -> list[dict]:
+    """GRPO seed 0's first ``CHECK_STEPS`` step logs in ``line``'s worktree, on ``threads`` torch threads; the store
+    and the warm start are built first where they are missing."""
+    steps = worktree_python(line, "-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True,
+                            threads=threads)
+    return json.loads(steps.strip().splitlines()[-1])
 
 
 CODE_SCRIPT = """
@@ -222,10 +236,10 @@ def identity(record: dict) -> tuple:
     return record["arm"], record["seed"], record.get("code"), record["recorded"]
 
 
-def worktree_python(line: Line, *arguments: str, capture: bool = False) -> str:
-    """The line's worktree's own Python (its ``src`` installed) with ``arguments``, one torch thread; stdout if
-    captured."""
-    environment = {**os.environ, **THREADS}
+def worktree_python(line: Line, *arguments: str, capture: bool = False, threads: int = RUN_THREADS) -> str:
+    """The line's worktree's own Python (its ``src`` installed) with ``arguments`` on ``threads`` torch threads;
+    stdout if captured."""
+    environment = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     done = subprocess.run([str(line.worktree / ".venv/bin/python"), *arguments], cwd=line.worktree, env=environment,
                           check=True, stdout=subprocess.PIPE if capture else None, text=True)
     return done.stdout or ""

@@ -3,6 +3,12 @@ reads a differing step."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
+
+import pytest
+
 from tests.helpers.benchmarks import load_bench
 
 
@@ -66,3 +72,42 @@ def test_the_recorded_run_found_is_of_the_asked_code():
     records = [_record("grpo", 0, "t0", code="old"), _record("grpo", 0, "t1", code="new")]
     assert queue.recorded_run(records, "grpo", 0, "new")["recorded"] == "t1"
     assert queue.recorded_run(records, "grpo", 1, "new") is None
+
+
+def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tmp_path, monkeypatch):
+    queue = load_bench("learning_queue")
+    steps = [{"reward": 0.5, "loss": 0.25}, {"reward": 0.75, "loss": -0.125}]
+    checkout = tmp_path / "checkout"  # the worktree goes beside it
+    results = checkout / "learning.json"
+    checkout.mkdir()
+    monkeypatch.setattr(queue, "ROOT", checkout)
+    monkeypatch.setattr(queue, "RESULTS", results.relative_to(checkout))
+    monkeypatch.setattr(queue, "git", lambda *arguments: None)
+    monkeypatch.setattr(queue.subprocess, "run", lambda *arguments, **options: None)
+    monkeypatch.setattr(queue, "worktree_python", lambda line, *arguments, **options: "code-v\n")
+    calls = []
+
+    def check_run(line, threads):
+        calls.append(threads)
+        (line.worktree / queue.WORKDIR / queue.WARM_START_DIR).mkdir(parents=True, exist_ok=True)
+        return steps
+
+    monkeypatch.setattr(queue, "check_run", check_run)
+    line = dataclasses.replace(queue.LINES["fp32"], name="probe")
+    assert line.worktree.parent == tmp_path
+    (line.worktree / ".git").mkdir(parents=True)
+
+    queue.prepare(line)  # no record of the line yet: the warm start is built on its threads, nothing checked
+    assert calls == [2]
+    record = {"arm": "grpo", "seed": 0, "code": "code-v", "recorded": "t",
+              "per_step": {"reward": [0.5, 0.75], "loss": [0.25, -0.125]}}
+    results.write_text(json.dumps({"comparison": [record]}))
+    queue.prepare(line)  # built: checked as the records ran, on one thread
+    assert calls == [2, 1]
+    shutil.rmtree(line.worktree / queue.WORKDIR)
+    queue.prepare(line)  # rebuilt on two threads, then checked on one
+    assert calls == [2, 1, 2, 1]
+    record["per_step"]["loss"][1] = -0.126
+    results.write_text(json.dumps({"comparison": [record]}))
+    with pytest.raises(SystemExit, match="step 2 loss"):
+        queue.prepare(line)
