@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import machine_line, markdown_table, with_notes
-from learning_goals import goal_section
+from learning_goals import fixed_picks, goal_section, picks_section
 from learning_stages import (
     FRESH,
     cell,
@@ -52,7 +52,8 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
         lines += [f"Code {later} repeats this version (GRPO and SFT-then-GRPO seed 0: the same reward and loss at "
                   "every step), so its runs are in this table; where both ran an arm and seed, this version's run is "
                   "shown." for later in joined.get(version, [])] + ([""] if version in joined else [])
-        lines += screen_section(members, markdown_table)
+        picks = fixed_picks(members)
+        lines += picks_section(picks) if picks else screen_section(members, markdown_table)
         version_rescored = [r for r in rescored if r.get("code", "?") == version]
         lines += rescored_section(version_rescored, markdown_table, _per_question)
         lines += goal_section(members, version_rescored, markdown_table)

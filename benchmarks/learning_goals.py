@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
-from learning_stages import interval_cell, screen
+from learning_stages import interval_cell, reference_of, screen
 from paired_questions import FRESH, cluster_bootstrap, interval_text, paired_text, per_question_difference
 
 GOAL_SEEDS = 5
@@ -30,13 +30,25 @@ NON_INFERIORITY_MARGIN = 0.03
 FAILS_BELOW = 0.5
 GOALS = (("rapo_guided", "grpo"), ("sft_then_grpo", "sft_then_grpo"))
 """(the screen's group, named by its reference; the reference of its goal)."""
+GOAL_REFERENCE = dict(GOALS)
+FIXED_PICKS = {"5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95": ("rapo_prefix_imitate_failed",
+                                                            "sft_then_rapo_guided_token_failed")}
+"""Commit -> the arms picked before any run at it: a line of the protocol that runs no screen (the ``fp32`` line of
+``learning_queue.py``), whose goals read these arms whatever their seed 0 scored."""
+
+
+def fixed_picks(records: Sequence[dict]) -> tuple[str, ...]:
+    """The picks fixed before one code version's runs (``FIXED_PICKS`` of their commits), or none."""
+    commits = {r.get("commit") for r in records}
+    return next((picks for commit, picks in FIXED_PICKS.items() if commit in commits), ())
 
 
 def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
     """One dict per pick of the screen: arm, reference, seeds (paired), scored_on, per_seed (differences),
     per_question (question -> differences), interval (their bootstrap: mean, low, high), on_failed (the same on the
     questions the reference fails elsewhere; SFT group only) and verdict."""
-    _, chosen = screen(records)
+    picks = fixed_picks(records)
+    chosen = {reference_of(arm): arm for arm in picks} if picks else screen(records)[1]
     results = []
     for group, reference in GOALS:
         arm = chosen.get(group)
@@ -105,6 +117,14 @@ GOAL_TEXT = {"grpo": f"minus GRPO >= {MIN_GAIN}, interval above 0",
              "sft_then_grpo": f"minus SFT-then-GRPO: lower bound > -{NON_INFERIORITY_MARGIN} (non-inferior), > 0 (ahead)"}
 
 
+def picks_section(picks: Sequence[str]) -> list[str]:
+    """In place of the screen's table, for a code version whose picks were fixed before its runs."""
+    against = ", ".join(f"`{arm}` against `{GOAL_REFERENCE[reference_of(arm)]}`" for arm in picks)
+    return ["### The picks, fixed before this version's runs", "",
+            f"No screen: {against}, chosen from an earlier version's records before any run of this one "
+            "(`learning_comparison_notes.md`); no arm is dropped on this version's own scores.", ""]
+
+
 def goal_section(records: Sequence[dict], rescored: Sequence[dict],
                  table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
     """The goals' table for one code version; nothing before the screen has picked an arm."""
@@ -119,7 +139,8 @@ def goal_section(records: Sequence[dict], rescored: Sequence[dict],
                      interval_cell(result["per_seed"], signed=True), per_question,
                      "-" if result["on_failed"] is None else paired_text(result["on_failed"]),
                      GOAL_TEXT[result["reference"]], result["verdict"]])
-    lines = ["### The goals: the screen's picks over their paired seeds", ""]
+    whose = "fixed picks" if fixed_picks(records) else "screen's picks"
+    lines = [f"### The goals: the {whose} over their paired seeds", ""]
     lines += table(["pick", "against", "paired seeds", "scored on", "difference over seeds (95% CI)",
                     "difference per question (95% CI)", f"on questions the reference fails in its other seeds "
                     f"(pass rate < {FAILS_BELOW})", "goal", "verdict"], rows)

@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_comparison import JSON_PATH, WARM_START_DIR  # noqa: E402
 from common import update_results  # noqa: E402
+from learning_goals import FIXED_PICKS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKDIR = "runs/comparison"
@@ -42,8 +43,10 @@ RESULTS = JSON_PATH.relative_to(ROOT)
 """``learning.json`` inside a checkout: this one's, or a worktree's."""
 LISTS = ("comparison", "rescored")
 """The lists of ``learning.json`` a run or a rescore appends to."""
-J, E = "rapo_prefix_imitate_failed", "sft_then_rapo_guided_token_failed"
-"""The two picks of the ``bf16`` line's stage 2: the best warm-start arm and the best SFT arm."""
+FP32_COMMIT = "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95"
+J, E = FIXED_PICKS[FP32_COMMIT]
+"""The two picks of the ``bf16`` line's stage 2, the best warm-start arm and the best SFT arm: the ``fp32`` line's
+arms, fixed before its runs."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ LINES = {line.name: line for line in (
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
          ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
     ), warm_start_threads=1),
-    Line("fp32", "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95", "fp32", (
+    Line("fp32", FP32_COMMIT, "fp32", (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
         tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
     ), warm_start_threads=2),

@@ -170,3 +170,23 @@ def test_the_goals_read_the_widest_rescored_set_that_holds_every_paired_seed(tmp
     goals_table = text[text.index("### The goals"):]
     assert ("| rapo_guided_token_failed | grpo | 5 | the runs' own 4 fresh questions | +0.375 (+0.375 to +0.375) | "
             "+0.375 (+0.250 to +0.500, 4 questions) | - | minus GRPO >= 0.05, interval above 0 | met |") in goals_table
+
+
+def test_a_version_with_picks_fixed_before_its_runs_has_no_screen_and_reads_its_goals_on_them(tmp_path):
+    goals_module = load_bench("learning_goals")
+    commit, (pick, sft_pick) = next(iter(goals_module.FIXED_PICKS.items()))
+    grpo = _seeds("grpo", [[2, 2, 2, 2]] * 5)
+    # below the warm start at seed 0: a screen would drop it; with fixed picks it goes on to its goal
+    worse = _seeds(pick, [[1, 1, 0, 0]] * 5)
+    records = [{**r, "commit": commit} for r in [_run("warm_start", 0.6), *grpo, *worse]]
+    goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
+    assert goal["reference"] == "grpo" and goal["seeds"] == [0, 1, 2, 3, 4] and goal["verdict"] == "not met"
+    assert {g["arm"]: g for g in goals_module.goals([{**r, "commit": "other"} for r in records])} == {}
+    report = load_bench("learning_comparison_report")
+    md = tmp_path / "learning_comparison.md"
+    report.write(records, md, tmp_path / "plot.png", ["grpo", pick, sft_pick])
+    text = md.read_text()
+    assert "### Stage 1" not in text and "### The picks, fixed before this version's runs" in text
+    assert f"`{pick}` against `grpo`, `{sft_pick}` against `sft_then_grpo`" in text
+    assert "### The goals: the fixed picks over their paired seeds" in text
+    assert f"| {pick} | grpo | 5 |" in text
