@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -181,3 +182,106 @@ def test_train_records_the_baselines_it_makes(tiny_model_dir, tmp_path, monkeypa
     with pytest.raises(Recorded):
         train.run(script, args, model)
     assert seen["baselines"] == ["grpo_same_rollouts"]
+    assert re.fullmatch(r"[0-9a-f]{32}", seen["run_id"])  # a new run's id: the one its baselines are stamped with
+
+
+def _finished_baselines(target, stamps: dict, run_id: str | None) -> None:
+    """Finished warm start and GRPO baseline folders in ``target``, each stamped with the run id ``stamps`` gives it
+    (``None``: no stamp), and the record of the run ``run_id`` (``None``: a record without one) that lists both."""
+    from rapo_trl.cli.run_record import RUN_RECORD, write_run_record
+
+    for folder, marker in (("sft-warm-start", "sft_history.json"), ("grpo-same-rollouts", "trainer_state.json")):
+        (target / folder).mkdir(parents=True, exist_ok=True)
+        (target / folder / "adapter_config.json").write_text("{}")
+        (target / folder / marker).write_text("{}")
+        stamp = target / folder / "rapo_run_id.json"
+        stamp.unlink(missing_ok=True)
+        if stamps[folder] is not None:
+            stamp.write_text(json.dumps({"run_id": stamps[folder]}))
+    write_run_record(str(target), ["python"], "tags", None, "arithmetic", baselines=["warm_start", "grpo_same_rollouts"])
+    if run_id is not None:
+        record = json.loads((target / RUN_RECORD).read_text())
+        (target / RUN_RECORD).write_text(json.dumps({**record, "run_id": run_id}))
+
+
+def test_eval_leaves_out_a_finished_baseline_of_an_earlier_run_in_the_same_output_dir(tmp_path, caplog):
+    """Run 1 finished its GRPO baseline; run 2, same recipe and output_dir, was killed before it made its own: the
+    folder, finished and listed in the record, is run 1's, and was scored beside run 2's model as one run's."""
+    target = tmp_path / "out"
+    _finished_baselines(target, {"sft-warm-start": "run2", "grpo-same-rollouts": "run1"}, run_id="run2")
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+        models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"warm_start": str(target / "sft-warm-start"), "trained": str(target)}
+    assert (f"{target / 'grpo-same-rollouts'} is left out: the run that trained {target} (run run2) did not finish "
+            "this grpo_same_rollouts baseline (its rapo_run_id.json names run run1)") in caplog.text
+    assert "sft-warm-start is left out" not in caplog.text
+    # a folder that names no run (its run stopped while it made it again, or a version that stamped none)
+    _finished_baselines(target, {"sft-warm-start": None, "grpo-same-rollouts": "run2"}, run_id="run2")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+        models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"grpo_same_rollouts": str(target / "grpo-same-rollouts"), "trained": str(target)}
+    assert "sft-warm-start is left out" in caplog.text and "names no run" in caplog.text
+
+
+def test_eval_checks_no_run_id_for_a_run_recorded_without_one(tmp_path):
+    """A run of a version that gave none: its baselines carry no stamp, and are scored as before."""
+    target = tmp_path / "out"
+    _finished_baselines(target, {"sft-warm-start": None, "grpo-same-rollouts": "run1"}, run_id=None)
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == [
+        "warm_start", "grpo_same_rollouts", "trained"]
+
+
+def test_a_resumed_run_keeps_its_run_id_and_a_new_run_gets_its_own(tmp_path):
+    """A run resumed from a checkpoint of its output_dir is the same run: the baselines it finished before it stopped
+    still count. A run started over, or resuming another folder's checkpoint, is another run."""
+    from rapo_trl.cli.run_record import run_id_for, write_run_record
+
+    out = tmp_path / "out"
+    (out / "checkpoint-2").mkdir(parents=True)
+    first = run_id_for(str(out), None)
+    assert re.fullmatch(r"[0-9a-f]{32}", first) and run_id_for(str(out), None) != first
+    write_run_record(str(out), ["python"], "tags", None, "arithmetic", baselines=[], run_id=first)
+    assert run_id_for(str(out), str(out / "checkpoint-2")) == first
+    assert run_id_for(str(out), None) != first  # --resume_from_checkpoint false: trained from the start
+    elsewhere = tmp_path / "other" / "checkpoint-2"
+    elsewhere.mkdir(parents=True)
+    assert run_id_for(str(out), str(elsewhere)) not in (first, None)
+    write_run_record(str(out), ["python"], "tags", None, "arithmetic", baselines=[])  # an older version's run
+    assert run_id_for(str(out), str(out / "checkpoint-2")) is None
+
+
+def test_the_grpo_baseline_names_its_run_once_finished_and_no_run_while_it_trains(tmp_path, monkeypatch):
+    """The GRPO baseline made again names no run until it is saved: a run stopped while it trains it leaves no folder
+    that names the run (nor an earlier one of the same id: a resumed run trains it again)."""
+    from types import SimpleNamespace
+
+    from rapo_trl.cli import grpo_baseline
+    from rapo_trl.cli.run_record import baseline_run_id, stamp_baseline
+
+    folder = tmp_path / "out" / "grpo-same-rollouts"
+    folder.mkdir(parents=True)
+    stamp_baseline(folder, "run1")
+    seen = {}
+
+    class Trainer:
+        state = SimpleNamespace(global_step=2)
+
+        def train(self):
+            seen["while training"] = baseline_run_id(folder)
+            return SimpleNamespace(metrics={"train_runtime": 1.0})
+
+        def save_model(self, path):
+            pass
+
+        def is_world_process_zero(self):
+            return True
+
+    monkeypatch.setattr(grpo_baseline, "build_trainer", lambda *args: Trainer())
+    monkeypatch.setattr(grpo_baseline, "save_history_and_plots", lambda trainer, path: None)
+    monkeypatch.setattr(grpo_baseline, "with_values", lambda args, **values: args)
+    rapo_args = SimpleNamespace(output_dir=str(tmp_path / "out"), max_steps=2)
+    grpo_baseline.train_grpo_baseline(None, None, None, rapo_args, steps=2, run_id="run1")
+    assert seen["while training"] is None and baseline_run_id(folder) == "run1"

@@ -276,3 +276,34 @@ def test_sft_on_store_is_trained_again_when_the_warm_start_it_continues_changed(
     warm_start(str(tiny_model_dir), tok, rows, store, out, steps=1, folder=SFT_ON_STORE_DIR, start_adapter=warm,
                **common)
     assert capsys.readouterr().out.count("Warm start reused") == 2
+
+
+def test_a_warm_start_names_the_run_that_made_or_reused_it(tiny_model_dir, tmp_path, monkeypatch):
+    """rapo eval scores a warm start beside the trained model only when it names the model's run: a warm start reused
+    from the folder (the same key) is what the new run would have made, so it names the new run; one made again names
+    no run until it is saved."""
+    import trl
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.run_record import baseline_run_id
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    common = dict(min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, learning_rate=1e-3)
+    out = tmp_path / "out"
+    folder = warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=1, run_id="run1", **common)
+    assert baseline_run_id(folder) == "run1"
+    warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=1, run_id="run2", **common)  # reused
+    assert baseline_run_id(folder) == "run2"
+
+    class Stopped(Exception):
+        pass
+
+    def stopped(*args, **kwargs):
+        raise Stopped
+
+    monkeypatch.setattr(trl, "SFTTrainer", stopped)  # a run stopped while it makes a changed warm start again
+    with pytest.raises(Stopped):
+        warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=2, run_id="run3", **common)
+    assert baseline_run_id(folder) is None

@@ -4,6 +4,7 @@ process under ``grpo_alongside``)."""
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 
@@ -12,3 +13,10 @@ def configure_console() -> None:
     # TRL's configs default `gradient_checkpointing`, which transformers now warns is a deprecated alias:
     # noise on every command that says nothing about the user's recipe.
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)
+
+
+def is_main_process() -> bool:
+    """Whether this is the first process of a launch (global rank 0), or the only one: ``torchrun`` and ``accelerate
+    launch`` give each process they start its ``RANK``. Read from the environment, so it answers before any model,
+    trainer or process group exists."""
+    return int(os.environ.get("RANK") or 0) == 0

@@ -36,6 +36,8 @@ from rapo_trl.cli.model_scoring import (  # noqa: F401 - MODEL_NAMES is re-expor
     score_models,
 )
 from rapo_trl.cli.run_record import (
+    RUN_ID_FILE,
+    baseline_run_id,
     read_run_record,
     refuse_trained_questions,
     refuse_what_eval_cannot_run,
@@ -87,7 +89,9 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
         base = base or _base_of(target)
         if base:
             models["base"] = base
-    made = (read_run_record(target) or {}).get("baselines")  # None: a run recorded before train listed them
+    record = read_run_record(target) or {}
+    made = record.get("baselines")  # None: a run recorded before train listed them
+    run_id = record.get("run_id")  # None: a run recorded before train stamped its baselines
     for name, folder in BASELINE_FOLDERS.items():
         path = Path(target) / folder
         if made is not None and name in made and path.is_dir() and not (path / FINISHED_MARKERS[name]).is_file():
@@ -100,6 +104,13 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
             if made is not None and name not in made:
                 logger.warning("rapo eval: %s is left out: the run that trained %s made no %s (the folder is an "
                                "earlier run's in the same output_dir).", Path(target) / folder, target, name)
+                continue
+            stamped = baseline_run_id(path)
+            if run_id is not None and stamped != run_id:
+                logger.warning("rapo eval: %s is left out: the run that trained %s (run %s) did not finish this %s "
+                               "baseline (its %s names %s): the folder is an earlier run's in the same output_dir, "
+                               "or this run stopped while it made it again.", path, target, run_id, name,
+                               RUN_ID_FILE, f"run {stamped}" if stamped else "no run")
                 continue
             models[name] = str(Path(target) / folder)
     models["trained"] = target
@@ -208,7 +219,9 @@ def run(script, rapo_args, model_args) -> dict:
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_on_store_sft", SFT_ON_STORE_DIR),
                          ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
         history = Path(target) / folder / SFT_HISTORY_FILE
-        if history.is_file():  # the warm start's loss curve (its plateau) and the baseline's SFT steps
+        # the warm start's loss curve (its plateau) and the baseline's SFT steps; of the baselines scored alone (a
+        # folder left out is another run's, or unfinished)
+        if history.is_file() and name.removesuffix("_sft") in models:
             payload[name] = json.loads(history.read_text())
     markdown = "# Evaluation\n\n" + "\n\n".join(tables) + "\n"
     write_json(Path(target) / "eval_results.json", payload)

@@ -54,7 +54,7 @@ def end_with_parent() -> None:
     threading.Thread(target=watch, name="rapo-end-with-parent", daemon=True).start()
 
 
-def train_in_second_process(script, rapo_args, model_args, start: str | None) -> None:
+def train_in_second_process(script, rapo_args, model_args, start: str | None, run_id: str | None = None) -> None:
     """The second process's whole work: the recipe's questions, rewards and model loaded again, and the baseline
     trained from ``start`` for the recipe's max_steps. An error is reported as ``rapo train`` reports one, and its
     exit code is the process's."""
@@ -67,7 +67,7 @@ def train_in_second_process(script, rapo_args, model_args, start: str | None) ->
     try:
         data = load_training_data(script, rapo_args)
         source = load_policy_source(rapo_args, model_args)
-        train_grpo_baseline(data, source, start, rapo_args, steps=None)
+        train_grpo_baseline(data, source, start, rapo_args, steps=None, run_id=run_id)
     except Exception as error:  # noqa: BLE001 - reported as the command would, then the exit code says it failed
         if TRACEBACK_ENV in os.environ:
             raise
@@ -75,13 +75,13 @@ def train_in_second_process(script, rapo_args, model_args, start: str | None) ->
 
 
 @contextmanager
-def grpo_alongside(script, rapo_args, model_args, start: str | None):
-    """While the ``with`` body trains RAPO, the GRPO baseline trains from ``start`` in a second process. On leaving
-    the body the baseline is waited for, and its failure raised; if the body raises (an error, Ctrl-C, a SIGTERM
-    stop), or the wait is interrupted, the second process is ended at once."""
+def grpo_alongside(script, rapo_args, model_args, start: str | None, run_id: str | None = None):
+    """While the ``with`` body trains RAPO, the GRPO baseline of the run ``run_id`` trains from ``start`` in a second
+    process. On leaving the body the baseline is waited for, and its failure raised; if the body raises (an error,
+    Ctrl-C, a SIGTERM stop), or the wait is interrupted, the second process is ended at once."""
     share_cpu_threads(rapo_args.use_cpu)
     context = multiprocessing.get_context("spawn")
-    process = context.Process(target=train_in_second_process, args=(script, rapo_args, model_args, start),
+    process = context.Process(target=train_in_second_process, args=(script, rapo_args, model_args, start, run_id),
                               name="rapo-grpo-baseline")
     process.start()
     folder = grpo_baseline_folder(rapo_args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import PolicySource, TrainingData, build_trainer, with_values
 
@@ -18,15 +19,18 @@ def grpo_baseline_folder(rapo_args) -> str:
 
 
 def train_grpo_baseline(data: TrainingData, source: PolicySource, start: str | None, rapo_args,
-                        steps: int | None) -> None:
+                        steps: int | None, run_id: str | None = None) -> None:
     """Train and save the baseline of the run ``rapo_args`` configures, for ``steps`` steps (None: the recipe's
-    max_steps, or its epochs)."""
+    max_steps, or its epochs); the finished folder is stamped with ``run_id``, the ``rapo train`` run's."""
     folder = grpo_baseline_folder(rapo_args)
+    unstamp_baseline(folder)
     max_steps = rapo_args.max_steps if steps is None else steps
     args = with_values(rapo_args, output_dir=folder, max_steps=max_steps, resume_from_checkpoint=None, **RETRIEVAL_OFF)
     trainer = build_trainer(data, source, start, args, None)
     result = trainer.train()
     trainer.save_model(folder)
     save_history_and_plots(trainer, folder)
+    if trainer.is_world_process_zero():
+        stamp_baseline(folder, run_id)
     print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
           f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")

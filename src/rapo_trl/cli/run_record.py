@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -12,27 +13,63 @@ from rapo_trl.cli.errors import UsageError
 
 RUN_RECORD = "rapo_run.json"
 """The file in ``output_dir`` that records the run's tools, tool protocol and environment."""
+RUN_ID_FILE = "rapo_run_id.json"
+"""The file in each baseline folder that names the run that finished the baseline (``{"run_id": ...}``): a later run
+in the same output_dir may stop before it makes that baseline again, and leave the earlier run's beside its model."""
 
 logger = logging.getLogger("rapo_trl.cli")
 
 
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
                      task: str, base_model: str | None = None, trained_questions: Iterable[str] = (),
-                     baselines: Iterable[str] | None = None) -> None:
+                     baselines: Iterable[str] | None = None, run_id: str | None = None) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
     paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; ``base_model``, what
     a pushed adapter names as its base (``rapo push`` reads it); the questions it trained on, as hashes of their
     text (``rapo eval`` refuses an eval set holding one); and the ``baselines`` it makes beside the model (names of
-    ``rapo eval``'s models: it scores no other folder, such as one an earlier run left in the same output_dir)."""
+    ``rapo eval``'s models: it scores no other folder, such as one an earlier run left in the same output_dir); and the
+    ``run_id`` its baselines are stamped with (`stamp_baseline`: ``rapo eval`` scores no baseline another run made)."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
               "environment_factory": environment_factory, "base_model": base_model}
     if baselines is not None:
         record["baselines"] = list(baselines)
+    if run_id is not None:
+        record["run_id"] = run_id
     hashes = question_hashes(trained_questions)
     if hashes:
         record["trained_question_hashes"] = sorted(hashes)
     (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def run_id_for(output_dir: str, resume: str | None) -> str | None:
+    """The id of the run ``rapo train`` starts in ``output_dir``: a new one, unless it resumes a checkpoint of
+    ``output_dir``, whose run it continues: it keeps that run's id (so the baselines the run finished before it
+    stopped still count), or none where that run's record has none (a run of an older version, whose baselines carry
+    no id: ``rapo eval`` then checks none)."""
+    record = Path(output_dir) / RUN_RECORD
+    if resume is not None and Path(resume).resolve().parent == Path(output_dir).resolve() and record.is_file():
+        return json.loads(record.read_text()).get("run_id")
+    return uuid.uuid4().hex
+
+
+def stamp_baseline(folder: str | Path, run_id: str | None) -> None:
+    """Name the run ``run_id`` in the baseline ``folder`` it has finished (nothing where the run has no id)."""
+    if run_id is not None:
+        (Path(folder) / RUN_ID_FILE).write_text(json.dumps({"run_id": run_id}) + "\n")
+
+
+def unstamp_baseline(folder: str | Path) -> None:
+    """Name no run in ``folder``, about to be made again: a run stopped while it remakes it leaves no one's baseline."""
+    (Path(folder) / RUN_ID_FILE).unlink(missing_ok=True)
+
+
+def baseline_run_id(folder: str | Path) -> str | None:
+    """The id of the run that finished the baseline in ``folder``; ``None`` where it names none."""
+    try:
+        return json.loads((Path(folder) / RUN_ID_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def question_hashes(questions: Iterable[str]) -> set[str]:

@@ -26,7 +26,7 @@ from rapo_trl.cli.environment import check_environment
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
 from rapo_trl.cli.rewards import training_rewards
-from rapo_trl.cli.run_record import write_run_record
+from rapo_trl.cli.run_record import run_id_for, write_run_record
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import build_trainer, load_policy_source, load_training_data
 
@@ -145,6 +145,9 @@ def run(script, rapo_args, model_args) -> dict:
     check_trainer_device(script.device, rapo_args.use_cpu)
     check(script, rapo_args, model_args)
     resume = resume_from(rapo_args.resume_from_checkpoint, rapo_args.output_dir)  # before anything loads
+    # Stamped in each baseline this run finishes and written in its record: rapo eval scores no earlier run's baseline
+    # beside this run's model. A resumed run keeps its run's id.
+    run_id = run_id_for(rapo_args.output_dir, resume)
     data = load_training_data(script, rapo_args)
     rows = data.rows
     print(count_line("Training on", script, {task_split(script, "train"): rows}))
@@ -180,7 +183,7 @@ def run(script, rapo_args, model_args) -> dict:
                min_reward=SFT_MIN_REWARD, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
                fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=source.init_kwargs,
-               lora=peft_config)
+               lora=peft_config, run_id=run_id)
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 
@@ -198,7 +201,7 @@ def run(script, rapo_args, model_args) -> dict:
                           start_adapter=warm if lora_run else None, **sft)
 
     # Each arm starts from a freshly loaded `warm` (the warm start, or SFT on the store), else the model itself.
-    alongside = grpo_alongside(script, rapo_args, model_args, warm) if script.grpo_alongside else nullcontext()
+    alongside = grpo_alongside(script, rapo_args, model_args, warm, run_id) if script.grpo_alongside else nullcontext()
     with alongside:
         trainer = build_trainer(data, source, warm, rapo_args, store)
         if script.sft_same_time:
@@ -208,7 +211,8 @@ def run(script, rapo_args, model_args) -> dict:
         if trainer.is_world_process_zero():  # before training: a stopped run's checkpoints are evaluated as trained
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
-                             trained_questions=_questions(rows, demo_rows), baselines=_baselines(script))
+                             trained_questions=_questions(rows, demo_rows), baselines=_baselines(script),
+                             run_id=run_id)
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if script.sft_same_time:
@@ -236,7 +240,7 @@ def run(script, rapo_args, model_args) -> dict:
     if script.grpo_same_rollouts and not script.grpo_alongside:
         steps = trainer.state.global_step
         del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
-        _train_grpo_after_rapo(data, source, warm, rapo_args, steps)
+        _train_grpo_after_rapo(data, source, warm, rapo_args, steps, run_id)
     return result.metrics
 
 
@@ -254,7 +258,7 @@ def _questions(*row_sets) -> list[str]:
             for question in rows["question"]]
 
 
-def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int) -> None:
+def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int, run_id: str | None) -> None:
     """The GRPO baseline in this process, once RAPO's policy is freed, for as many ``steps`` as RAPO trained."""
     import gc
 
@@ -262,7 +266,7 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int) -> None:
 
     gc.collect()
     release_freed_memory()
-    train_grpo_baseline(data, source, warm, rapo_args, steps)
+    train_grpo_baseline(data, source, warm, rapo_args, steps, run_id)
 
 
 def resume_from(value, output_dir: str) -> str | None:

@@ -19,8 +19,10 @@ import logging
 import time
 from pathlib import Path
 
+from rapo_trl.cli.console import is_main_process
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
+from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
 from rapo_trl.hardware import frozen_weights_dtype
 
 logger = logging.getLogger(__name__)
@@ -200,7 +202,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = WARM_START_DIR, batch_size: int = 4,
                merge: bool = False, model_init_kwargs: dict | None = None, lora: dict | None = None,
-               start_adapter: str | None = None, retrieved_share: float = 0.0) -> str:
+               start_adapter: str | None = None, retrieved_share: float = 0.0, run_id: str | None = None) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
@@ -212,6 +214,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     The loss per step goes to ``sft_history.json`` beside the model.
     ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
     ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
+    The folder is stamped with ``run_id``, the ``rapo train`` run's (`rapo_trl.cli.run_record.stamp_baseline`), once
+    finished or reused.
     """
     if bf16 is None and not fp16:
         from rapo_trl.hardware import default_precision, trainer_device
@@ -237,8 +241,11 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
             print(f"Warm start reused from {target} (same model, examples, settings and package versions).")
+            if is_main_process():  # what this run would have made: this run's
+                stamp_baseline(target, run_id)
             return str(target)
         (target / WARM_START_KEY_FILE).unlink(missing_ok=True)  # the folder is about to be rewritten
+    unstamp_baseline(target)
     init_kwargs = dict(model_init_kwargs or {})
     half = frozen_weights_dtype(bool(bf16), bool(fp16)) if "quantization_config" not in init_kwargs else None
     if half is not None:
@@ -275,6 +282,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
              "learning_rate": learning_rate, "batch_size": batch_size, "loss": history}, indent=2))
         if key is not None:  # written last: a folder without it (a killed save) is never taken for a finished one
             (target / WARM_START_KEY_FILE).write_text(json.dumps({"key": key}))
+        stamp_baseline(target, run_id)
     trainer.accelerator.wait_for_everyone()
     del trainer
     gc.collect()  # the caller loads the saved model next; do not hold a second copy and its optimizer state
