@@ -285,3 +285,26 @@ def test_the_grpo_baseline_names_its_run_once_finished_and_no_run_while_it_train
     rapo_args = SimpleNamespace(output_dir=str(tmp_path / "out"), max_steps=2)
     grpo_baseline.train_grpo_baseline(None, None, None, rapo_args, steps=2, run_id="run1")
     assert seen["while training"] is None and baseline_run_id(folder) == "run1"
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_train_prints_its_lines_in_the_launch_s_first_process_alone(tiny_model_dir, tmp_path, monkeypatch, capsys,
+                                                                     rank):
+    """Under torchrun every process runs `rapo train`: its lines ("Training on ...") came once per process."""
+    from rapo_trl.cli import train
+    from tests.cli.conftest import recipe, write_yaml
+
+    class Loaded(Exception):
+        pass
+
+    def loaded(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(train, "load_policy_source", loaded)  # the lines before the model loads are enough
+    monkeypatch.setenv("RANK", rank)
+    config = {**recipe(tiny_model_dir, tmp_path), "output_dir": str(tmp_path / "model"), "retrieve_prob": 0.0}
+    script, args, model = parse_recipe("train", ["--config", str(write_yaml(tmp_path / "r.yaml", config))])
+    with pytest.raises(Loaded):
+        train.run(script, args, model)
+    out = capsys.readouterr().out
+    assert ("Training on 6 questions" in out) == (rank == "0")

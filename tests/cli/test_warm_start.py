@@ -278,7 +278,7 @@ def test_sft_on_store_is_trained_again_when_the_warm_start_it_continues_changed(
     assert capsys.readouterr().out.count("Warm start reused") == 2
 
 
-def test_a_warm_start_names_the_run_that_made_or_reused_it(tiny_model_dir, tmp_path, monkeypatch):
+def test_a_warm_start_names_the_run_that_made_or_reused_it(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """rapo eval scores a warm start beside the trained model only when it names the model's run: a warm start reused
     from the folder (the same key) is what the new run would have made, so it names the new run; one made again names
     no run until it is saved."""
@@ -294,8 +294,13 @@ def test_a_warm_start_names_the_run_that_made_or_reused_it(tiny_model_dir, tmp_p
     out = tmp_path / "out"
     folder = warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=1, run_id="run1", **common)
     assert baseline_run_id(folder) == "run1"
+    capsys.readouterr()
+    monkeypatch.setenv("RANK", "1")  # a second process of a launch: the first stamps and says it
+    warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=1, run_id="other", **common)
+    assert baseline_run_id(folder) == "run1" and "Warm start reused" not in capsys.readouterr().out
+    monkeypatch.setenv("RANK", "0")
     warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=1, run_id="run2", **common)  # reused
-    assert baseline_run_id(folder) == "run2"
+    assert baseline_run_id(folder) == "run2" and "Warm start reused" in capsys.readouterr().out
 
     class Stopped(Exception):
         pass

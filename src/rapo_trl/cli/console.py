@@ -1,5 +1,5 @@
 """The logging and warning filters every ``rapo`` process runs with (the command's, and the GRPO baseline's second
-process under ``grpo_alongside``)."""
+process under ``grpo_alongside``), and the command's lines printed once under a multi-process launch."""
 
 from __future__ import annotations
 
@@ -20,3 +20,10 @@ def is_main_process() -> bool:
     launch`` give each process they start its ``RANK``. Read from the environment, so it answers before any model,
     trainer or process group exists."""
     return int(os.environ.get("RANK") or 0) == 0
+
+
+def say(line: str) -> None:
+    """Print ``line`` in the launch's first process alone: under ``torchrun`` every process runs the command, and
+    would repeat each of its lines once per process."""
+    if is_main_process():
+        print(line)

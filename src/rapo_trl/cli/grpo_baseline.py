@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.console import say
 from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import PolicySource, TrainingData, build_trainer, with_values
@@ -32,5 +33,5 @@ def train_grpo_baseline(data: TrainingData, source: PolicySource, start: str | N
     save_history_and_plots(trainer, folder)
     if trainer.is_world_process_zero():
         stamp_baseline(folder, run_id)
-    print(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
+    say(f"GRPO baseline (retrieval off): trained {trainer.state.global_step} steps in "
           f"{result.metrics['train_runtime']:.1f}s; saved to {folder}.")

@@ -22,6 +22,7 @@ from rapo_trl.cli.common import (
     training_rows,
     warm_start_collection,
 )
+from rapo_trl.cli.console import say
 from rapo_trl.cli.environment import check_environment
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
@@ -150,15 +151,15 @@ def run(script, rapo_args, model_args) -> dict:
     run_id = run_id_for(rapo_args.output_dir, resume)
     data = load_training_data(script, rapo_args)
     rows = data.rows
-    print(count_line("Training on", script, {task_split(script, "train"): rows}))
+    say(count_line("Training on", script, {task_split(script, "train"): rows}))
     if data.eval_rows is not None:
         # TRL evaluates during training on eval_dataset: the held-out questions rapo eval asks, never trained on.
-        print(count_line("Evaluating during training on", script, {eval_splits(script)[0]: data.eval_rows}))
+        say(count_line("Evaluating during training on", script, {eval_splits(script)[0]: data.eval_rows}))
     # The warm start imitates the demonstrated questions (demo_split), which may differ from the RL questions.
     same = task_split(script, "demo") == task_split(script, "train")
     demo_rows = (rows if same else training_rows(script, "demo", data.tools)) if script.sft_warmup_steps > 0 else None
     if demo_rows is not None and not same:
-        print(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
+        say(count_line("Warm start on", script, {task_split(script, "demo"): demo_rows}))
     store = open_store(script, must_exist=True) if _wants_store(script, rapo_args) else None
     check_store_not_empty(store, script, rapo_args)
     # The warm start's trajectories: the store's own, or the demonstrated questions' collection beside a store of
@@ -235,7 +236,7 @@ def run(script, rapo_args, model_args) -> dict:
     # Alongside, the baseline has finished here: a failed push (retried with `rapo push`) cannot cost it.
     if rapo_args.push_to_hub and trainer.is_world_process_zero():
         _push(script, rapo_args, pushed_base)
-    print(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
+    say(f"Trained {trainer.state.global_step} steps in {result.metrics['train_runtime']:.1f}s; "
           f"saved to {rapo_args.output_dir}.")
     if script.grpo_same_rollouts and not script.grpo_alongside:
         steps = trainer.state.global_step

@@ -19,7 +19,7 @@ import logging
 import time
 from pathlib import Path
 
-from rapo_trl.cli.console import is_main_process
+from rapo_trl.cli.console import is_main_process, say
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
 from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
@@ -240,7 +240,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                              **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}))
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
-            print(f"Warm start reused from {target} (same model, examples, settings and package versions).")
+            say(f"Warm start reused from {target} (same model, examples, settings and package versions).")
             if is_main_process():  # what this run would have made: this run's
                 stamp_baseline(target, run_id)
             return str(target)
