@@ -18,7 +18,8 @@ A sitting's files go with its machine, so the steps rebuild whatever is missing 
     .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records of every line and redraw
 
 ``prepare`` exits non-zero when the two steps differ from the record: the rebuilt warm start is then not the one the
-records started from, and the lanes must not start (the notes say what runs instead).
+records started from, and the lanes must not start (the notes say what runs instead). A warm start already in the
+worktree (an earlier sitting's on the same machine) is taken as it is, without the check.
 """
 
 from __future__ import annotations
@@ -131,14 +132,16 @@ def prepare(line: Line) -> None:
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
-    built = (line.worktree / WORKDIR / WARM_START_DIR).exists()
-    if not built:
-        logged = check_run(line, line.warm_start_threads)
+    if (line.worktree / WORKDIR / WARM_START_DIR).exists():
+        # made by an earlier prepare, in this worktree and venv: the one the line's records started from
+        print("learning_queue: the worktree's warm start is in place; the lanes may start")
+        return
+    logged = check_run(line, line.warm_start_threads)
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
               "warm starts are checked against; the lanes may start")
         return
-    if built or line.warm_start_threads != 1:
+    if line.warm_start_threads != 1:
         logged = check_run(line, 1)  # as the records ran: one thread
     differences = check_steps(logged, record, CHECK_STEPS)
     if differences:

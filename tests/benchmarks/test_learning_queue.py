@@ -102,11 +102,12 @@ def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tm
     record = {"arm": "grpo", "seed": 0, "code": "code-v", "recorded": "t",
               "per_step": {"reward": [0.5, 0.75], "loss": [0.25, -0.125]}}
     results.write_text(json.dumps({"comparison": [record]}))
-    queue.prepare(line)  # built: checked as the records ran, on one thread
-    assert calls == [2, 1]
+    queue.prepare(line)  # in place: made by an earlier prepare of this worktree, nothing to check
+    assert calls == [2]
     shutil.rmtree(line.worktree / queue.WORKDIR)
-    queue.prepare(line)  # rebuilt on two threads, then checked on one
-    assert calls == [2, 1, 2, 1]
+    queue.prepare(line)  # rebuilt on two threads, then checked on one, as the records ran
+    assert calls == [2, 2, 1]
+    shutil.rmtree(line.worktree / queue.WORKDIR)
     record["per_step"]["loss"][1] = -0.126
     results.write_text(json.dumps({"comparison": [record]}))
     with pytest.raises(SystemExit, match="step 2 loss"):
