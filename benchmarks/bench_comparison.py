@@ -101,8 +101,9 @@ TOKEN_LEARNING = ["--retrieved_token_loss_weight", "2", "--retrieved_token_shapi
 (lr 2e-4 against SFT's 1e-3, normalised over ~16 rows' tokens), and LUFFY's shaping divides it by ~4 more; so w = 2
 with log-likelihood."""
 IMITATE = ["--retrieved_token_credit", "stored_reward"]
-"""Learn every stored step shown, at the token-learning weight times its trajectory's reward (1: the store's
-retrieval keeps only trajectories that succeeded), whatever its row scored: with the row's advantage as the gate, the
+"""Learn every stored step shown, at the token-learning weight times its trajectory's reward (1 for a right answer:
+retrieval takes the best of the question's records, none at or below the store's ``min_reward``, so a partly right
+one only where no record of the question is right), whatever its row scored: with the row's advantage as the gate, the
 token loss of ``rapo_guided_token_failed`` fired in no step where its guided rows all failed again."""
 FAILED_GROUPS = ["--retrieve_failed_groups_max_reward", "0", "--retrieve_prob", "1"]
 """Retrieve only in groups whose on-policy rows all scored at most 0, and always there: groups with on-policy
