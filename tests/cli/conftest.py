@@ -7,7 +7,10 @@ command line. All on the tiny model with tiny budgets.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+from pathlib import Path
 
 import pytest
 import yaml
@@ -71,7 +74,16 @@ def recipe(tiny_model_dir, work) -> dict:
 
 
 def write_yaml(path, config: dict):
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return write_file(path, yaml.safe_dump(config, sort_keys=False))
+
+
+def write_file(path, text: str):
+    """``text`` at ``path``, left as it is when it already holds it: under pytest-xdist every worker builds the run
+    table in the folder they share, and a rewrite would empty the file for a moment under a run reading it."""
+    if not path.is_file() or path.read_text() != text:
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)
     return path
 
 
@@ -84,12 +96,10 @@ def first_train_question() -> str:
 def bad_input_runs(work, base: dict) -> dict[str, Run]:
     """One command line per kind of bad input (the table test_bad_input.py checks)."""
     bad = work / "bad"
-    bad.mkdir()
-    jsonl = bad / "qa.jsonl"
-    jsonl.write_text("".join(json.dumps({"problem": f"{i} + {i}?", "solution": str(2 * i)}) + "\n"
-                             for i in range(4)))
-    store_file = bad / "store-file"
-    store_file.write_text("not a store\n")
+    bad.mkdir(exist_ok=True)
+    jsonl = write_file(bad / "qa.jsonl", "".join(json.dumps({"problem": f"{i} + {i}?", "solution": str(2 * i)}) + "\n"
+                                                 for i in range(4)))
+    store_file = write_file(bad / "store-file", "not a store\n")
     configs = {
         "unknown_key": {**base, "lora_rank": 8},
         "wrong_type": {**base, "max_steps": "ten"},
@@ -107,7 +117,7 @@ def bad_input_runs(work, base: dict) -> dict[str, Run]:
     runs["override_type"] = Run(("train", "--config", work / "recipe.yaml", "--max_steps", "ten"))
     runs["missing_config"] = Run(("train", "--config", bad / "no-such-recipe.yaml"))
     runs["config_without_path"] = Run(("eval", "--config"))
-    (bad / "broken.yaml").write_text("max_steps: [1\n")
+    write_file(bad / "broken.yaml", "max_steps: [1\n")
     runs["config_not_yaml"] = Run(("build-store", "--config", bad / "broken.yaml"))
     runs["store_stats_missing"] = Run(("store", "stats", bad / "no-store"))
     runs["store_stats_file"] = Run(("store", "stats", store_file))
@@ -122,13 +132,34 @@ def bad_input_runs(work, base: dict) -> dict[str, Run]:
     return runs
 
 
+def shared_folder(tmp_path_factory) -> Path | None:
+    """The folder every pytest-xdist worker of this session can reach (the parent of the workers' own temporary
+    folders); ``None`` without xdist."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
 @pytest.fixture(scope="session")
 def cli_work(tmp_path_factory, tiny_model_dir):
-    """The folder the runs work in, with ``recipe.yaml`` (the tiny recipe) and the recipe as a dict."""
-    work = tmp_path_factory.mktemp("rapo-cli")
-    base = recipe(tiny_model_dir, work)
-    write_yaml(work / "recipe.yaml", base)
-    return work, base
+    """The folder the runs work in, with ``recipe.yaml`` (the tiny recipe) and the recipe as a dict. Under xdist one
+    folder for all workers, made by the first (its tiny model the recipe's), so that each run runs once."""
+    shared = shared_folder(tmp_path_factory)
+    if shared is None:
+        work = tmp_path_factory.mktemp("rapo-cli")
+        base = recipe(tiny_model_dir, work)
+        write_yaml(work / "recipe.yaml", base)
+        return work, base
+    work = shared / "rapo-cli"
+    with open(shared / "rapo-cli.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        made = work / "recipe.json"
+        if not made.is_file():
+            work.mkdir(exist_ok=True)
+            base = recipe(tiny_model_dir, work)
+            write_yaml(work / "recipe.yaml", base)
+            write_file(made, json.dumps(base))
+        return work, json.loads(made.read_text())
 
 
 def pytest_configure(config):
@@ -136,14 +167,14 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
-def cli_runs(request, cli_work):
+def cli_runs(request, cli_work, tmp_path_factory):
     """The command lines of tests/cli; ``cli_runs[name]`` waits for one. Those the selected tests
     name with ``@pytest.mark.rapo_runs`` all start on first use, so independent ones overlap."""
     work, base = cli_work
     wanted = {name for item in request.session.items for mark in item.iter_markers("rapo_runs")
               for name in mark.args}
     recipe_yaml = work / "recipe.yaml"
-    (work / "baseline_rewards.py").write_text(BASELINE_REWARDS)
+    write_file(work / "baseline_rewards.py", BASELINE_REWARDS)
     # SFT warm start -> RAPO -> equal-time SFT baseline (an adapter over the warm start) -> the GRPO baseline
     # (retrieval off) from the same warm start, trained after RAPO; and the same run with the baseline alongside
     # RAPO on one core (one torch thread in each process, as the run after RAPO has: OMP_NUM_THREADS=1)
@@ -180,6 +211,10 @@ def cli_runs(request, cli_work):
                                            "--output_dir", work / "grpo-alongside-fails")),
         **bad_input_runs(work, base),
     }
-    runs = CliRuns(table, cwd=work, wanted=wanted)
+    results = None
+    if shared_folder(tmp_path_factory) is not None:
+        results = work / "results"
+        results.mkdir(exist_ok=True)
+    runs = CliRuns(table, cwd=work, wanted=wanted, results=results)
     yield runs
     runs.close()

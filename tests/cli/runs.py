@@ -4,15 +4,23 @@ Each recipe command imports torch, transformers and TRL (seconds of CPU each), s
 of ``tests/cli`` are declared in one table and started together: the build -> train -> eval chain
 runs as soon as its inputs exist, and the independent runs (bad input, help) share a few slots
 beside it. A test asks for a run by name and waits for its result.
+
+Under pytest-xdist every worker holds the table, but each command line runs once for all of them: the worker that
+reaches it first runs it under a file lock in the folder the workers share, and saves its result there; the others
+wait on the lock and read it (``CliRuns(results=...)``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,11 +86,13 @@ class Run:
 
 class CliRuns:
     """Starts the runs ``wanted`` (and what they need first) at once; ``runs[name]`` waits for one
-    (and starts it, if nobody wanted it up front)."""
+    (and starts it, if nobody wanted it up front). With ``results`` (a folder other processes' ``CliRuns`` of the same
+    table share), a run another process has made or is making is read from there, not run again."""
 
-    def __init__(self, table: dict[str, Run], cwd: Path, wanted=(), side_slots: int = 3):
+    def __init__(self, table: dict[str, Run], cwd: Path, wanted=(), side_slots: int = 3, results: Path | None = None):
         self.table = table
         self.cwd = cwd
+        self.results = results
         self._side = threading.Semaphore(side_slots)
         self._lock = threading.RLock()
         self._procs: list[subprocess.Popen] = []
@@ -109,10 +119,41 @@ class CliRuns:
             needed = self[run.after]
             if needed.returncode != 0:
                 raise RuntimeError(f"'{name}' needs '{run.after}', which failed:\n{describe(needed)}")
+        if self.results is None:
+            return self._in_slot(run)
+        with self._run_lock(name):
+            saved = self.results / f"{name}.json"
+            if saved.is_file():
+                return subprocess.CompletedProcess(**json.loads(saved.read_text()))
+            done = self._in_slot(run)
+            if not self._closed:  # a run this session's end stopped is no result: a process still needing it runs it
+                saved.write_text(json.dumps({"args": list(map(str, done.args)), "returncode": done.returncode,
+                                             "stdout": done.stdout, "stderr": done.stderr}))
+            return done
+
+    def _in_slot(self, run: Run) -> subprocess.CompletedProcess:
         if run.side:
             with self._side:
                 return self._spawn(run)
         return self._spawn(run)
+
+    @contextmanager
+    def _run_lock(self, name: str):
+        """The run's lock among the processes sharing ``results``, polled so that this session's end stops the wait
+        (another process may hold it for the length of a run)."""
+        with open(self.results / f"{name}.lock", "w") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if self._closed:
+                        raise RuntimeError("the test session ended while another process made this run") from None
+                    time.sleep(0.2)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _spawn(self, run: Run) -> subprocess.CompletedProcess:
         args = (arg() if callable(arg) else arg for arg in run.args)
