@@ -41,6 +41,22 @@ def test_eval_scores_every_model_train_left_beside_the_trained_one(tmp_path):
     assert list(models) == [name for name in evaluate.MODEL_NAMES if name in models]
 
 
+def test_eval_models_scores_the_models_named_in_scoring_order_and_refuses_an_unknown_name(tmp_path):
+    from rapo_trl.cli.errors import UsageError
+
+    target = tmp_path / "out"
+    for folder in ("sft-warm-start", "sft-on-store", "grpo-same-rollouts"):
+        (target / folder).mkdir(parents=True)
+        (target / folder / "adapter_config.json").write_text("{}")
+    argv = ["--eval_model", str(target), "--eval_base", "false", "--eval_models", "trained", "warm_start"]
+    script, _, model_args = parse_recipe("eval", argv)
+    assert evaluate.models_to_evaluate(script, model_args, str(target)) == {
+        "warm_start": str(target / "sft-warm-start"), "trained": str(target)}
+    script, _, _ = parse_recipe("eval", [*argv, "trained_model"])
+    with pytest.raises(UsageError, match="eval_models names 'trained_model', not one of base, .*would be scored"):
+        evaluate.check_sampling_settings(script)
+
+
 def test_models_scored_in_processes_score_as_they_do_one_after_another(tiny_model_dir, tmp_path, capsys):
     """eval_processes 2: two models, each in a spawned process, give the scores and texts (greedy and sampled) the
     models give one after another in this process, at the same torch thread count."""

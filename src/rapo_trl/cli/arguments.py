@@ -113,6 +113,11 @@ class RAPOScriptArguments:
     eval_sampled_splits: list[str] | None = field(
         default=None, metadata={"help": "eval: the sets scored by mean@k too (default: every eval set)."}
     )
+    eval_models: list[str] | None = field(
+        default=None,
+        metadata={"help": "eval: the models scored, of base, warm_start, sft_on_store, sft_same_time, "
+                  "grpo_same_rollouts, trained (default: every one the run made, and base unless eval_base is false)."},
+    )
     eval_sampled_models: list[str] | None = field(
         default=None,
         metadata={"help": "eval: the models scored by mean@k too, of base, warm_start, sft_on_store, "

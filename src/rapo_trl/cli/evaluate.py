@@ -114,6 +114,8 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
                 continue
             models[name] = str(Path(target) / folder)
     models["trained"] = target
+    if script.eval_models is not None:  # the ones asked for, in scoring order
+        models = {name: path for name, path in models.items() if name in name_list(script.eval_models, [])}
     return models
 
 
@@ -143,13 +145,17 @@ def check_sampling_settings(script) -> None:
 
 
 def check_sampled_names(script) -> None:
-    """Refuse a name in ``eval_sampled_models`` or ``eval_sampled_splits`` that is no model or eval set: mean@k would
-    be left out of every table without a word."""
-    for field, known in (("eval_sampled_models", MODEL_NAMES), ("eval_sampled_splits", eval_splits(script))):
+    """Refuse a name in ``eval_models``, ``eval_sampled_models`` or ``eval_sampled_splits`` that is no model or eval
+    set: it would be left out of every table without a word."""
+    for field, known, scored in (("eval_models", MODEL_NAMES, "scored"),
+                                 ("eval_sampled_models", MODEL_NAMES, "scored by mean@k"),
+                                 ("eval_sampled_splits", eval_splits(script), "scored by mean@k")):
         unknown = [name for name in name_list(getattr(script, field), []) if name not in known]
         if unknown:
             raise UsageError(f"{field} names {', '.join(map(repr, unknown))}, not one of {', '.join(known)}: "
-                             "no model or set by that name would be scored by mean@k")
+                             f"no model or set by that name would be {scored}")
+    if script.eval_models is not None and not name_list(script.eval_models, []):
+        raise UsageError("eval_models is empty: name at least one model to score (e.g. trained)")
 
 
 def check(script, rapo_args, model_args) -> None:
@@ -188,6 +194,10 @@ def run(script, rapo_args, model_args) -> dict:
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
     models = models_to_evaluate(script, model_args, target)
+    missing = [name for name in name_list(script.eval_models, []) if name not in models]
+    if missing:  # a model the run did not make (or left unfinished), or base with eval_base false
+        logger.warning("rapo eval: eval_models names %s, which this evaluation cannot score (it scores %s).", missing,
+                       list(models))
     unscored = [name for name in name_list(script.eval_sampled_models, []) if name not in models]
     if unscored:  # a model the run does not have, or eval_base false: nothing of it is sampled
         logger.warning("rapo eval: eval_sampled_models names %s, which this evaluation does not score (it scores %s): "

@@ -57,7 +57,7 @@ HELP_GROUPS = {
         ("models", ("eval_model", "output_dir", "model_name_or_path", "eval_base", "device", *MODEL_LOADING)),
         ("task", (*TASK, "eval_size", "eval_difficulty", "eval_splits")),
         ("evaluation", ("eval_batch_size", "eval_processes", "eval_scoring", "eval_samples", "eval_temperature",
-                        "eval_sample_size", "eval_sampled_splits", "eval_sampled_models", "eval_report",
+                        "eval_sample_size", "eval_sampled_splits", "eval_models", "eval_sampled_models", "eval_report",
                         "max_completion_length", "max_turn_tokens", "temperature", "seed")),
     ),
 }
@@ -75,7 +75,8 @@ from the newest whole checkpoint, as ``Trainer.train(resume_from_checkpoint=True
 
 ONLY_READ_BY = {
     "eval": ("eval_model", "eval_base", "eval_batch_size", "eval_processes", "eval_report", "eval_samples",
-             "eval_temperature", "eval_sample_size", "eval_sampled_splits", "eval_sampled_models", "eval_scoring"),
+             "eval_temperature", "eval_sample_size", "eval_sampled_splits", "eval_models", "eval_sampled_models",
+             "eval_scoring"),
     "build-store": ("num_samples", "keep_top_k", "expert_error_rate"),
     "train": ("learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
               "gradient_accumulation_steps", "steps_per_generation", "num_generations", "beta", "loss_type", "epsilon",
