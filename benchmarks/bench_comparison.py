@@ -286,10 +286,11 @@ def evaluate(model: Path, store: Path, recipe: str = RECIPE) -> tuple[dict, floa
 
 
 def eval_arguments(model: Path, store: Path, recipe: str = RECIPE) -> list[str]:
-    """The ``rapo eval`` arguments that score ``model`` alone, as every comparison record is scored."""
+    """The ``rapo eval`` arguments that score ``model`` alone, as every comparison record is scored (a baseline its
+    run made beside it, SFT on the store, is not scored: the records keep the trained model's scores alone)."""
     return ["eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store), "--eval_splits", FRESH,
-            HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false", "--eval_sampled_models", "trained",
-            "--eval_report", ""]
+            HELDOUT, "--eval_sampled_splits", FRESH, "--eval_base", "false", "--eval_models", "trained",
+            "--eval_sampled_models", "trained", "--eval_report", ""]
 
 
 def read_scores(results: Path, names: tuple[str, ...] = (FRESH, HELDOUT)) -> dict:
@@ -326,7 +327,8 @@ def rescore_arguments(model: Path, store: Path, questions: int, recipe: str, rep
     """``eval_arguments`` on the fresh questions alone, ``questions`` of them, the results also written to ``report``."""
     return ["eval", "--config", recipe, "--eval_model", str(model), "--store_path", str(store), "--eval_splits", FRESH,
             "--eval_sampled_splits", FRESH, "--eval_size", str(questions), "--eval_sample_size", str(questions),
-            "--eval_base", "false", "--eval_sampled_models", "trained", "--eval_report", str(report)]
+            "--eval_base", "false", "--eval_models", "trained", "--eval_sampled_models", "trained", "--eval_report",
+            str(report)]
 
 
 def eval_warm_start(workdir: Path, store: Path, version: dict, recipe: str = RECIPE) -> dict:
