@@ -31,6 +31,7 @@ FAILS_BELOW = 0.5
 GOALS = (("rapo_guided", "grpo"), ("sft_then_grpo", "sft_then_grpo"))
 """(the screen's group, named by its reference; the reference of its goal)."""
 GOAL_REFERENCE = dict(GOALS)
+"""The screen's group -> the reference of its goal."""
 FIXED_PICKS = {"5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95": ("rapo_prefix_imitate_failed",
                                                             "sft_then_rapo_guided_token_failed")}
 """Commit -> the arms picked before any run at it: a line of the protocol that runs no screen (the ``fp32`` line of

@@ -53,13 +53,13 @@ arms, fixed before its runs."""
 @dataclass(frozen=True)
 class Line:
     """One code version and one arithmetic: every run of a line trains at ``commit`` in the precision the CPU's
-    rule picks (``precision``), so its runs pair."""
+    rule picks, so its runs pair."""
 
     name: str
+    """The line's arithmetic, ``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs it runs on
+    (``default_precision``)."""
     commit: str
     """The commit every run of the line trains on."""
-    precision: str
-    """``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs this line runs on (``default_precision``)."""
     lanes: tuple[tuple[tuple[str, int], ...], ...]
     """(arm, seed) in the order each lane runs them; the arm ``warm_start`` scores the shared warm start."""
     warm_start_threads: int
@@ -73,13 +73,13 @@ class Line:
 
 
 LINES = {line.name: line for line in (
-    Line("bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", "bf16", (
+    Line("bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", (
         (("rapo_guided_token", 0), ("rapo_guided_failed", 0), (J, 3), ("grpo", 3), (J, 4), ("grpo", 4),
          ("rapo_paper", 0)),
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
          ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
     ), warm_start_threads=1),
-    Line("fp32", FP32_COMMIT, "fp32", (
+    Line("fp32", FP32_COMMIT, (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
         tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
     ), warm_start_threads=2),
@@ -118,24 +118,23 @@ def line_of_this_cpu() -> Line:
     from rapo_trl.hardware import default_precision
 
     precision = default_precision("cpu")
-    for line in LINES.values():
-        if line.precision == precision:
-            print(f"learning_queue: this CPU trains in {precision}: the {line.name} line, at {line.commit[:10]}",
-                  flush=True)
-            return line
-    raise SystemExit(f"learning_queue: this CPU trains in {precision}, the arithmetic of no line")
+    if precision not in LINES:
+        raise SystemExit(f"learning_queue: this CPU trains in {precision}, the arithmetic of no line")
+    line = LINES[precision]
+    print(f"learning_queue: this CPU trains in {precision}: the {line.name} line, at {line.commit[:10]}", flush=True)
+    return line
 
 
 def prepare(line: Line) -> None:
     if not (line.worktree / ".git").exists():
         git("worktree", "add", "--detach", str(line.worktree), line.commit)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
-    code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
-    record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
     if (line.worktree / WORKDIR / WARM_START_DIR).exists():
         # made by an earlier prepare, in this worktree and venv: the one the line's records started from
         print("learning_queue: the worktree's warm start is in place; the lanes may start")
         return
+    code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
+    record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
     logged = check_run(line, line.warm_start_threads)
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
