@@ -312,3 +312,34 @@ def test_a_warm_start_names_the_run_that_made_or_reused_it(tiny_model_dir, tmp_p
     with pytest.raises(Stopped):
         warm_start(str(tiny_model_dir), tok, rows, store, str(out), steps=2, run_id="run3", **common)
     assert baseline_run_id(folder) is None
+
+
+def _cache_commit(cache, repo_id: str, commit: str) -> None:
+    """A hub cache in which ``repo_id``'s ``main`` names ``commit``, whose snapshot holds a config.json."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_branch_that_moved_keys_a_new_warm_start(tmp_path, monkeypatch):
+    # A hub id has no folder to fingerprint: keyed by its name alone, a warm start made over `main` was reused after
+    # `main` moved on the hub, a LoRA trained over the old weights then trained over the new ones.
+    import huggingface_hub.constants
+
+    from rapo_trl.cli.warm_start import warm_start_key
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    examples = [{"prompt": "p", "completion": "c"}]
+
+    def key():
+        return warm_start_key("org/model", examples, steps=3, model_init_kwargs={"revision": "main"})
+
+    _cache_commit(tmp_path / "hub", "org/model", "a" * 40)
+    first = key()
+    assert key() == first  # the same commit: the warm start is reused
+    _cache_commit(tmp_path / "hub", "org/model", "b" * 40)  # main moved on the hub, and was downloaded
+    assert key() != first
+    (tmp_path / "hub" / "models--org--model" / "refs" / "main").write_text("a" * 40)  # and back
+    assert key() == first

@@ -9,7 +9,10 @@ import warnings
 
 
 def configure_console() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # Under a multi-process launch every process logs what it does: the first logs its INFO lines, the others only
+    # warnings and errors (as TrainingArguments' `log_level_replica` defaults for the trainer's own logging).
+    level = logging.INFO if is_main_process() else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     # TRL's configs default `gradient_checkpointing`, which transformers now warns is a deprecated alias:
     # noise on every command that says nothing about the user's recipe.
     warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing\w*` is deprecated", category=FutureWarning)

@@ -150,11 +150,13 @@ _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
 
 
 def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
-    """What a warm start depends on, hashed: the base model (its path and its weight files' sizes and times), the
-    SFT examples (the store's trajectories for the demonstrated questions), the settings, and package versions."""
+    """What a warm start depends on, hashed: the base model (its path and its weight files' sizes and times, or for
+    a hub id the commit its revision names in the local cache), the SFT examples (the store's trajectories for the
+    demonstrated questions), the settings, and package versions."""
     from importlib import metadata
 
     weights = _fingerprint(model_path)
+    revision = (settings.get("model_init_kwargs") or {}).get("revision")
     versions = {}
     for name in _VERSIONED:
         try:
@@ -163,6 +165,9 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
             versions[name] = None
     payload = {"format": _FORMAT, "model": str(model_path), "weights": weights, "examples": examples, "lora": LORA,
                "settings": settings, "versions": versions}
+    commit = _hub_commit(str(model_path), revision)
+    if commit is not None:  # keyed only where there is one: a folder's key stays what it was
+        payload["hub_commit"] = commit
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=_stable_json).encode()).hexdigest()
 
 
@@ -177,6 +182,24 @@ def _fingerprint(path: str | None) -> list:
     if stamp.is_file():
         found.append(["made_under", stamp.read_text()])
     return found
+
+
+def _hub_commit(model: str, revision: str | None) -> str | None:
+    """The commit that a hub id's ``revision`` names in the local Hugging Face cache (the name of the snapshot folder
+    transformers loads from), so that a branch moved on the hub keys a new warm start instead of reusing one made over
+    the old weights; None for a local folder, or for an id with nothing cached."""
+    if Path(model).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    for name in ("config.json", "adapter_config.json"):  # a model's, or an adapter's
+        try:
+            found = try_to_load_from_cache(model, name, revision=revision or "main")
+        except ValueError:  # not a hub id either
+            return None
+        if isinstance(found, str):
+            return Path(found).parent.name
+    return None
 
 
 def _stable_json(value):
