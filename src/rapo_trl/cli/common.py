@@ -233,7 +233,8 @@ def training_rows(script: RAPOScriptArguments, split: str, tools: list | None = 
 
 
 def count_line(verb: str, script: RAPOScriptArguments, sets: dict) -> str:
-    """``"Training on 450 questions (task=dataset, every row; train_size caps them)"``: what a command uses."""
+    """``"Training on 450 questions (task=dataset, train: 450; every row; train_size caps them)"``: what a command
+    uses, by split."""
     evaluating = verb.startswith("Evaluat")
     cap_name = "eval_size" if evaluating else "train_size"
     cap = getattr(script, cap_name)
