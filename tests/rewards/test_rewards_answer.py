@@ -84,6 +84,8 @@ def test_names_for_trl_logs():
     [
         ("1250", "1250", 1.0),
         ("1,250", "1250", 1.0),  # thousands separators
+        ("2,3", "23", 0.0),  # a list, not a number with a thousands separator
+        (".5", "0.5", 1.0),
         (" 1250. ", "1250", 1.0),
         ("12.5", "12.5", 1.0),
         ("0", "0", 1.0),

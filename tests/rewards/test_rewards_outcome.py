@@ -46,6 +46,13 @@ CASES = [
     ("trailing zeros", THINK + PY + answer("18.00"), "18", 1.0),
     ("a float gold, as a JSON column of decimals loads it", THINK + PY + answer("25"), 25.0, 1.0),
     ("negative decimal", THINK + PY + answer("-0.50"), "-0.5", 1.0),
+    ("leading decimal point", THINK + PY + answer(".5"), "0.5", 1.0),
+    ("leading decimal point kept", THINK + PY + answer(".5"), "5", 0.0),
+    ("negative leading decimal point", THINK + PY + answer("-.5"), "-0.5", 1.0),
+    # Commas between digits are thousands separators only in groups of three: otherwise they separate a list.
+    ("a list is not one number", THINK + PY + answer("2,3"), "23", 0.0),
+    ("a list, spaced or not", THINK + PY + answer("(1,2)"), "(1, 2)", 1.0),
+    ("thousands separators, several groups", THINK + PY + answer("1,234,567"), "1234567", 1.0),
     ("a number inside words", THINK + answer("12.5 apples"), "12.5", 2 / 3),
     ("GSM8K solution as gold", THINK + answer("1000"), "so it is 10*100 #### 1,000", 1.0),
     ("last boxed in the answer counts", THINK + "<answer>\\boxed{41} no, \\boxed{42}</answer>", "42", 1.0),

@@ -16,8 +16,10 @@ GOLD_COLUMNS = ("answer", "answers", "solution")
 
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-# A number standing on its own: a sign, thousands commas, a decimal part, a denominator.
-_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d[\d,]*)?(?![\w]|\.\d)")
+# A whole number: commas only between groups of three digits, so that "2,3" (a list) is two numbers, not 23.
+_INTEGER = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
+# A number standing on its own: a sign, thousands commas, a decimal part (".5" too: it is 0.5, not 5), a denominator.
+_NUMBER_RE = re.compile(rf"(?<![\w.])[-+]?(?:{_INTEGER}(?:\.\d+)?|\.\d+)(?:/{_INTEGER})?(?![\w]|\.\d)")
 
 
 def plain_number(text: str) -> Decimal | None:
