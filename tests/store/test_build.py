@@ -71,6 +71,23 @@ def test_add_from_dataset(trajectory, make_store):
     assert "Question one?" in keys and not any("SYS" in k for k in keys)
 
 
+def test_add_from_dataset_keeps_top_k_per_question_over_all_sources(trajectory, make_store):
+    store = make_store()
+    ds = Dataset.from_dict(
+        {
+            "trajectory": [trajectory("1"), trajectory("2"), trajectory("3"), trajectory("4")],
+            "reward": [0.2, 1.0, 0.5, 0.9],
+            "question_id": ["q", "q", "q", "r"],
+            "prompt": ["Q?", "Q?", "Q?", "R?"],
+            "origin": ["weak", "expert", "weak", "weak"],
+        }
+    )
+    assert store.add_from_dataset(ds, keep_top_k=1, source_column="origin") == 4
+    rows = store.to_dataset(include_embeddings=False)
+    kept = set(zip(rows["question_id"], rows["source"], rows["reward"]))
+    assert kept == {("q", "expert", 1.0), ("r", "weak", 0.9)}
+
+
 def test_build_from_agent_callable(trajectory, make_store):
     store = make_store()
     calls = []

@@ -74,21 +74,23 @@ def add_from_dataset(
             ds[text_column], ds[reward_column], ds[question_column], source, keep_top_k, prompts, on_invalid,
             tool_tags=tool_tags,
         )
-    # Per-row sources: validate everything first, then write each source's rows.
+    # Per-row sources: validate everything first and keep the top k of each question over all its sources (a
+    # question answered by two agents still keeps k trajectories, not k per agent), then write each source's rows.
+    from rapo_trl.store.ingest import keep_top_k as top_k_per_question
     from rapo_trl.store.ingest import validate_trajectories
 
-    validate_trajectories(ds[text_column], ds[reward_column], ds[question_column], prompts, on_invalid)
+    rows, _ = validate_trajectories(ds[text_column], ds[reward_column], ds[question_column], prompts, on_invalid)
+    kept = sorted(row.position for row in top_k_per_question(rows, keep_top_k))
     sources = [str(s) for s in ds[source_column]]
     added = 0
-    for name in dict.fromkeys(sources):
-        rows = [i for i, s in enumerate(sources) if s == name]
-        subset = ds.select(rows)
+    for name in dict.fromkeys(sources[i] for i in kept):
+        subset = ds.select([i for i in kept if sources[i] == name])
         added += store.add_trajectories(
             subset[text_column],
             subset[reward_column],
             subset[question_column],
             name,
-            keep_top_k,
+            None,  # the top k of each question is already chosen
             subset[prompt_column] if prompt_column is not None else None,
             on_invalid,
             tool_tags=tool_tags,

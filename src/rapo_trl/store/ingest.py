@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rapo_trl.store.steps import StepRecord, reward_problem, trajectory_problem
 
@@ -20,6 +20,8 @@ class Trajectory:
     reward: float
     question_id: str
     question: str = ""
+    position: int = field(default=-1, compare=False)
+    """The row's position in the validated input (-1: not from ``validate_trajectories``)."""
 
 
 def validate_trajectories(
@@ -57,7 +59,7 @@ def validate_trajectories(
             problems.append(f"row {index}: {', '.join(row_problems)}")
             continue
         question = "" if prompts is None else str(prompts[index])
-        rows.append(Trajectory(text, float(reward), str(question_id), question))
+        rows.append(Trajectory(text, float(reward), str(question_id), question, index))
     if problems and on_invalid == "raise":
         shown = "; ".join(problems[:_SHOWN_PROBLEMS])
         more = f" (and {len(problems) - _SHOWN_PROBLEMS} more)" if len(problems) > _SHOWN_PROBLEMS else ""
