@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rapo_trl.embeddings import HashingEmbedder
 from rapo_trl.store import StoreConfig, TraceStore
@@ -29,6 +30,18 @@ def test_export_has_one_row_per_record(source_store):
     assert source_store.to_dataset(include_embeddings=False).column_names == [
         c for c in ds.column_names if c != "embedding"
     ]
+
+
+@pytest.mark.parametrize("name", ["key", "id"])
+def test_metadata_named_like_an_exported_column_is_refused(make_store, trajectory, name):
+    # Exported under that name, it would replace every record's key (or id) in the dataset.
+    store = make_store()
+    with pytest.raises(ValueError, match=f"may not be named \\['{name}'\\]"):
+        store.add_trajectories([trajectory("1")], [1.0], ["q1"], prompts=["What is 12*7?"], metadata={name: "run-3"})
+    assert len(store) == 0
+    store.add_trajectories([trajectory("1")], [1.0], ["q1"], prompts=["What is 12*7?"], metadata={"run": "run-3"})
+    ds = store.to_dataset(include_embeddings=False)
+    assert set(ds["run"]) == {"run-3"} and "What is 12*7?" in ds["key"]
 
 
 def test_roundtrip_reuses_embeddings(source_store, embedder, tmp_path):

@@ -28,6 +28,17 @@ _REQUIRED_RECORD_COLUMNS = ("key", "value", "reward", "question_id", "step_index
 _CORE_METADATA = set(RECORD_COLUMNS) - {"id", "key"}  # what Chroma keeps as metadata
 KEY_MAX_CHARS_COLUMN = "key_max_chars"
 """The length the exported keys were cut to: queries must be cut to it too, so it travels with them."""
+EXPORT_OWN_COLUMNS = ("id", "key", "embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN, KEY_SYSTEM_PROMPT)
+"""Columns an export fills from the record and the store, not from metadata: extra metadata under one of these names
+would replace them (every exported key or id the metadata's value), so it is refused when written."""
+
+
+def check_extra_metadata(extra_metadata) -> None:
+    """Refuse extra record metadata named like a column an export fills itself (``EXPORT_OWN_COLUMNS``)."""
+    clashes = sorted({name for metadata in extra_metadata for name in metadata if name in EXPORT_OWN_COLUMNS})
+    if clashes:
+        raise ValueError(f"Record metadata may not be named {clashes}: an export of the store writes its own "
+                         f"{', '.join(EXPORT_OWN_COLUMNS)} columns. Rename them; nothing was stored.")
 
 
 def require_columns(ds, columns, what: str) -> None:

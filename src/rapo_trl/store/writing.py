@@ -43,7 +43,7 @@ class Writing:
         all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
         system prompt is dropped. Every row is validated before anything is written; with
         ``on_invalid="skip"`` bad rows are skipped instead of raising. ``metadata`` (scalars) is added to
-        every new record's metadata. ``tool_tags`` (the tools the trajectories call, each call a step, as the
+        every new record's metadata (names an export fills itself, such as ``id`` and ``key``, are refused). ``tool_tags`` (the tools the trajectories call, each call a step, as the
         trainer retrieves after each) are added to the store's :attr:`tool_tags` (``None``: the store's own).
         """
         tags = self.tool_tags if tool_tags is None else checked_tags((*self.tool_tags, *tool_tags))
@@ -134,6 +134,10 @@ class Writing:
         """:meth:`add_records`, with the seconds spent checking, embedding and indexing."""
         from tqdm.auto import tqdm
 
+        from rapo_trl.store.dataset_io import check_extra_metadata
+
+        if extra_metadata is not None:
+            check_extra_metadata(extra_metadata)
         if embeddings is not None:
             embeddings = np.asarray(embeddings, dtype=np.float32)
             if embeddings.shape != (len(records), self.embedder.dimension):
