@@ -43,8 +43,9 @@ class Writing:
         all). ``prompts`` (question text or chat messages, one per trajectory) prefix every key; the
         system prompt is dropped. Every row is validated before anything is written; with
         ``on_invalid="skip"`` bad rows are skipped instead of raising. ``metadata`` (scalars) is added to
-        every new record's metadata (names an export fills itself, such as ``id`` and ``key``, are refused). ``tool_tags`` (the tools the trajectories call, each call a step, as the
-        trainer retrieves after each) are added to the store's :attr:`tool_tags` (``None``: the store's own).
+        every new record's metadata (names an export fills itself, such as ``id`` and ``key``, are refused).
+        ``tool_tags`` (the tools the trajectories call, each call a step, as the trainer retrieves after each) are
+        added to the store's :attr:`tool_tags` (``None``: the store's own).
         """
         tags = self.tool_tags if tool_tags is None else checked_tags((*self.tool_tags, *tool_tags))
         texts = None if prompts is None else [clean_text(prompt_text(prompt)) for prompt in prompts]
