@@ -155,6 +155,17 @@ def test_arguments_are_coerced_to_the_annotated_types():
                    [{}, "dict"], [7, "int"]]
 
 
+def test_an_integer_written_with_a_fraction_is_read_exactly():
+    # through a float, 12345678901234567890.0 would be 12345678901234567168, and 3.0000000000000001 would be 3
+    assert FunctionTool(square).run('{"x": 12345678901234567890.0}') == str(12345678901234567890**2)
+    assert FunctionTool(square).run('"9007199254740993.0"') == str(9007199254740993**2)
+    assert FunctionTool(square).run("1e3") == "1000000"
+    with pytest.raises(ToolError, match="argument 'x' must be an integer"):
+        FunctionTool(square).run("3.0000000000000001")
+    with pytest.raises(ToolError, match="argument 'x' must be an integer"):
+        FunctionTool(square).run('"1e999999999"')
+
+
 def scores(name: str, **points: int) -> list:
     """Echo each score a player got with the name of its Python type.
 

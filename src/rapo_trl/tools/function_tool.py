@@ -34,6 +34,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from rapo_trl.protocol import RESERVED_TAGS
@@ -51,6 +52,7 @@ _ARTICLE = {
     "null": "null",
 }
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+_MAX_INT_DIGITS = 4300  # int()'s default limit on a number's digits (sys.int_info, Python 3.11)
 logger = logging.getLogger(__name__)
 
 
@@ -133,24 +135,28 @@ def _exact(value: Any, kind: str) -> bool:
     return isinstance(value, {"string": str, "boolean": bool, "array": list, "object": dict}.get(kind, type(None)))
 
 
+def _whole_number(text: str) -> int:
+    """The integer ``text`` writes (``"3"``, ``"3.0"``, ``"1e3"``), read exactly: through a float,
+    ``12345678901234567890.0`` would become ...7168 and ``3.0000000000000001`` would pass for 3."""
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        raise _NotCoercible from None
+    # Past int's default digit limit the value is no call's argument, and int() of it would take long.
+    if not number.is_finite() or number.adjusted() >= _MAX_INT_DIGITS or number != number.to_integral_value():
+        raise _NotCoercible
+    return int(number)
+
+
 def _convert(value: Any, kind: str) -> Any:
     """``value`` as ``kind`` when the conversion loses nothing; raises ``_NotCoercible`` otherwise."""
     if isinstance(value, bool) and kind != "boolean":
         raise _NotCoercible
     if kind == "integer":
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+        if isinstance(value, float):
+            return _whole_number(getattr(value, "text", None) or repr(value))
         if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                pass
-            try:
-                number = float(value)
-            except ValueError:
-                raise _NotCoercible from None
-            if number.is_integer():
-                return int(number)
+            return _whole_number(value)
     elif kind == "number":
         if isinstance(value, (int, float)):
             return float(value)
