@@ -126,6 +126,11 @@ def test_infinite_loop_times_out():
     assert _live_sandboxes() == 0
 
 
+def test_a_timed_out_call_shows_what_it_printed_before():
+    error = _error_of(PythonTool(timeout=1.5), "print('step 1 done')\nimport time\ntime.sleep(60)")
+    assert "time limit" in error and error.startswith("step 1 done")
+
+
 @linux_only
 def test_cpu_limit_ends_a_busy_loop_before_the_wall_clock():
     tool = PythonTool(timeout=20.0, cpu_seconds=1)

@@ -572,6 +572,9 @@ def main() -> None:
     if not report["namespaces"]:  # this process runs the code: it must die outright with the caller
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent(config.get("parent_pid"))
+    # Line by line, as on a terminal: a call killed at its time or memory limit must still show what it printed
+    # before (a file's block buffer would die with the process, unwritten).
+    sys.stdout.reconfigure(line_buffering=True)
     status = run_code(source, config["show_last_expression"])
     sys.stdout.flush()
     sys.stderr.flush()
