@@ -88,6 +88,11 @@ def test_failures_are_counted_by_the_runner():
     assert calls[2].output.startswith("Error:")
 
 
+def test_an_exit_status_is_named_after_the_output():
+    error = _error_of(TOOL, "print('partial')\nimport sys\nsys.exit(3)")
+    assert error.startswith("partial") and "exited with status 3" in error
+
+
 def test_output_is_capped():
     tool = PythonTool(timeout=5.0, max_output_chars=100)
     output = tool.run("print('x' * 5000)")

@@ -234,7 +234,7 @@ class PythonTool:
             kill_all_of(uid)
 
     def _describe_failure(self, returncode, timed_out, stdout, stderr, isolation, oom=False) -> str:
-        parts = [stdout.rstrip()] if stdout.strip() else []
+        parts = []
         if timed_out:
             parts.append(f"TimeoutError: the code ran longer than the {self.timeout:g} s time limit.")
         elif oom:
@@ -253,9 +253,9 @@ class PythonTool:
             parts.append(f"Output or file exceeded the {self.max_file_mb} MB limit.")
         if stderr.strip():
             parts.append(stderr.rstrip())
-        if not parts:
+        if not parts:  # a bare exit status (sys.exit(3)): without it the output alone would read as the error
             parts.append(f"Process exited with status {returncode}.")
-        return "\n".join(parts)
+        return "\n".join(([stdout.rstrip()] if stdout.strip() else []) + parts)
 
 
 _SWEPT = False
