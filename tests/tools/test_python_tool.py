@@ -60,6 +60,12 @@ def test_strip_code_fences():
     assert strip_code_fences("print(1)") == "print(1)"
 
 
+def test_a_fence_inside_a_string_of_the_code_is_kept():
+    code = 'table = """\n```python\nprint(0)\n```\n"""\nprint(table.count("`"))'
+    assert strip_code_fences(code) == code
+    assert TOOL.run(code) == "6\n"
+
+
 def test_installed_packages_and_workdir_usable():
     code = "import numpy as np\nopen('data.txt', 'w').write('7')\nint(open('data.txt').read()) + int(np.arange(3).sum())"
     assert TOOL.run(code) == "10\n"

@@ -48,6 +48,7 @@ being trained.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -83,12 +84,23 @@ _SETUP_FAILED = 70
 
 
 def strip_code_fences(text: str) -> str:
-    """The code inside markdown fences (```python ... ```) if there are any, else ``text``; dedented."""
-    if "```" in text:
+    """The code inside markdown fences (```python ... ```) if there are any, else ``text``; dedented.
+
+    Code that runs as written is kept whole: a fence inside one of its strings (code writing markdown) is
+    no fence around it."""
+    if "```" in text and not _parses(textwrap.dedent(text)):
         blocks = _FENCED.findall(text)
         if blocks:
             text = "\n".join(blocks)
     return textwrap.dedent(text).strip("\n")
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte
+        return False
+    return True
 
 
 @dataclass
