@@ -110,7 +110,7 @@ def test_mean_at_k_averages_samples_per_question_with_a_question_clustered_inter
     # Var of (1, .5, .25, 0) with n-1 = 0.1823; deff = 4 * 0.1823 / (0.4375 * 0.5625) = 2.963
     assert result["design_effect"] == pytest.approx(2.963, abs=1e-3)
     lo, hi = result["mean@k_ci95"]
-    assert (lo, hi) == pytest.approx(wilson_interval(round(0.4375 * 16 / 2.963), round(16 / 2.963)), abs=1e-4)
+    assert (lo, hi) == pytest.approx(wilson_interval(0.4375 * 16 / 2.963, 16 / 2.963), abs=1e-4)
     # Samples that agree within each question count like one sample per question; independent-looking
     # samples (the same rate everywhere) count fully.
     clustered = mean_at_k([True] * 8 + [False] * 8, k=8)
@@ -122,6 +122,14 @@ def test_mean_at_k_averages_samples_per_question_with_a_question_clustered_inter
     assert mean_at_k([False] * 12, k=4)["mean@k_ci95"] == [0.0, pytest.approx(wilson_interval(0, 3)[1], abs=1e-4)]
     with pytest.raises(ValueError, match="k=4"):
         mean_at_k([True] * 6, k=4)
+
+
+def test_mean_at_k_interval_is_of_the_mean_not_of_a_rounded_count():
+    # 3/8 and 8/8: mean@8 = 0.6875 over n_eff = 2.2; rounded, it would be Wilson's of 2/2, reaching 1.0
+    result = mean_at_k([True] * 3 + [False] * 5 + [True] * 8, k=8)
+    n_eff = 16 / result["design_effect"]
+    assert result["mean@k_ci95"] == pytest.approx(list(wilson_interval(0.6875 * n_eff, n_eff)), abs=1e-3)
+    assert result["mean@k_ci95"][1] < 0.99
 
 
 def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_model):

@@ -28,8 +28,9 @@ def set_scoring(scoring: str, task: str, answers: Sequence) -> str:
     return "math" if golds and all(g and all(is_number(one) for one in g) for g in golds) else "exact"
 
 
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a pass rate (sound at 0/n and n/n, unlike the normal approximation)."""
+def wilson_interval(successes: float, n: float, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a pass rate (sound at 0/n and n/n, unlike the normal approximation); the counts
+    may be effective ones, not whole (``mean_at_k``)."""
     # Hand-written: statsmodels' proportion_confint has it, but neither statsmodels nor scipy is a dependency.
     if n <= 0:
         return 0.0, 0.0
@@ -94,7 +95,9 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
         variance = sum((p - mean) ** 2 for p in per_question) / (n - 1)
         deff = min(float(k), max(1.0, k * variance / (mean * (1 - mean))))
     n_eff = n * k / deff
-    lo, hi = wilson_interval(round(mean * n_eff), round(n_eff)) if n else (0.0, 0.0)
+    # Not rounded to whole counts: with few questions that moves the rate the interval is of (3/8 and 8/8 passes,
+    # n_eff 2.2, would be scored as 2 of 2, an interval reaching 1.0).
+    lo, hi = wilson_interval(mean * n_eff, n_eff) if n else (0.0, 0.0)
     return {"mean@k": mean, "mean@k_ci95": [round(lo, 4), round(hi, 4)], "k": k, "questions": n,
             "samples": n * k, "design_effect": round(deff, 3), "sampled_correct_by_question": counts}
 
