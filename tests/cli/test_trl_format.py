@@ -51,6 +51,19 @@ def test_a_question_column_that_is_not_text_is_refused_in_one_line(tmp_path):
         load_questions(script, "train")
 
 
+@pytest.mark.parametrize("turns", [
+    [{"role": "assistant", "content": "The sum is 4."}],  # a chat dataset's `messages`: the reply is the answer
+    [{"role": "assistant", "content": "The sum is 4."}, {"role": "user", "content": "And 3 + 3?"}],
+])
+def test_a_conversation_with_an_assistant_turn_is_refused_not_put_in_the_question(tmp_path, turns):
+    folder = _trl_dataset(tmp_path / "chat", question=lambda i: [{"role": "user", "content": f"What is {i} + {i}?"},
+                                                                 *turns])
+    script, _, _ = parse_recipe("train", _argv(folder))
+    with pytest.raises(UsageError, match=r"row 0: question column 'prompt' holds a conversation with a turn of "
+                                         r"role 'assistant'"):
+        load_questions(script, "train")
+
+
 def test_eval_strategy_evaluates_the_held_out_split_during_training(tmp_path, tiny_model_dir):
     folder = _trl_dataset(tmp_path / "trl")
     out = tmp_path / "model"

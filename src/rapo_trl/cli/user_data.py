@@ -276,6 +276,26 @@ def _question_answer(script: RAPOScriptArguments, rows, split: str):
     return rows.remove_columns(clashing).rename_columns(renamed) if renamed else rows
 
 
+QUESTION_ROLES = ("system", "user")
+"""The turns of a conversation that make its question: the user's text (the system turn gives way to RAPO's own)."""
+
+
+def _refuse_replies(script: RAPOScriptArguments, split: str, column: str, conversations) -> None:
+    """Refuse a conversation holding another turn than the user's and the system's: an assistant's reply (a chat
+    dataset's ``messages``) would be put in the question, showing the policy its answer, and a few-shot conversation
+    is not one question."""
+    for index, conversation in enumerate(conversations):
+        if isinstance(conversation, str):
+            continue
+        role = next((message["role"] for message in conversation
+                     if message.get("role", "user") not in QUESTION_ROLES), None)
+        if role is not None:
+            raise UsageError(f"dataset {script.dataset_name!r} (split {split!r}) row {index}: question column "
+                             f"'{column}' holds a conversation with a turn of role {role!r}, whose text would be put "
+                             "in the question; give the column of question text, or prompts of the user's turn alone "
+                             "(TRL's prompt-only format)")
+
+
 def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
     """``rows`` with ``column`` as text: a conversation (TRL's conversational ``prompt``) becomes its user messages'
     text; anything else that is not a string is refused in one line."""
@@ -290,5 +310,6 @@ def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
                          "conversation; set question_column to the column of question text")
     if all(isinstance(value, str) for value in values):
         return rows
+    _refuse_replies(script, split, column, values)
     texts = [value if isinstance(value, str) else prompt_text(value) for value in values]
     return rows.remove_columns([column]).add_column(column, texts)
