@@ -106,6 +106,14 @@ def test_eval_with_training_data_settings_is_not_refused_and_another_seed_is(tra
         evaluate.run(*_eval(trained, "--task_seed", "7"))
 
 
+def test_an_eval_question_trained_on_in_another_spacing_or_case_is_refused(trained):
+    """An eval file exported again (a trailing space, another case) asks the questions the run trained on."""
+    write_run_record(str(trained), ["python"], "tags", None, "dataset", trained_questions=["What is 1 + 1?"])
+    (trained.parent / "eval.jsonl").write_text(json.dumps({"question": "what is 1 +  1? ", "answer": "2"}) + "\n")
+    with pytest.raises(UsageError, match="eval set 'eval' holds 1 of its 1 questions that .* trained on"):
+        evaluate.run(*_eval(trained, "--eval_dataset_path", "eval.jsonl"))
+
+
 def test_eval_says_which_tools_a_folder_without_a_run_record_is_scored_with(trained, capsys):
     (trained / RUN_RECORD).unlink()  # a model trained from Python
     evaluate.run(*_eval(trained))

@@ -73,10 +73,20 @@ def baseline_run_id(folder: str | Path) -> str | None:
 
 
 def question_hashes(questions: Iterable[str]) -> set[str]:
-    """Each question's hash of its text: the same question whatever its split, file or row id."""
+    """Each question's hash of its words, in any case, however spaced (`same_question_key`, as training leaves out an
+    eval question): the same question whatever its split, file, row id or export."""
+    from rapo_trl.tasks.held_out import same_question_key
     from rapo_trl.tasks.splits import stable_hash
 
-    return {stable_hash(question) for question in questions}
+    return {stable_hash(same_question_key(question)) for question in questions}
+
+
+def _hash_forms(question: str) -> set[str]:
+    """The hashes a run record may name ``question`` by: of its words (`question_hashes`), or of its text as written,
+    as records have also held it."""
+    from rapo_trl.tasks.splits import stable_hash
+
+    return question_hashes([question]) | {stable_hash(question)}
 
 
 def refuse_trained_questions(target: str, sets: dict) -> None:
@@ -88,7 +98,7 @@ def refuse_trained_questions(target: str, sets: dict) -> None:
     if not trained:
         return
     for name, rows in sets.items():
-        seen = [question for question in rows["question"] if question_hashes([question]) & trained]
+        seen = [question for question in rows["question"] if _hash_forms(question) & trained]
         if seen:
             raise UsageError(f"eval set {name!r} holds {len(seen)} of its {len(rows)} questions that {target} "
                              f"trained on (first: {seen[0][:60]!r}); its scores would not be held out: evaluate with "
