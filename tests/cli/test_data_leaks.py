@@ -51,6 +51,14 @@ def test_train_refuses_a_store_built_with_another_eval_fraction(tmp_path):
         train.run(*_recipe(tmp_path, "train", "--eval_fraction", "0.3"))
 
 
+def test_train_on_an_environment_refuses_a_store_built_with_another_eval_fraction(tmp_path):
+    """An environment's store is keyed by the same question ids (`rapo build-store` fills it from the same rows)."""
+    environment = ["--environment_factory", "tests.helpers.environments.Counter"]
+    _store_as_build_store_fills_it(_recipe(tmp_path, "build-store", "--eval_fraction", "0.1", *environment)[0])
+    with pytest.raises(UsageError, match="holds trajectories of 8 questions of the eval set 'eval'"):
+        train.run(*_recipe(tmp_path, "train", "--eval_fraction", "0.3", *environment))
+
+
 def test_train_refuses_a_store_built_with_another_task_seed(tmp_path):
     _store_as_build_store_fills_it(_recipe(tmp_path, "build-store", "--task_seed", "0")[0])
     with pytest.raises(UsageError, match="rapo build-store ran with other data settings"):

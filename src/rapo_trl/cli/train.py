@@ -167,7 +167,7 @@ def run(script, rapo_args, model_args) -> dict:
     demo_store = store
     if demo_rows is not None and warm_start_collection(script) != script.store_collection:
         demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
-    if store is not None and script.environment_factory is None:
+    if store is not None:  # an environment's store too: build-store keys it by the same question ids
         check_store_holds_no_eval_question(script, {store.collection_name: store,
                                                     demo_store.collection_name: demo_store})
     check_sft_sources(script, rows, demo_rows, store, demo_store)
