@@ -111,7 +111,9 @@ def test_an_eval_question_trained_on_in_another_spacing_or_case_is_refused(train
     write_run_record(str(trained), ["python"], "tags", None, "dataset", trained_questions=["What is 1 + 1?"])
     (trained.parent / "eval.jsonl").write_text(json.dumps({"question": "what is 1 +  1? ", "answer": "2"}) + "\n")
     with pytest.raises(UsageError, match="eval set 'eval' holds 1 of its 1 questions that .* trained on"):
-        evaluate.run(*_eval(trained, "--eval_dataset_path", "eval.jsonl"))
+        evaluate.run(*parse_recipe("eval", ["--task", "dataset", "--dataset_path", "qa.jsonl", "--eval_dataset_path",
+                                            "eval.jsonl", "--eval_model", str(trained), "--eval_base", "false",
+                                            "--max_completion_length", "4", "--max_turn_tokens", "4"]))
 
 
 def test_eval_says_which_tools_a_folder_without_a_run_record_is_scored_with(trained, capsys):

@@ -4,6 +4,7 @@ evaluation questions that training never sees."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from datasets import Dataset, DatasetDict
@@ -128,6 +129,31 @@ def test_split_names_are_checked_not_guessed(tmp_path):
     jsonl = _jsonl(tmp_path / "qa.jsonl", 0, 10)
     with pytest.raises(UsageError, match="dataset_test_split names a split of dataset_name; with dataset_path give"):
         read_recipe("train", ["--task", "dataset", "--dataset_path", jsonl, "--dataset_test_split", "test"])
+
+
+@pytest.mark.parametrize("eval_set, words", [
+    (["--eval_dataset_path", "EVAL"], "the eval questions are eval_dataset_path"),
+    (["--dataset_name", "SAVED", "--dataset_test_split", "test"], "the eval questions are dataset_test_split 'test'"),
+    (["--dataset_name", "SAVED"], "the eval questions are the dataset's 'test' split"),
+    (["--dataset_name", "FILES"], "the eval questions are the dataset's 'test' split"),  # known once it loads
+])
+def test_an_eval_fraction_the_eval_set_leaves_unused_is_refused(tmp_path, eval_set, words):
+    """With eval questions of the data's own, nothing is held out: an eval_fraction set is not silently dropped."""
+    _splits(6, 3).save_to_disk(tmp_path / "saved")
+    (tmp_path / "files").mkdir()
+    for split, rows in _splits(6, 3).items():
+        rows.to_json(tmp_path / "files" / f"{split}.jsonl")
+    places = {"EVAL": _jsonl(tmp_path / "eval.jsonl", 8, 4), "SAVED": str(tmp_path / "saved"),
+              "FILES": str(tmp_path / "files")}
+    if "--dataset_name" in eval_set:
+        data = ["--question_column", "problem", "--answer_column", "solution"]
+    else:
+        data = ["--dataset_path", _jsonl(tmp_path / "train.jsonl", 0, 8)]
+    argv = ["--task", "dataset", *data, *[places.get(flag, flag) for flag in eval_set]]
+    script, _, _ = read_recipe("train", argv)  # the eval fraction unset: the data's own eval set
+    assert len(load_questions(script, "eval")) in (3, 4)
+    with pytest.raises(UsageError, match=re.escape(words)):
+        load_questions(read_recipe("train", [*argv, "--eval_fraction", "0.3"])[0], "eval")
 
 
 def test_a_file_given_as_dataset_name_points_to_dataset_path(tmp_path):

@@ -49,6 +49,8 @@ def check_user_data(script: RAPOScriptArguments) -> None:
                          "questions as eval_dataset_path (or leave both unset: eval_fraction is held out)")
     if not 0 < script.eval_fraction < 1:
         raise UsageError(f"eval_fraction must be in (0, 1), got {script.eval_fraction}")
+    if script.eval_dataset_path or script.dataset_test_split is not None:
+        _refuse_unused_eval_fraction(script)
     for name in ("dataset_path", "eval_dataset_path"):
         path = getattr(script, name)
         if path:
@@ -57,6 +59,24 @@ def check_user_data(script: RAPOScriptArguments) -> None:
             _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
     if script.dataset_name:
         _check_dataset_name(script)
+
+
+def _refuse_unused_eval_fraction(script: RAPOScriptArguments) -> None:
+    """Refuse an ``eval_fraction`` the recipe sets where the data has eval questions of its own (``eval_dataset_path``,
+    ``dataset_test_split``, a ``test`` split): nothing is held out of the training data then, so the eval set would not
+    be the one asked for."""
+    if _changed(script, ("eval_fraction",)):
+        raise UsageError(f"eval_fraction={script.eval_fraction} is not used: the eval questions are "
+                         f"{_eval_set_in_words(script)}, and nothing is held out of the training data; leave "
+                         "eval_fraction unset")
+
+
+def _eval_set_in_words(script: RAPOScriptArguments) -> str:
+    if script.eval_dataset_path:
+        return f"eval_dataset_path {script.eval_dataset_path!r}"
+    if script.dataset_test_split is not None:
+        return f"dataset_test_split {script.dataset_test_split!r}"
+    return f"the dataset's {DEFAULT_TEST_SPLIT!r} split"
 
 
 def _changed(script: RAPOScriptArguments, names) -> list[str]:
@@ -117,6 +137,8 @@ def _check_split_names(script: RAPOScriptArguments, splits: dict) -> None:
     _require_split(script, "dataset_train_split", script.dataset_train_split, splits)
     if script.dataset_test_split is not None:
         _require_split(script, "dataset_test_split", script.dataset_test_split, splits)
+    elif _test_split(script, splits) is not None:
+        _refuse_unused_eval_fraction(script)
     for split, columns in splits.items():
         if split in (script.dataset_train_split, _test_split(script, splits)) and columns is not None:
             _require_columns(script, split, columns)
@@ -256,6 +278,7 @@ def _dataset_splits(script: RAPOScriptArguments):
     test_split = _test_split(script, data)
     if test_split is not None:
         _require_split(script, "dataset_test_split", test_split, data)
+        _refuse_unused_eval_fraction(script)
     train = _question_answer(script, data[script.dataset_train_split], script.dataset_train_split)
     return train, None if test_split is None else _question_answer(script, data[test_split], test_split)
 
