@@ -105,6 +105,18 @@ def test_eval_table_has_one_table_per_eval_set_with_mean_at_k(tmp_path):
     assert "| model | pass@1 | format_ok |" in text  # the greedy-only set has no mean@k column
 
 
+def test_eval_table_says_what_mean_at_k_is_over_as_eval_sampled_it(tmp_path):
+    # rapo eval with eval_sample_size 8 and eval_temperature 0.6, and a second set left greedy (eval_sampled_splits)
+    sampled = {"trained": {"pass@1": 0.5, "mean@k": 0.4, "k": 4, "questions": 8, "temperature": 0.6}}
+    greedy = {"trained": {"pass@1": 0.1}}
+    payload = {"task": "arithmetic", "split": "eval", "n": 32, "k": 4, "rows": sampled,
+               "sets": {"eval": {"n": 32, "rows": sampled}, "other": {"n": 16, "rows": greedy}}}
+    text = add_evaluation(tmp_path, payload).read_text()
+    assert "(eval), 32 questions, greedy decoding (mean@k: 4 samples per question of the first 8 at T=0.6)." in text
+    assert "(other), 16 questions, greedy decoding.\n" in text
+    assert "training temperature" not in text
+
+
 def test_eval_table_is_appended_to_a_card_without_one(tmp_path):
     (tmp_path / "README.md").write_text("---\nlibrary_name: peft\n---\n# Some adapter\n")
     add_evaluation(tmp_path, EVALUATION)

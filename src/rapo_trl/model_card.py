@@ -156,9 +156,7 @@ def _set_table(evaluation: dict) -> str:
     columns = [c for c in EVAL_COLUMNS if any(c in metrics for metrics in results.values())]
     split = f" ({evaluation['split']})" if evaluation.get("split") else ""
     head = f"Held-out evaluation with tools and without retrieval: task `{evaluation.get('task', '?')}`{split}, " \
-           f"{evaluation.get('n', '?')} questions, greedy decoding" \
-           + (f" (mean@k: {evaluation['k']} samples per question at the training temperature)" if evaluation.get("k")
-              else "") + ".\n\n"
+           f"{evaluation.get('n', '?')} questions, greedy decoding{_sampling_note(results, evaluation)}.\n\n"
     with_ci = any(isinstance(m.get("pass@1_ci95"), (list, tuple)) for m in results.values())
     header = [*columns[:1], *(["95% CI"] if with_ci and columns[:1] == ["pass@1"] else []), *columns[1:]]
     lines = ["| model | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
@@ -169,6 +167,21 @@ def _set_table(evaluation: dict) -> str:
             cells.insert(1, f"{interval[0]:.3f}-{interval[1]:.3f}" if isinstance(interval, (list, tuple)) else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines)
+
+
+def _sampling_note(results: dict, evaluation: dict) -> str:
+    """What a set's mean@k is over, read from its sampled rows as ``rapo eval``'s table title reads it: the questions
+    (``eval_sample_size`` may keep them below the set's n) and the temperature (``eval_temperature`` may differ from
+    training's); ``""`` where no model of the set was sampled (``eval_sampled_splits`` left it greedy)."""
+    sampled = next((m for m in results.values() if isinstance(m.get("mean@k"), (int, float))), None)
+    k = (sampled or {}).get("k", evaluation.get("k"))
+    if sampled is None or not k:
+        return ""
+    questions, n = sampled.get("questions"), evaluation.get("n")
+    over = f" of the first {questions}" if isinstance(questions, int) and isinstance(n, int) and questions < n else ""
+    temperature = sampled.get("temperature")
+    at = f"T={temperature}" if temperature is not None else "the training temperature"  # files that did not record it
+    return f" (mean@k: {k} samples per question{over} at {at})"
 
 
 def _evaluation_section(evaluation: dict | None) -> str:
