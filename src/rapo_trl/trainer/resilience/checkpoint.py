@@ -223,6 +223,17 @@ def _out_of_space(error: BaseException) -> bool:
     return False
 
 
+def remove_earlier_checkpoint(run_dir: str, step: int) -> None:
+    """Before ``checkpoint-{step}`` is saved, remove a folder of that name left by an earlier run (a run started over
+    in the same output_dir, or resumed from an earlier checkpoint): Trainer writes into it file by file, so a save
+    killed before its ``trainer_state.json`` would leave this run's weights under the earlier run's readable one, a
+    folder that passes as whole, and files this save does not write (another process's RAPO state) would stay."""
+    folder = os.path.join(run_dir, f"checkpoint-{step}")
+    if os.path.isdir(folder):
+        logger.info("RAPO: replacing %s, left by an earlier run, with this run's checkpoint.", folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextmanager
 def whole_checkpoint_or_none(run_dir: str, step: int):
     """Around a checkpoint save: if it fails, remove the half-written ``checkpoint-{step}`` (resuming must never take

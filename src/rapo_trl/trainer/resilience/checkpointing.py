@@ -11,6 +11,7 @@ from __future__ import annotations
 from rapo_trl.trainer.resilience.changed_arguments import run_arguments, warn_if_resumed_with_other_arguments
 from rapo_trl.trainer.resilience.checkpoint import (
     checked_resume,
+    remove_earlier_checkpoint,
     resume_rapo_state,
     runs_to_take_back,
     save_rapo_state,
@@ -56,8 +57,12 @@ class CheckpointingMixin:
         return getattr(self, "_sigterm", None) is not None and self._sigterm.requested
 
     def _save_checkpoint(self, model, trial):
+        run_dir = self._get_output_dir(trial=trial)
+        if self.args.should_save:
+            remove_earlier_checkpoint(run_dir, self.state.global_step)
+        self.accelerator.wait_for_everyone()  # no process writes its files into the folder before it is gone
         # A save that fails (a full disk) leaves no half-written folder for a resume to take.
-        with whole_checkpoint_or_none(self._get_output_dir(trial=trial), self.state.global_step):
+        with whole_checkpoint_or_none(run_dir, self.state.global_step):
             super()._save_checkpoint(model, trial)
 
     def _save_rng_state(self, output_dir):
