@@ -175,3 +175,30 @@ def test_a_resume_with_store_growth_off_still_takes_back_what_its_run_grew_after
     run(resume=str(tmp_path / "run" / "checkpoint-1"), store_growth_min_reward=None)
     assert 2 not in grown(store) and 1 in grown(store)  # step 2 was taken again, growing nothing
     store.close()
+
+
+def test_a_resume_with_shuffling_turned_on_or_off_says_what_it_does_to_the_order(caplog):
+    """TRL's sampler shuffles by shuffle_dataset: a resume that turns it on or off walks another order while the
+    trained batches are skipped by position, as another seed does."""
+    import logging
+    from types import SimpleNamespace
+
+    from rapo_trl.trainer.resilience.changed_arguments import (
+        run_arguments,
+        warn_if_resumed_with_other_arguments,
+    )
+
+    def arguments(shuffle):
+        args = SimpleNamespace(learning_rate=0.1, seed=0, per_device_train_batch_size=4, gradient_accumulation_steps=1,
+                               steps_per_generation=1, retrieve_prob=1.0, retrieve_prob_final=None,
+                               store_growth_min_reward=None, shuffle_dataset=shuffle)
+        trainer = SimpleNamespace(args=args, shuffle_dataset=shuffle, state=SimpleNamespace(max_steps=4),
+                                  num_generations=4, num_iterations=1, train_dataset=[{"prompt": "Q0"}, {"prompt": "Q1"}],
+                                  accelerator=SimpleNamespace(num_processes=1))
+        return run_arguments(trainer)
+
+    with caplog.at_level(logging.WARNING, logger="rapo_trl"):
+        assert warn_if_resumed_with_other_arguments("checkpoint-1", arguments(True), arguments(True), 1) == []
+        assert warn_if_resumed_with_other_arguments("checkpoint-1", arguments(True), arguments(False), 1) == [
+            "shuffle_dataset"]
+    assert "shuffle_dataset True -> False" in caplog.text

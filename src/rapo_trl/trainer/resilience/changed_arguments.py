@@ -4,7 +4,7 @@ Trainer restores the optimizer, the scheduler and the RNGs from a checkpoint and
 counted in the resumed run's batch sizes over the resumed run's dataset. So, resumed with another ``learning_rate``
 the run keeps the saved one; with another ``max_steps`` the learning-rate schedule and ``retrieve_prob``'s decay jump
 to the new step count; with another ``seed`` the restored RNGs (TRL's and RAPO's retrieval RNG) keep the old one while
-the prompt order takes the new one; with other batch sizes, group size or dataset the epoch it resumes in repeats some
+the prompt order takes the new one (and turning ``shuffle_dataset`` on or off changes the order); with other batch sizes, group size or dataset the epoch it resumes in repeats some
 prompts and never reaches others. transformers warns only for ``per_device_train_batch_size``. Each checkpoint's RAPO
 state records these arguments (``arguments``), and a resume names the ones that differ with what they do. Arguments
 that apply as given (``retrieve_prob``, ``num_hybrid_generations``, the reward functions) are not named.
@@ -30,6 +30,8 @@ CONSEQUENCES = {
                  "jump at the resumed step",
     "seed": "not applied to the RNGs restored from the checkpoint (TRL's and the retrieval RNG), while the prompt "
             "order follows it, so this epoch repeats some prompts and never reaches others",
+    "shuffle_dataset": "the prompt order follows it while the trained batches are skipped by position, so this "
+                       "epoch repeats some prompts and never reaches others",
     "per_device_train_batch_size": SKIPS_OTHER_PROMPTS,
     "gradient_accumulation_steps": SKIPS_OTHER_PROMPTS,
     "steps_per_generation": SKIPS_OTHER_PROMPTS,
@@ -66,6 +68,7 @@ def run_arguments(trainer) -> dict:
         "learning_rate": args.learning_rate,
         "max_steps": trainer.state.max_steps,
         "seed": args.seed,
+        "shuffle_dataset": getattr(trainer, "shuffle_dataset", None),  # TRL's sampler shuffles by it
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "steps_per_generation": args.steps_per_generation,
