@@ -4,8 +4,8 @@ Trainer restores the optimizer, the scheduler and the RNGs from a checkpoint and
 counted in the resumed run's batch sizes over the resumed run's dataset. So, resumed with another ``learning_rate``
 the run keeps the saved one; with another ``max_steps`` the learning-rate schedule and ``retrieve_prob``'s decay jump
 to the new step count; with another ``seed`` the restored RNGs (TRL's and RAPO's retrieval RNG) keep the old one while
-the prompt order takes the new one (and turning ``shuffle_dataset`` on or off changes the order); with other batch sizes, group size or dataset the epoch it resumes in repeats some
-prompts and never reaches others. transformers warns only for ``per_device_train_batch_size``. Each checkpoint's RAPO
+the prompt order takes the new one (and turning ``shuffle_dataset`` on or off changes the order); with other batch
+sizes, group size or dataset the epoch it resumes in repeats some prompts and never reaches others. transformers warns only for ``per_device_train_batch_size``. Each checkpoint's RAPO
 state records these arguments (``arguments``), and a resume names the ones that differ with what they do. Arguments
 that apply as given (``retrieve_prob``, ``num_hybrid_generations``, the reward functions) are not named.
 """
