@@ -72,6 +72,23 @@ def test_a_reopened_store_cuts_the_system_prompt_its_keys_were_cut_of(tmp_path, 
     assert given.config.system_prompt == INSTRUCTIONS
 
 
+def test_a_reopened_store_reads_distances_in_its_index_space(tmp_path, embedder, trajectory):
+    # Chroma keeps the space the collection was created with: a reader at the default (cosine) would read its squared
+    # l2 distances as cosine ones, so every retrieval's similarity (and a local index's distances) would be wrong.
+    store = TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(hnsw_space="l2"))
+    store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    before = store.select(["What is 12 times 7?"])[0]
+    del store
+    _forget_open_clients()
+    reopened = TraceStore(tmp_path / "s", embedder=embedder, must_exist=True)
+    assert reopened.config.hnsw_space == "l2"
+    after = reopened.select(["What is 12 times 7?"])[0]
+    assert (after.record_id, after.similarity) == (before.record_id, pytest.approx(before.similarity))
+    _forget_open_clients()
+    with pytest.raises(KeySettingsMismatchError, match="'l2' distances"):
+        TraceStore(tmp_path / "s", embedder=embedder, config=StoreConfig(hnsw_space="ip"))
+
+
 def test_a_reader_of_a_built_store_is_refused_a_collection_that_is_not_there(tmp_path, embedder, trajectory):
     store = TraceStore(tmp_path / "s", collection="math-steps", embedder=embedder)
     store.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])

@@ -188,6 +188,21 @@ def key_settings(metadata: dict, config: StoreConfig, where: str) -> StoreConfig
     return config
 
 
+def index_space(collection, config: StoreConfig, where: str) -> StoreConfig:
+    """``config`` reading distances in the space Chroma built the collection's index with (fixed at creation, whatever
+    a later open asks for): the default (cosine) takes the recorded space; another one asked for explicitly is refused
+    (:class:`KeySettingsMismatchError`). Read in another space, every retrieval's similarity would be wrong."""
+    recorded = ((getattr(collection, "configuration", None) or {}).get("hnsw") or {}).get("space")
+    if recorded is None or recorded == config.hnsw_space:
+        return config
+    if config.hnsw_space != StoreConfig.hnsw_space:
+        raise KeySettingsMismatchError(
+            f"The {where} has an index of {recorded!r} distances, but StoreConfig(hnsw_space={config.hnsw_space!r}) "
+            f"was given: Chroma keeps the space a collection was created with. Open it with hnsw_space={recorded!r} "
+            "(or leave it unset), or build a new collection.")
+    return dataclasses.replace(config, hnsw_space=recorded)
+
+
 def check_format(metadata: dict, where: str) -> None:
     """Raise :class:`StaleStoreError` unless ``metadata`` records this package's store format: a store of another
     format answers queries, but with keys embedded differently, so its retrieval would be silently wrong."""

@@ -28,6 +28,7 @@ from rapo_trl.store import lock as store_lock
 from rapo_trl.store.backend import (
     ClosedCollection,
     close_embedded,
+    index_space,
     key_settings,
     open_collection,
     open_http_client,
@@ -146,7 +147,8 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
         self.location = location
         self.collection_name = collection
         self.collection = open_collection(client, collection, self.embedder, self.config, location, before_create)
-        self.config = key_settings(self.collection.metadata or {}, self.config, f"collection {collection!r} at {location}")
+        where = f"collection {collection!r} at {location}"
+        self.config = index_space(self.collection, key_settings(self.collection.metadata or {}, self.config, where), where)
         self._rewards: dict[str, float] = {}
         """Reward of each record id seen by this object (read on first sight, kept on its writes)."""
         self._local: LocalIndex | None = None
