@@ -91,7 +91,7 @@ class SentenceTransformerEmbedder:
             name = name or model.rstrip("/").split("/")[-1]
             model = SentenceTransformer(model, device=check_device(device) if device else default_device())
         self.model = model
-        self.name = name or type(model).__name__
+        self.name = name or _source_name(model) or type(model).__name__
         self.batch_size = batch_size
         if max_seq_length is not None:
             model.max_seq_length = max_seq_length
@@ -123,6 +123,18 @@ class SentenceTransformerEmbedder:
             return self.embed(texts)
         finally:
             tokenizer.truncation_side = side
+
+
+def _source_name(model) -> str | None:
+    """The folder or hub name a loaded sentence-transformers model came from (what a path or name given to
+    :class:`SentenceTransformerEmbedder` is recorded as), so that two models passed as objects are told apart."""
+    try:
+        source = model[0].auto_model.config.name_or_path
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return None
+    if not isinstance(source, str):
+        return None
+    return source.rstrip("/").split("/")[-1] or None
 
 
 class CallableEmbedder:
