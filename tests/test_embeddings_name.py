@@ -24,3 +24,14 @@ def test_a_model_object_is_recorded_by_its_name_not_its_class(tmp_path):
     with pytest.raises(EmbedderMismatchError, match="paraphrase-MiniLM-L6-v2"):
         TraceStore(tmp_path / "store", embedder=models["paraphrase-MiniLM-L6-v2"])
 
+
+
+def test_a_token_limit_of_its_own_is_part_of_the_name():
+    # all-MiniLM-L6-v2 reads 256 tokens; at 512 a long key embeds to another vector, so the identity must differ.
+    from rapo_trl.embeddings import SentenceTransformerEmbedder
+
+    path = str(gt_minilm.get_model_path())
+    default = SentenceTransformerEmbedder(path, device="cpu").name
+    assert SentenceTransformerEmbedder(path, device="cpu", max_seq_length=256).name == default
+    assert SentenceTransformerEmbedder(path, device="cpu", max_seq_length=512).name == f"{default}-max512"
+    assert SentenceTransformerEmbedder(path, name="mine", device="cpu", max_seq_length=512).name == "mine"

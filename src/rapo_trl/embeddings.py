@@ -65,7 +65,8 @@ class SentenceTransformerEmbedder:
         bf16: run the transformer in bfloat16 (vectors as good as fp32's for retrieval). Faster on CPUs with
             native bf16 (AVX512-BF16/AMX); much slower on AVX2-only CPUs, where torch emulates it
             (benchmarks/results/measurements_notes.md).
-        max_seq_length: truncate inputs to this many tokens (``None`` keeps the model's own limit).
+        max_seq_length: truncate inputs to this many tokens (``None`` keeps the model's own limit); another limit than
+            the model's own is added to the default ``name`` (``-max512``).
         device: where a model loaded from a path/name runs; ``None`` follows `rapo_trl.hardware` (the GPU
             when there is one, so the store's queries are embedded beside the policy). Vectors stay fp32.
     """
@@ -81,6 +82,7 @@ class SentenceTransformerEmbedder:
     ):
         from sentence_transformers import SentenceTransformer
 
+        named = name is not None
         if model is None:
             # Both sources hold the same weights, so stores record the same name either way.
             model = default_embedder_source()
@@ -93,7 +95,10 @@ class SentenceTransformerEmbedder:
         self.model = model
         self.name = name or _source_name(model) or type(model).__name__
         self.batch_size = batch_size
-        if max_seq_length is not None:
+        if max_seq_length is not None and max_seq_length != model.max_seq_length:
+            # Keys past either limit embed to other vectors: a store built at one must not open at the other.
+            if not named:
+                self.name = f"{self.name}-max{max_seq_length}"
             model.max_seq_length = max_seq_length
         if bf16:
             import torch
