@@ -47,6 +47,8 @@ def out_of_range(values: dict, unbounded: tuple[str, ...] = ()) -> str | None:
             number = float(value)
         except (TypeError, ValueError):
             continue  # a wrong type is the parser's to report
+        if number != number:  # NaN compares false with every bound: `--retrieve_prob nan` would never retrieve
+            return f"{name} must be a number, got {value}"
         above_lowest = name in ABOVE_LOWEST
         below = low is not None and (number <= low if above_lowest else number < low)
         if below or (high is not None and number > high):

@@ -47,3 +47,9 @@ def test_a_temperature_of_zero_is_refused_by_name_and_why():
     refused = out_of_range({"temperature": 0})
     assert refused.startswith("temperature must be > 0.0") and "every row of a group is the same" in refused
     assert out_of_range({"temperature": 0.01}) is None
+
+
+@pytest.mark.parametrize("name", ["retrieve_prob", "temperature", "retrieval_advantage_weight", "learning_rate"])
+def test_nan_is_refused_rather_than_passing_every_bound(name):
+    """NaN compares false with both bounds; `--retrieve_prob nan` passed and turned retrieval off without a word."""
+    assert out_of_range({name: float("nan")}) == f"{name} must be a number, got nan"
