@@ -180,3 +180,19 @@ def _warnings_until_checked(module, command: str, argv: list[str], monkeypatch, 
     with caplog.at_level("WARNING"), pytest.raises(Checked):
         cli._run_recipe(command, argv)
     return [record.getMessage() for record in caplog.records]
+
+
+def test_build_store_model_agent_rolls_out_with_the_recipes_tool_budget(monkeypatch):
+    """A model agent fills the store under the recipe's max_tool_calls and answer_stop, as eval and the environment
+    agent roll out: with RolloutConfig's own 3 calls, a 4-operation question's trajectory was cut short."""
+    from types import SimpleNamespace
+
+    import rapo_trl.rollout.agent
+    from rapo_trl.cli import build_store
+
+    monkeypatch.setattr(build_store, "_agent_model", lambda *args: ("model", "tokenizer"))
+    monkeypatch.setattr(rapo_trl.rollout.agent, "RolloutAgent", lambda model, tokenizer, tools, config, sampling: config)
+    rapo_args = SimpleNamespace(max_completion_length=64, max_turn_tokens=16, max_tool_result_chars=None,
+                                temperature=1.0, max_tool_calls=5, answer_stop=None)
+    config = build_store._model_agent(None, rapo_args, None, tools=())
+    assert (config.max_tool_calls, config.answer_stop) == (5, None)

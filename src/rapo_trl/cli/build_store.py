@@ -82,9 +82,11 @@ def _model_agent(script, rapo_args, model_args, tools):
     from rapo_trl.rollout.engine import RolloutConfig
 
     model, tokenizer = _agent_model(script, rapo_args, model_args)
+    # The recipe's whole rollout budget, as training and eval roll out: a question needing more tool calls than
+    # RolloutConfig's default would be stored cut short.
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
-                           max_turn_tokens=rapo_args.max_turn_tokens,
-                           max_result_chars=rapo_args.max_tool_result_chars)
+                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
+                           max_result_chars=rapo_args.max_tool_result_chars, answer_stop=rapo_args.answer_stop)
     return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
 
 

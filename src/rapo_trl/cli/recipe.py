@@ -51,7 +51,7 @@ HELP_GROUPS = {
         ("agent", ("agent", "expert_error_rate", "device", *MODEL_LOADING)),
         ("task", (*TASK, *TRAINING_SPLITS, "task_tool_steps", "reward")),  # only the expert reads tool steps
         ("store", ("store_path", "store_collection", "store_server", "num_samples", "keep_top_k", "sft_warmup_steps")),
-        ("rollouts", ("max_completion_length", "max_turn_tokens", "temperature", "seed")),
+        ("rollouts", ("max_completion_length", "max_turn_tokens", "max_tool_calls", "temperature", "seed")),
     ),
     "eval": (
         ("models", ("eval_model", "output_dir", "model_name_or_path", "eval_base", "device", *MODEL_LOADING)),
