@@ -6,6 +6,8 @@ parsed command line against the same table before TRL or torch is imported, so `
 
 from __future__ import annotations
 
+import math
+
 # name: (lowest allowed, highest allowed, why the bound, if it needs saying); None is unbounded.
 RAPO_RANGES: dict[str, tuple[float | None, float | None, str | None]] = {
     "learning_rate": (0.0, None, None),
@@ -47,7 +49,7 @@ def out_of_range(values: dict, unbounded: tuple[str, ...] = ()) -> str | None:
             number = float(value)
         except (TypeError, ValueError):
             continue  # a wrong type is the parser's to report
-        if number != number:  # NaN compares false with every bound: `--retrieve_prob nan` would never retrieve
+        if math.isnan(number):  # NaN compares false with every bound: `--retrieve_prob nan` would never retrieve
             return f"{name} must be a number, got {value}"
         above_lowest = name in ABOVE_LOWEST
         below = low is not None and (number <= low if above_lowest else number < low)
