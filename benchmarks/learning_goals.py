@@ -13,7 +13,9 @@ Written before stages 2 and 3 ran (``learning_comparison_notes.md``), so the las
 
 The scores are the widest rescored set (``bench_comparison.py --rescore``) on which the pick and its reference both
 have every seed they pair on over the runs' own questions; else those 64 questions. The interval over seeds
-(Student's t) is shown beside; the verdict reads the per-question one, as the issue asks.
+(Student's t) is shown beside; the verdict reads the per-question one, as the issue asks, except on a version with
+``FIXED_PICKS``: that line's rule, written before its runs, decides on the interval over seeds (paired by seed) and
+reports the per-question one beside.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 
+from common import mean_interval
 from learning_stages import interval_cell, reference_of, screen
 from paired_questions import FRESH, cluster_bootstrap, interval_text, paired_text, per_question_difference
 
@@ -63,9 +66,10 @@ def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
         interval = cluster_bootstrap(per_question) if per_question else None
         on_failed = (per_question_difference(members, references, _failed_elsewhere(references))
                      if reference == "sft_then_grpo" else None)
+        decided_on = _seed_interval(per_seed) if picks else interval
         results.append({"arm": arm, "reference": reference, "seeds": sorted(seeds), "scored_on": scored_on,
                         "per_seed": per_seed, "per_question": per_question, "interval": interval,
-                        "on_failed": on_failed, "verdict": _verdict(reference, len(seeds), interval)})
+                        "on_failed": on_failed, "verdict": _verdict(reference, len(seeds), decided_on)})
     return results
 
 
@@ -99,6 +103,13 @@ def _failed_elsewhere(references: Sequence[dict]) -> Callable[[int], set[str]]:
         return {q for q in questions if statistics.fmean(scores[q] for scores in others) < FAILS_BELOW}
 
     return failed
+
+
+def _seed_interval(per_seed: Sequence[float]) -> tuple[float, float, float] | None:
+    """The paired differences' mean and 95% interval over seeds (Student's t); ``None`` below two seeds."""
+    if len(per_seed) < 2:
+        return None
+    return mean_interval(per_seed)
 
 
 def _verdict(reference: str, seeds: int, interval: tuple[float, float, float] | None) -> str:
@@ -140,8 +151,10 @@ def goal_section(records: Sequence[dict], rescored: Sequence[dict],
                      interval_cell(result["per_seed"], signed=True), per_question,
                      "-" if result["on_failed"] is None else paired_text(result["on_failed"]),
                      GOAL_TEXT[result["reference"]], result["verdict"]])
-    whose = "fixed picks" if fixed_picks(records) else "screen's picks"
-    lines = [f"### The goals: the {whose} over their paired seeds", ""]
+    fixed = bool(fixed_picks(records))
+    whose, decides = ("fixed picks", "interval over seeds") if fixed else ("screen's picks", "per-question interval")
+    lines = [f"### The goals: the {whose} over their paired seeds", "",
+             f"The verdict reads the {decides}, as this version's rule was written before its runs.", ""]
     lines += table(["pick", "against", "paired seeds", "scored on", "difference over seeds (95% CI)",
                     "difference per question (95% CI)", f"on questions the reference fails in its other seeds "
                     f"(pass rate < {FAILS_BELOW})", "goal", "verdict"], rows)

@@ -190,3 +190,19 @@ def test_a_version_with_picks_fixed_before_its_runs_has_no_screen_and_reads_its_
     assert f"`{pick}` against `grpo`, `{sft_pick}` against `sft_then_grpo`" in text
     assert "### The goals: the fixed picks over their paired seeds" in text
     assert f"| {pick} | grpo | 5 |" in text
+
+
+def test_the_fixed_picks_goals_are_decided_on_the_interval_over_seeds_not_the_per_question_one():
+    goals_module = load_bench("learning_goals")
+    commit, (pick, sft_pick) = next(iter(goals_module.FIXED_PICKS.items()))
+    # +0.5 a question at seeds 0-3, -0.25 at seed 4, alike on every question: the per-question bootstrap cannot
+    # see the seeds' spread (+0.35, +0.35 to +0.35), the interval over seeds can (+0.35, -0.066 to +0.766)
+    grpo = _seeds("grpo", [[1, 1, 1, 1]] * 4 + [[2, 2, 2, 2]])
+    pick_runs = _seeds(pick, [[3, 3, 3, 3]] * 4 + [[1, 1, 1, 1]])
+    reference = _seeds("sft_then_grpo", [[1, 1, 1, 1]] * 4 + [[2, 2, 2, 2]])
+    sft_runs = _seeds(sft_pick, [[3, 3, 3, 3]] * 4 + [[1, 1, 1, 1]])
+    records = [{**r, "commit": commit} for r in [*grpo, *pick_runs, *reference, *sft_runs]]
+    by_arm = {g["arm"]: g for g in goals_module.goals(records)}
+    assert by_arm[pick]["interval"][1] > 0  # the per-question interval alone would say met
+    assert by_arm[pick]["verdict"] == "not met"
+    assert by_arm[sft_pick]["verdict"] == "not met"  # lower bound over seeds -0.066, below -0.03
