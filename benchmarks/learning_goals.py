@@ -75,15 +75,25 @@ def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
 
 def _scores(records: Sequence[dict], rescored: Sequence[dict], arm: str, reference: str
             ) -> tuple[list[dict], list[dict], str]:
-    own = ([r for r in records if r["arm"] == arm], [r for r in records if r["arm"] == reference])
+    own = (_one_per_seed(records, arm), _one_per_seed(records, reference))
     seeds = _paired_seeds(*own)
     for size in sorted({r["questions"] for r in rescored}, reverse=True):
-        wide = ([r for r in rescored if r["questions"] == size and r["arm"] == arm],
-                [r for r in rescored if r["questions"] == size and r["arm"] == reference])
+        at_size = [r for r in rescored if r["questions"] == size]
+        wide = (_one_per_seed(at_size, arm), _one_per_seed(at_size, reference))
         if seeds and seeds <= _paired_seeds(*wide):
             return *wide, f"{size} fresh questions, rescored"
     questions = len(own[0][0]["eval"][FRESH].get("question_ids", [])) if own[0] else 0
     return *own, f"the runs' own {questions} fresh questions"
+
+
+def _one_per_seed(records: Sequence[dict], arm: str) -> list[dict]:
+    """``arm``'s records, the first of each seed: a seed run again on the same code (other flags) is one seed, and
+    counting it twice would pair it twice and narrow the interval over seeds."""
+    first: dict[int, dict] = {}
+    for record in records:
+        if record["arm"] == arm:
+            first.setdefault(record["seed"], record)
+    return list(first.values())
 
 
 def _paired_seeds(members: Sequence[dict], references: Sequence[dict]) -> set[int]:

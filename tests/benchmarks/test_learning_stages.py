@@ -206,3 +206,16 @@ def test_the_fixed_picks_goals_are_decided_on_the_interval_over_seeds_not_the_pe
     assert by_arm[pick]["interval"][1] > 0  # the per-question interval alone would say met
     assert by_arm[pick]["verdict"] == "not met"
     assert by_arm[sft_pick]["verdict"] == "not met"  # lower bound over seeds -0.066, below -0.03
+
+
+def test_a_seed_run_twice_on_one_code_counts_once_in_the_goals():
+    goals_module = load_bench("learning_goals")
+    commit, (pick, _) = next(iter(goals_module.FIXED_PICKS.items()))
+    grpo = _seeds("grpo", [[1, 1, 1, 1]] * 5)
+    pick_runs = _seeds(pick, [[2, 2, 2, 2]] * 5)
+    # the same arm and seed again on the same code (other flags): a sixth difference would make the seeds' interval
+    # one of 6 values with 5 degrees of freedom from 5 seeds
+    again = {**_run(pick, 0.75, seed=0, passes=[3, 3, 3, 3]), "flags": ["--max_steps", "31"]}
+    records = [{**r, "commit": commit} for r in [*grpo, *pick_runs, again]]
+    goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
+    assert goal["per_seed"] == [0.25] * 5 and goal["per_question"]["a"] == [0.25] * 5
