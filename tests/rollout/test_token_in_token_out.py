@@ -59,3 +59,28 @@ def test_forced_text_that_the_tokenizer_normalises(tiny_model):
     tool_seg = row.segments[1]
     assert tok.decode(row.completion_ids[tool_seg.start : tool_seg.end]) == \
         engine.config.result_template.format(output="\u8c48")
+
+
+def test_special_token_text_in_a_tool_result_stays_text(tiny_model):
+    """A tool's output holding the EOS or pad token's text (a search corpus, a printed string) is text in the result,
+    as in a retrieved block: never the EOS or pad id, which would end the policy's turn in the model's eyes and make
+    TRL count a row the budget cut inside the result as terminated (its last id an EOS), not clipped."""
+    model, tok = tiny_model
+    output = "before" + tok.eos_token + tok.pad_token + "after"
+    step = "<python>x</python>"
+    engine, prompts, tok = make_engine(tiny_model, [[Turn(step), Turn("end")]], tools=[FixedOutputTool(output)])
+    (row,) = engine.run(prompts, hybrid=[False])
+    tool_seg = row.segments[1]
+    special = {tok.eos_token_id, tok.pad_token_id}
+    assert not special & set(row.completion_ids[tool_seg.start : tool_seg.end])
+    assert tok.decode(row.completion_ids[tool_seg.start : tool_seg.end]) == \
+        engine.config.result_template.format(output=output)
+
+    # The budget ends where the EOS's text ends inside the result: the row is cut, and its last id says so to TRL.
+    head = "\n<result>\nbefore" + tok.eos_token
+    budget = len(encode(tok, step)) + len(tok(head, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+    engine, prompts, tok = make_engine(tiny_model, [[Turn(step), Turn("never")]], tools=[FixedOutputTool(output)],
+                                       max_completion_length=budget)
+    (row,) = engine.run(prompts, hybrid=[False])
+    assert row.truncated and len(row.completion_ids) == budget
+    assert row.completion_ids[-1] not in special

@@ -147,7 +147,10 @@ class HybridRolloutEngine:
     def encode(self, text: str) -> list[int]:
         # A lone surrogate in a tool's or the store's text cannot be tokenised: it becomes "?".
         text = text.encode("utf-8", "replace").decode("utf-8")
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # A special token's text in a tool's output (an end-of-turn marker in a search hit) stays text, as in a
+        # retrieved block: an EOS id there would end the turn in the model's eyes, and TRL, reading a row's last id,
+        # would count a row the budget cut right after it as terminated.
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def run(self, *args, **kwargs) -> list[RolloutRow]:
         """The rows of ``roll_out`` (same arguments), its stats dropped."""
