@@ -16,6 +16,7 @@ from rapo_trl.tasks import to_rapo_rows
 from rapo_trl.trainer.checks import (
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
+    warn_if_options_ignored,
     warn_if_prompt_and_tools_differ,
     warn_on_lost_signal,
 )
@@ -150,12 +151,34 @@ def _retrieving(**settings):
     ({"retrieve_prob": 0.5, "retrieve_at": ["first_tool_step"]}, [], "the trainer runs no tool"),
     ({"retrieve_prob": 0.5, "retrieve_at": ["plan"]}, [], None),
     ({"retrieve_prob": 0.5}, None, None),  # TRL's JSON tools: not this check's to judge
+    # Every call past max_tool_calls gets the limit notice, which is no tool step: with 0 no row reaches one.
+    ({"retrieve_prob": 0.5, "max_tool_calls": 0}, ["python"], "max_tool_calls=0 runs no tool call"),
+    ({"retrieve_prob": 0.5, "max_tool_calls": 0}, None, "max_tool_calls=0 runs no tool call"),
+    ({"retrieve_prob": 0.5, "max_tool_calls": 0, "retrieve_at": ["start"]}, ["python"], None),
 ])
 def test_retrieval_that_can_never_happen_is_named(settings, tool_tags, expected, caplog):
     store = [object()]  # a store with one record: no store warning of its own
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         warn_if_nothing_to_retrieve(_retrieving(retrieve_own_question=False, **settings),
                                     None if "retrieve_prob_final" in settings else store, tool_tags=tool_tags)
+    found = warnings_of(caplog)
+    assert [expected in m for m in found] == ([True] if expected else []), found
+
+
+@pytest.mark.parametrize("settings, protocol, expected", [
+    ({"retrieved_token_credit": "stored_reward"}, "tags", "retrieved_token_credit='stored_reward' set, but "
+                                                           "retrieved_token_loss_weight is 0"),
+    ({"retrieved_token_shaping": None}, "tags", "retrieved_token_shaping=None set, but retrieved_token_loss_weight is 0"),
+    ({"retrieved_token_credit": "stored_reward", "retrieved_token_loss_weight": 1.0}, "tags", None),
+    ({"retrieved_token_shaping": None, "retrieved_token_loss_weight": 1.0}, "tags", None),
+    ({}, "tags", None),
+    # JSON tool calls: reward functions get chat messages, which never hold a retrieved block.
+    ({"score_retrieved_blocks": True}, "json", "score_retrieved_blocks=True, but with JSON tool calls"),
+    ({"score_retrieved_blocks": True}, "tags", None),
+])
+def test_options_the_setup_leaves_without_effect_are_named(settings, protocol, expected, caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        warn_if_options_ignored(_retrieving(**settings), protocol)
     found = warnings_of(caplog)
     assert [expected in m for m in found] == ([True] if expected else []), found
 

@@ -115,6 +115,20 @@ def test_environment_reward_and_retrieval_metrics(tiny_model_dir, tmp_path):
     assert torch.isfinite(loss)
 
 
+def test_scoring_retrieved_blocks_with_json_tools_is_named_as_reaching_completion_ids_only(tiny_model_dir, tmp_path,
+                                                                                          caplog):
+    stored = call("add", "Stored.", n=1).replace("<|im_end|>", "") + "\n<result>\n1\n</result>"
+    reward = Recorder()
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        rapo = _rapo(tiny_model_dir, tmp_path, store=FixedStore(text=stored), reward=reward, retrieve_prob=1.0,
+                     num_hybrid_generations=2, max_completion_length=512, score_retrieved_blocks=True)
+    assert any("score_retrieved_blocks=True, but with JSON tool calls" in r.getMessage() for r in caplog.records)
+    _step(rapo)
+    assert [len(r.retrievals) for r in rapo.last_rollout.rows][:2] != [0, 0]
+    completions, _ = reward.seen[-1]
+    assert not any("Stored." in str(m.get("content")) for c in completions for m in c)  # what the warning says
+
+
 def test_thread_bound_environment_runs_on_the_trainers_thread_as_in_grpo_trainer(tiny_model_dir, tmp_path, caplog):
     # On worker threads (the default) every call to the sqlite-backed environment fails, and the warning names the
     # option.

@@ -39,11 +39,16 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> No
     known here, or TRL's JSON tools)."""
     if not may_retrieve(args):
         return
-    if tool_tags is not None and not tool_tags and all(
-            RETRIEVAL_TRIGGERS[name].boundary == "tool_step" for name in args.retrieve_at):
+    after_tool_steps_only = all(RETRIEVAL_TRIGGERS[name].boundary == "tool_step" for name in args.retrieve_at)
+    if after_tool_steps_only and tool_tags is not None and not tool_tags:
         logger.warning("RAPO: hybrid rollouts retrieve after tool steps (retrieve_at=%s), but the trainer runs no "
                        "tool, so no row ever retrieves. Pass tools=[...], or retrieve at 'start' or 'plan'.",
                        list(args.retrieve_at))
+    elif after_tool_steps_only and args.max_tool_calls == 0:
+        # Every call gets the limit notice, which is no tool step (the engine's _run_tool_calls).
+        logger.warning("RAPO: hybrid rollouts retrieve after tool steps (retrieve_at=%s), but max_tool_calls=0 runs "
+                       "no tool call (each gets the limit notice, which is no tool step), so no row ever retrieves. "
+                       "Raise max_tool_calls, or retrieve at 'start' or 'plan'.", list(args.retrieve_at))
     if args.retrieve_own_question and store is not None:
         warn_if_own_question_unknown(store, dataset)
     if store is not None and tool_tags:
@@ -62,6 +67,27 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> No
                        "`rapo build-store`).", store)
     else:
         warn_if_no_record_is_good_enough(store)
+
+
+def warn_if_options_ignored(args, tool_protocol: str) -> None:
+    """Options set to values that the rest of the setup leaves without effect: the retrieved-token loss's credit or
+    shaping while its weight is 0, and ``score_retrieved_blocks`` with JSON tool calls, whose chat messages never hold
+    a retrieved block."""
+    from rapo_trl.config import RAPOConfig
+
+    if not args.retrieved_token_loss_weight:
+        defaults = RAPOConfig.__dataclass_fields__
+        changed = [f"{name}={getattr(args, name)!r}" for name in ("retrieved_token_credit", "retrieved_token_shaping")
+                   if getattr(args, name) != defaults[name].default]
+        if changed:
+            logger.warning("RAPO: %s set, but retrieved_token_loss_weight is 0, so there is no loss on retrieved "
+                           "tokens for it to shape: it has no effect. Set retrieved_token_loss_weight > 0 to learn "
+                           "the retrieved steps' tokens.", " and ".join(changed))
+    if tool_protocol == "json" and args.score_retrieved_blocks:
+        logger.warning("RAPO: score_retrieved_blocks=True, but with JSON tool calls the completions reward functions "
+                       "get are the chat messages of the policy's turns and tool results, which never hold a "
+                       "retrieved block: only completion_ids include them. Score retrieved text from completion_ids, "
+                       "or leave score_retrieved_blocks off.")
 
 
 def warn_if_no_record_is_good_enough(store) -> None:

@@ -56,6 +56,7 @@ from rapo_trl.trainer.checks import (
     checked_arguments,
     warn_if_learning_rate_too_low_for_peft,
     warn_if_nothing_to_retrieve,
+    warn_if_options_ignored,
     warn_if_prompt_and_tools_differ,
     warn_on_lost_signal,
 )
@@ -218,6 +219,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
             )
+            warn_if_options_ignored(args, self.tool_protocol)
             if not json_tools:
                 warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
