@@ -208,3 +208,26 @@ def test_store_growth_stores_the_best_rollouts_turns(tiny_model_dir, tmp_path):
     # The group's best row (the environment's total 5, three tool results: reward 2 + 5) and its three turns.
     assert sorted(m["step_index"] for m in stored) == [0, 1, 2]
     assert {m["reward"] for m in stored} == {7.0} and {m["source"] for m in stored} == {"policy"}
+
+
+class StartingCounter(Counter):
+    """A ``Counter`` whose ``reset`` adds to the prompt, as a game's first board would."""
+
+    def reset(self, **kwargs) -> str:
+        super().reset(**kwargs)
+        return " Start at 0."
+
+
+def test_store_growth_keys_the_turns_by_the_prompt_the_environment_showed(tiny_model_dir, tmp_path):
+    """The hybrid rollouts query the store with the prompt after ``reset`` (its observation appended), as
+    ``build_from_environment`` keys its records: the grown records are keyed by that prompt too, not the row's."""
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    rapo = _rapo(tiny_model_dir, tmp_path / "out", store=store, retrieve_prob=0.0, store_growth_min_reward=1.0,
+                 environment_factory=StartingCounter)
+    _step(rapo)
+    stored = store.collection.get(include=["metadatas", "documents"])
+    first = [d for m, d in zip(stored["metadatas"], stored["documents"]) if m["step_index"] == 0]
+    assert first == [store.preprocess("Compute 0 Start at 0.\n")]  # the context the policy's first step had

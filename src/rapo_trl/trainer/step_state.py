@@ -41,6 +41,9 @@ class StepState:
     into the step's ``inputs``)."""
     inputs: list[dict] | None = None
     """The step's input rows, the list TRL scores next (``None`` when ``rollout_func`` is called on its own)."""
+    prompts: list | None = None
+    """The prompts as the rollout got them: with an environment, each row's ``prompt`` with its ``reset``
+    observation appended (TRL leaves the input rows as they were)."""
 
     def rolled_out(self, rows: list[RolloutRow], mode: str, replaced: dict[int, dict]) -> None:
         if self.rows is not None:

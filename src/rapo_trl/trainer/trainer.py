@@ -273,8 +273,12 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             chosen = best_of_each_group(
                 step.rewards, self.num_generations, start, len(step.rows), self.args.store_growth_min_reward
             )
+            # An environment's rollouts queried the store with the prompt after reset (its observation appended), as
+            # build_from_environment keys its records: the grown turns are keyed by that prompt, not the row's.
+            grown = inputs if self.environment_factories is None else [
+                {**row, "prompt": prompt} for row, prompt in zip(inputs, step.prompts, strict=True)]
             grow_store(
-                self.trace_store, inputs, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
+                self.trace_store, grown, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
                 growth_tag(self.growth_run, self.state.global_step + 1), [tool.tag for tool in self.rapo_tools],
             )
         return out
@@ -289,6 +293,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         rollout = self.roll_out_prompts(prompts, step.inputs if step is not None else None)
         if step is not None:
             step.rolled_out(rollout.rows, "train" if self.model.training else "eval", rollout.replaced)
+            step.prompts = prompts
         if self.log_completions and step is not None:
             for column, values in completion_columns(rollout.rows).items():
                 self._log_completion_extra(column, values)
