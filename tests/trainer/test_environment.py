@@ -231,3 +231,43 @@ def test_store_growth_keys_the_turns_by_the_prompt_the_environment_showed(tiny_m
     stored = store.collection.get(include=["metadatas", "documents"])
     first = [d for m, d in zip(stored["metadatas"], stored["documents"]) if m["step_index"] == 0]
     assert first == [store.preprocess("Compute 0 Start at 0.\n")]  # the context the policy's first step had
+
+
+def test_a_call_past_its_timeout_never_lands_on_a_later_rows_environment(tiny_model_dir, tmp_path):
+    """TRL reuses a step's environments in later steps (reset, not rebuilt). A call past ``json_tool_timeout`` runs on
+    in its thread: when it ends, it must change the environment of the row that made it, never the one a later step's
+    row gets (whose reward would then count a call that row never made)."""
+    import threading
+
+    release, ended = threading.Event(), threading.Event()
+
+    class Hanging(Counter):
+        def add(self, n: int) -> int:
+            """Add a number to the running total and return the total.
+
+            Args:
+                n: the number to add
+            """
+            release.wait(10)
+            self.total += 100
+            ended.set()
+            return self.total
+
+    def lets_the_late_call_end(completions, **kwargs):
+        if rapo.state.global_step == 1:  # the second step: the first step's call ends while it is scored
+            release.set()
+            ended.wait(10)
+        return [0.0] * len(completions)
+
+    rapo = _rapo(tiny_model_dir, tmp_path, reward=lets_the_late_call_end, retrieve_prob=0.0,
+                 environment_factory=Hanging, json_tool_timeout=0.2)
+    rapo.model.train()
+    _script(rapo, [[call("add", n=1), "Done.<|im_end|>"]] + [["Done.<|im_end|>"]] * (G - 1))
+    rapo._generate_and_score_completions(batch_inputs())
+    assert rapo.last_rollout.rows[0].tool_failures == 1  # timed out: the policy was shown the error
+    rapo.state.global_step = 1
+    _script(rapo, [["Done.<|im_end|>"]] * G)
+    rapo._generate_and_score_completions(batch_inputs())
+    assert ended.is_set()
+    assert [e.total for e in rapo.environments] == [0] * G  # no row of this step called add
+    assert rapo.last_rollout.rewards.tolist() == [0.0] * G

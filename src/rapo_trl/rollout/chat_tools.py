@@ -118,6 +118,11 @@ class ChatToolCalls:
             results.append(CallResult(_tool_message(name, output)))
         return results
 
+    def overdue_on(self, environment) -> bool:
+        """Whether a call of one of ``environment``'s methods ran past its timeout and still runs: when it ends it
+        changes the environment, whichever row then holds it."""
+        return any(calls.overdue_on(environment) for calls in self._calls.values())
+
     def _call(self, name: str, function: Callable, arguments: dict):
         if self.timeout is None:
             return call_here(name, function, arguments)

@@ -50,6 +50,7 @@ class TimedCalls:
         self.name, self.timeout, self.max_overdue = name, timeout, max_overdue
         self._lock = threading.Lock()
         self._overdue = 0  # calls past their timeout whose thread still runs
+        self._running_overdue: set[_Call] = set()  # those calls, for ``overdue_on``
 
     def call(self, function: Callable, positional: list, arguments: dict) -> Any:
         """``function(*positional, **arguments)``'s value (awaited when it is a coroutine); raises ``ToolError`` past
@@ -63,6 +64,8 @@ class TimedCalls:
         with self._lock:  # the call's own end takes the lock too: it ended before this, or counts as overdue
             call.overdue = not call.ended
             self._overdue += call.overdue
+            if call.overdue:
+                self._running_overdue.add(call)
             overdue = self._overdue
         if call.overdue:
             logger.warning("%s: a call ran past its %g s timeout and keeps running in its thread (%d such "
@@ -80,6 +83,12 @@ class TimedCalls:
         with self._lock:
             call.ended = True
             self._overdue -= call.overdue
+            self._running_overdue.discard(call)
+
+    def overdue_on(self, owner) -> bool:
+        """Whether a call past its timeout still runs a method bound to ``owner`` (an environment it may yet change)."""
+        with self._lock:
+            return any(getattr(call.function, "__self__", None) is owner for call in self._running_overdue)
 
     def _overdue_message(self, count: int) -> str:
         calls, their, them = ("calls", "their", "one of them") if count > 1 else ("call", "its", "it")

@@ -294,6 +294,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         if step is not None:
             step.rolled_out(rollout.rows, "train" if self.model.training else "eval", rollout.replaced)
             step.prompts = prompts
+        self._retire_overdue_environments()
         if self.log_completions and step is not None:
             for column, values in completion_columns(rollout.rows).items():
                 self._log_completion_extra(column, values)
@@ -328,6 +329,19 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             return super()._tokenize_prompts(prompts)
         finally:
             self.tools = []
+
+    def _retire_overdue_environments(self) -> None:
+        """TRL resets a step's environments for later steps. One whose call ran past ``json_tool_timeout`` and still
+        runs would, when that call ends, change the environment a later row is given (its reward counting a call it
+        never made): TRL's pool gets a fresh instance in its place. This step's rewards still read the row's own."""
+        chat_tools = self.rollout_engine.chat_tools
+        if chat_tools is None or not self.environments:
+            return
+        for environment, name in zip(self.environments, self._batch_environments, strict=True):
+            if chat_tools.overdue_on(environment):
+                pool = self._environment_pool[name]
+                index = next(i for i, pooled in enumerate(pool) if pooled is environment)
+                pool[index] = self.environment_factories[name]()
 
     def _row_tools(self, prompts: list) -> list[dict] | None:
         """Each row's JSON tools by name, with an environment_factory: its own environment's methods and the
