@@ -93,6 +93,11 @@ INTERNALS: tuple[Internal, ...] = (
              "sets them up per step", attribute=True),
     Internal(GRPO, "_async_tool_dicts", "each row's async JSON tools by name", attribute=True),
     Internal(GRPO, "environment_factories", "whether rows have environments of their own", attribute=True),
+    Internal(GRPO, "environments", "the step's environment of each row, whose calls may run past their timeout",
+             attribute=True),
+    Internal(GRPO, "_batch_environments", "each row's environment name in the step", attribute=True),
+    Internal(GRPO, "_environment_pool", "the instances TRL resets for later steps: one a late call may still change "
+             "is replaced by a fresh one (trainer.py)", attribute=True),
     Internal(GRPO, "chat_template", "the template JSON tool results are rendered with", attribute=True),
     Internal(GRPO, "chat_template_kwargs", "apply_chat_template's extra arguments for tool results", attribute=True),
     Internal(GRPO, "_log_completion_extra", "the completions table's per-row rapo_* columns (log_completions)",
