@@ -97,7 +97,7 @@ INTERNALS: tuple[Internal, ...] = (
              attribute=True),
     Internal(GRPO, "_batch_environments", "each row's environment name in the step", attribute=True),
     Internal(GRPO, "_environment_pool", "the instances TRL resets for later steps: one a late call may still change "
-             "is replaced by a fresh one (trainer.py)", attribute=True),
+             "is replaced by a fresh one (trainer/environments.py)", attribute=True),
     Internal(GRPO, "chat_template", "the template JSON tool results are rendered with", attribute=True),
     Internal(GRPO, "chat_template_kwargs", "apply_chat_template's extra arguments for tool results", attribute=True),
     Internal(GRPO, "_log_completion_extra", "the completions table's per-row rapo_* columns (log_completions)",

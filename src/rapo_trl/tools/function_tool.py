@@ -32,6 +32,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -52,7 +53,7 @@ _ARTICLE = {
     "null": "null",
 }
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-_MAX_INT_DIGITS = 4300  # int()'s default limit on a number's digits (sys.int_info, Python 3.11)
+_MAX_INT_DIGITS = sys.int_info.default_max_str_digits  # the most digits int() reads from text
 logger = logging.getLogger(__name__)
 
 

@@ -61,6 +61,7 @@ from rapo_trl.trainer.checks import (
     warn_on_lost_signal,
 )
 from rapo_trl.trainer.dynamic_sampling import PromptDraw, reward_logs_left_alone
+from rapo_trl.trainer.environments import retire_overdue_environments, rows_as_queried, tools_per_row
 from rapo_trl.trainer.loss_forward import RETRIEVED_FRACTION_KEY, LossForward
 from rapo_trl.trainer.loss_terms import loss_terms
 from rapo_trl.trainer.metrics import (
@@ -273,13 +274,15 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
             chosen = best_of_each_group(
                 step.rewards, self.num_generations, start, len(step.rows), self.args.store_growth_min_reward
             )
-            # An environment's rollouts queried the store with the prompt after reset (its observation appended), as
-            # build_from_environment keys its records: the grown turns are keyed by that prompt, not the row's.
-            grown = inputs if self.environment_factories is None else [
-                {**row, "prompt": prompt} for row, prompt in zip(inputs, step.prompts, strict=True)]
             grow_store(
-                self.trace_store, grown, step.rows, chosen, self._tokenizer, self.rollout_engine.store_outage,
-                growth_tag(self.growth_run, self.state.global_step + 1), [tool.tag for tool in self.rapo_tools],
+                self.trace_store,
+                rows_as_queried(self, inputs, step.prompts),
+                step.rows,
+                chosen,
+                self._tokenizer,
+                self.rollout_engine.store_outage,
+                growth_tag(self.growth_run, self.state.global_step + 1),
+                [tool.tag for tool in self.rapo_tools],
             )
         return out
 
@@ -294,7 +297,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         if step is not None:
             step.rolled_out(rollout.rows, "train" if self.model.training else "eval", rollout.replaced)
             step.prompts = prompts
-        self._retire_overdue_environments()
+        retire_overdue_environments(self)
         if self.log_completions and step is not None:
             for column, values in completion_columns(rollout.rows).items():
                 self._log_completion_extra(column, values)
@@ -330,32 +333,6 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         finally:
             self.tools = []
 
-    def _retire_overdue_environments(self) -> None:
-        """TRL resets a step's environments for later steps. One whose call ran past ``json_tool_timeout`` and still
-        runs would, when that call ends, change the environment a later row is given (its reward counting a call it
-        never made): TRL's pool gets a fresh instance in its place. This step's rewards still read the row's own."""
-        chat_tools = self.rollout_engine.chat_tools
-        if chat_tools is None or not self.environments:
-            return
-        for environment, name in zip(self.environments, self._batch_environments, strict=True):
-            if chat_tools.overdue_on(environment):
-                pool = self._environment_pool[name]
-                index = next(i for i, pooled in enumerate(pool) if pooled is environment)
-                pool[index] = self.environment_factories[name]()
-
-    def _row_tools(self, prompts: list) -> list[dict] | None:
-        """Each row's JSON tools by name, with an environment_factory: its own environment's methods and the
-        standalone tools, as TRL set them up for this step (``None``: every row runs the engine's tools)."""
-        if self.tool_protocol != "json" or self.environment_factories is None:
-            return None
-        if not is_conversational({"prompt": prompts[0]}):
-            raise ValueError("JSON tool calls need conversational prompts (lists of chat messages), as TRL's tools do.")
-        sync, asynchronous = self._sync_tool_dicts, self._async_tool_dicts
-        if len(sync) != len(prompts):
-            raise RolloutHandOverError(f"RAPO: {len(prompts)} prompts to roll out but TRL set up environments for "
-                                       f"{len(sync)} rows: rollout_func ran outside _generate_and_score_completions.")
-        return [{**own, **extra} for own, extra in zip(sync, asynchronous)]
-
     def roll_out_prompts(self, prompts: list, inputs: list[dict] | None = None) -> StepRollout:
         """Roll out this process's ``prompts`` (each repeated per group, as TRL passes them) as a training or an
         evaluation step does, and log the rollout's metrics. ``inputs``: the step's training rows, which guided
@@ -371,7 +348,7 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         engine = self.rollout_engine
         retrieve_prob = self.current_retrieve_prob()
         prefixes = [prompt_text(p) + "\n" for p in prompts]
-        row_tools = self._row_tools(prompts)
+        row_tools = tools_per_row(self, prompts)
         with vllm_kv_cache_awake(self):
             if training:
                 inputs = inputs if inputs is not None and len(inputs) == len(prompts) else None
