@@ -15,7 +15,8 @@ class Segment:
     """A contiguous run of completion tokens of one kind.
 
     ``kind`` is ``"policy"`` (sampled, loss mask 1), ``"tool"`` (forced tool result), ``"retrieved"``
-    (forced retrieved step or fallback) or ``"end"`` (the forced EOS that closes a row whose answer closed).
+    (forced retrieved step or fallback) or ``"end"`` (the forced EOS that closes a row whose answer closed, or stands
+    in for a row that had no room to sample anything).
     ``start``/``end`` index into ``completion_ids``.
     """
 

@@ -82,9 +82,11 @@ def close_episode(row: RolloutRow, eos: int | None, budget: int) -> None:
 
 
 def never_empty(row: RolloutRow, eos: int | None) -> None:
-    """Give a row that sampled nothing one EOS: TRL indexes ``completions[-1]``."""
+    """Give a row that sampled nothing (no room left for the policy) one forced EOS: TRL indexes
+    ``completions[-1]``. The policy never produced it, so it carries mask 0 like any forced id: trained on, its
+    stand-in log-prob 0 would enter the importance ratio as if the policy had been sure of it."""
     if not row.completion_ids:
-        row.completion_ids, row.env_mask = [eos], [1]
-        row.segments.append(Segment("policy", 0, 1, None))
+        row.completion_ids, row.env_mask = [eos], [0]
+        row.segments.append(Segment("end", 0, 1))
         if row.logprobs is not None:
             row.logprobs = [0.0]
