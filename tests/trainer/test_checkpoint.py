@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 
 import pytest
 
@@ -50,3 +52,47 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, mon
         save_rapo_state(str(tmp_path), 0, Engine(), None)
     assert [p.name for p in tmp_path.iterdir()] == ["rapo_state_0.json"]
     assert json.loads((tmp_path / "rapo_state_0.json").read_text()) == {"engine": {"rng": [9]}}
+
+
+def _save(run_dir, step, run, clock):
+    """A whole checkpoint as a run saves it: RAPO's state, then Trainer's trainer_state.json last."""
+    folder = run_dir / f"checkpoint-{step}"
+    save_rapo_state(str(folder), 0, Engine(), None, run=run)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    clock.append(step)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Each save one second after the one before, whatever the machine's clock resolution."""
+    from types import SimpleNamespace
+
+    from rapo_trl.trainer.resilience import checkpoint
+
+    saves: list[int] = []
+    monkeypatch.setattr(checkpoint, "time", SimpleNamespace(time=lambda: 1000.0 + len(saves)), raising=False)
+    return saves
+
+
+def test_a_bare_resume_takes_the_run_that_saved_last_not_an_earlier_runs_higher_step(tmp_path, clock, caplog):
+    from rapo_trl.trainer.resilience.checkpoint import checked_resume
+
+    for step in (10, 20, 30):
+        _save(tmp_path, step, "old", clock)
+    for step in (5, 10):  # started over with resume_from_checkpoint false: checkpoint-10 is replaced, 20 and 30 stay
+        shutil.rmtree(tmp_path / f"checkpoint-{step}", ignore_errors=True)
+        _save(tmp_path, step, "new", clock)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        assert checked_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert "checkpoint-10, the checkpoint saved last" in warning and "checkpoint-30 has a higher step" in warning
+
+
+def test_a_bare_resume_of_one_run_takes_its_newest_checkpoint_quietly(tmp_path, clock, caplog):
+    from rapo_trl.trainer.resilience.checkpoint import checked_resume
+
+    for step in (5, 10):
+        _save(tmp_path, step, "only", clock)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        assert checked_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+    assert caplog.records == []

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
 
@@ -19,8 +20,9 @@ logger = logging.getLogger("rapo_trl.trainer")
 def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None,
                     arguments: dict | None = None) -> str:
     """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``);
-    ``arguments``: the run's arguments a resume compares (``changed_arguments.py``)."""
-    state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments}
+    ``arguments``: the run's arguments a resume compares (``changed_arguments.py``); ``saved_at``: when, which says
+    which checkpoint was saved last in a folder two runs wrote (``checkpoint_to_resume``)."""
+    state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments, "saved_at": time.time()}
     describe = getattr(store, "describe", None)
     if describe is not None:
         try:
@@ -185,6 +187,38 @@ def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
     return None
 
 
+def _saved_at(checkpoint: str) -> float | None:
+    """When a checkpoint's RAPO state was written (``None``: an older checkpoint, or no readable state)."""
+    saved_at = _saved_state(checkpoint, 0).get("saved_at")
+    return float(saved_at) if isinstance(saved_at, (int, float)) and not isinstance(saved_at, bool) else None
+
+
+def _saved_after(run_dir: str, checkpoint: str) -> str | None:
+    """The whole checkpoint saved last in ``run_dir`` if it is not ``checkpoint`` but one saved after it (a lower
+    step: a run saves its steps in order, so ``checkpoint`` is another, earlier run's); else ``None``."""
+    since = _saved_at(checkpoint)
+    if since is None:
+        return None
+    later = [(saved_at, folder) for _, folder in _checkpoints(run_dir)
+             if is_complete_checkpoint(folder) and (saved_at := _saved_at(folder)) is not None and saved_at > since]
+    return max(later)[1] if later else None
+
+
+def checkpoint_to_resume(run_dir: str) -> str | None:
+    """The whole checkpoint a bare resume takes: the newest one, unless a run started over in ``run_dir`` (or resumed
+    from an earlier checkpoint) has saved since; then that run's last, with a warning naming the newer-numbered one
+    left by the earlier run, which by number alone would have been taken."""
+    newest = last_complete_checkpoint(run_dir, resuming=False)
+    later = _saved_after(run_dir, newest) if newest is not None else None
+    if later is None:
+        return last_complete_checkpoint(run_dir)  # names the half-written ones it skips
+    logger.warning("RAPO: resuming from %s, the checkpoint saved last in %s; %s has a higher step but was saved "
+                   "before it, by a run since started over (or resumed from an earlier checkpoint) in this "
+                   "output_dir. To go on from that one instead, resume from it by name (%s).",
+                   later, run_dir, os.path.basename(newest), newest)
+    return later
+
+
 def resume_advice(checkpoint: str | None) -> str:
     """How to continue from ``checkpoint``, as a command line and in Python: words that work as written."""
     if checkpoint is None:
@@ -194,10 +228,11 @@ def resume_advice(checkpoint: str | None) -> str:
 
 
 def checked_resume(resume_from_checkpoint, run_dir: str):
-    """``resume_from_checkpoint`` as Trainer should take it: ``True`` becomes the newest whole checkpoint, and a
-    named checkpoint that is not whole is refused before anything loads."""
+    """``resume_from_checkpoint`` as Trainer should take it: ``True`` becomes the whole checkpoint the folder's last
+    run saved last (``checkpoint_to_resume``), and a named checkpoint that is not whole is refused before anything
+    loads."""
     if resume_from_checkpoint is True:
-        found = last_complete_checkpoint(run_dir)
+        found = checkpoint_to_resume(run_dir)
         if found is None:
             raise ValueError(f"resume_from_checkpoint=True, but {run_dir} holds no whole checkpoint to resume from.")
         return found
