@@ -32,8 +32,7 @@ def test_the_bare_flag_and_true_resume_from_the_newest_whole_checkpoint(run_dir,
     assert resume_from(args.resume_from_checkpoint, args.output_dir) == str(run_dir / "checkpoint-1")
 
 
-def test_false_resumes_nothing_and_unset_refuses_to_start_over_an_earlier_runs_checkpoints(run_dir, tmp_path):
-    assert resume_from("false", str(run_dir)) is None and resume_from(False, str(run_dir)) is None
+def test_unset_refuses_to_start_over_an_earlier_runs_checkpoints(run_dir, tmp_path):
     with pytest.raises(UsageError, match=r"holds checkpoint-1 of an earlier run: pass --resume_from_checkpoint to go "
                                          r"on .*, or --resume_from_checkpoint false to train from the start"):
         resume_from(None, str(run_dir))
@@ -54,3 +53,21 @@ def test_a_half_written_checkpoint_is_refused_without_a_resuming_line(run_dir, c
         with pytest.raises(UsageError, match="checkpoint-3 is not a whole checkpoint.*earlier one: .*checkpoint-1"):
             resume_from(str(run_dir / "checkpoint-3"), str(run_dir))
     assert "resuming from" not in caplog.text
+
+
+@pytest.mark.parametrize("false", ["false", False])
+def test_false_resumes_nothing_and_moves_the_earlier_runs_checkpoints_aside_whole(run_dir, false, caplog):
+    """Left in place, the earlier run's checkpoint-3 would outrank the new run's checkpoint-1 for a bare resume, and
+    save_total_limit would rotate the new run's checkpoints away first."""
+    with caplog.at_level(logging.WARNING):
+        assert resume_from(false, str(run_dir)) is None
+    (aside,) = run_dir.glob("earlier-run-*")
+    assert sorted(path.name for path in aside.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    assert (aside / "checkpoint-1" / "trainer_state.json").read_text() == '{"global_step": 1}'
+    assert not list(run_dir.glob("checkpoint-*")) and str(aside) in caplog.text
+    with pytest.raises(UsageError, match="holds no whole checkpoint to resume from"):
+        resume_from("true", str(run_dir))
+    assert resume_from(None, str(run_dir)) is None  # nothing left that an unset flag would start over
+    (run_dir / "checkpoint-1").mkdir()
+    assert resume_from("false", str(run_dir)) is None
+    assert len(list(run_dir.glob("earlier-run-*"))) == 2  # a second start over keeps the first one's set apart

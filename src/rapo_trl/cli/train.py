@@ -272,17 +272,23 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int, run_id: st
 
 def resume_from(value, output_dir: str) -> str | None:
     """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
-    Trainer's ``True``; ``false`` none; a folder must exist and be whole. Unset, it is none when ``output_dir`` holds
-    no whole checkpoint: a run started over would save its own checkpoints over an earlier run's (and rotate them
-    away), so that needs ``false``. Refused in one line before anything loads."""
-    from rapo_trl.trainer.resilience.checkpoint import checked_resume, last_complete_checkpoint
+    Trainer's ``True``; ``false`` none, the earlier run's checkpoints moved aside (``set_aside_checkpoints``); a folder
+    must exist and be whole. Unset, it is none when ``output_dir`` holds no whole checkpoint: a run started over would
+    save its own checkpoints among an earlier run's, so that needs ``false``. Refused in one line before anything
+    loads."""
+    from rapo_trl.trainer.resilience.checkpoint import (
+        checked_resume,
+        last_complete_checkpoint,
+        set_aside_checkpoints,
+    )
 
     if value is None:
         earlier = last_complete_checkpoint(output_dir, resuming=False)
         if earlier is not None:
             raise UsageError(f"output_dir {output_dir} holds {Path(earlier).name} of an earlier run: pass "
                              f"--resume_from_checkpoint to go on from its newest whole checkpoint, or "
-                             f"--resume_from_checkpoint false to train from the start (its checkpoints are replaced)")
+                             f"--resume_from_checkpoint false to train from the start (its checkpoints are moved into "
+                             "a folder earlier-run-<time> there)")
         return None
     if isinstance(value, bool):
         value = value or None
@@ -294,6 +300,7 @@ def resume_from(value, output_dir: str) -> str | None:
         raise UsageError(f"resume_from_checkpoint {value!r} is not a folder; give a checkpoint folder "
                          f"({output_dir}/checkpoint-N) or `--resume_from_checkpoint` alone for the newest whole one")
     if value is None:
+        set_aside_checkpoints(output_dir)
         return None
     try:
         return checked_resume(value, output_dir)

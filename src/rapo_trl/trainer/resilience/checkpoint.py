@@ -219,6 +219,28 @@ def checkpoint_to_resume(run_dir: str) -> str | None:
     return later
 
 
+def set_aside_checkpoints(run_dir: str) -> str | None:
+    """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``earlier-run-<time>`` folder beside them, for a
+    run that starts over there: left in place, an earlier run's higher-numbered checkpoint would outrank the new
+    run's for a later bare resume, and Trainer's ``save_total_limit`` would delete the new run's checkpoints before
+    it. Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
+    checkpoints = _checkpoints(run_dir)
+    if not checkpoints:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    aside = os.path.join(run_dir, f"earlier-run-{stamp}")
+    suffix = 1
+    while os.path.exists(aside):
+        suffix += 1
+        aside = os.path.join(run_dir, f"earlier-run-{stamp}-{suffix}")
+    os.makedirs(aside)
+    for _, folder in checkpoints:
+        os.replace(folder, os.path.join(aside, os.path.basename(folder)))
+    logger.warning("RAPO: training %s from the start: the earlier run's %d checkpoint(s) moved to %s",
+                   run_dir, len(checkpoints), aside)
+    return aside
+
+
 def resume_advice(checkpoint: str | None) -> str:
     """How to continue from ``checkpoint``, as a command line and in Python: words that work as written."""
     if checkpoint is None:
