@@ -19,8 +19,9 @@ def is_blank_answer(answer) -> bool:
 
 def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: str = "answer",
                   n: int | None = None) -> list[dict]:
-    """``{"question", "answer"}`` of each object of the file (the first ``n``); a malformed line, a missing key, an
-    empty question or a blank answer raises ``ValueError`` naming ``path:line``."""
+    """Each object of the file (the first ``n``), its question and answer keys named ``question`` and ``answer`` and its
+    other keys kept (they are columns a reward reads, as ``load_dataset("json")`` keeps them); a malformed line, a
+    missing key, an empty question or a blank answer raises ``ValueError`` naming ``path:line``."""
     rows = []
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
@@ -45,7 +46,8 @@ def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: 
                 raise ValueError(f"{where}: '{question_key}' must be a non-empty string, got {question!r}")
             if is_blank_answer(answer):
                 raise ValueError(f"{where}: '{answer_key}' is {json.dumps(answer)}; every question needs its answer")
-            rows.append({"question": question, "answer": answer})
+            others = {key: value for key, value in record.items() if key not in (question_key, answer_key)}
+            rows.append({**others, "question": question, "answer": answer})
     if not rows:
         raise ValueError(f"{path}: no rows")
     return _answers_of_one_type(rows)

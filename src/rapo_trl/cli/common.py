@@ -9,7 +9,7 @@ from rapo_trl.cli.arguments import RAPOScriptArguments, name_list
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.imports import check_import_path, import_object, is_import_path
 from rapo_trl.cli.rewards import ROW_COLUMNS, check_reward_names
-from rapo_trl.cli.user_data import USER_TASKS, check_user_data, user_splits
+from rapo_trl.cli.user_data import USER_TASKS, check_user_data, jsonl_columns, user_splits
 
 MODEL_ALIASES = ("smollm2", "tiny")
 GRPO_SAME_ROLLOUTS_DIR = "grpo-same-rollouts"
@@ -43,8 +43,10 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
     if script.tools is not None or script.search_corpus:  # names and files only: nothing is built or imported
         tool_names(script)
     if command in ("train", "build-store"):
-        # a JSONL's rows have exactly these columns: a reward's arguments are checked against them, unimported
-        check_reward_names(script, ROW_COLUMNS if script.task in USER_TASKS and script.dataset_path else None)
+        # a JSONL's rows have these columns and the file's keys: a reward's arguments are checked against them,
+        # unimported
+        check_reward_names(script, jsonl_columns(script, ROW_COLUMNS)
+                           if script.task in USER_TASKS and script.dataset_path else None)
     if script.closeness_weight < 0:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")
 

@@ -94,6 +94,12 @@ def _read_jsonl(script: RAPOScriptArguments, path: str, reader=read_qa_jsonl):
         raise UsageError(f"{error}{hint}") from None
 
 
+def jsonl_columns(script: RAPOScriptArguments, row_columns) -> tuple[str, ...]:
+    """The columns of ``dataset_path``'s rows: ``row_columns`` (every row's) and the file's own keys."""
+    keys = (key for row in _read_jsonl(script, script.dataset_path) for key in row)
+    return tuple(dict.fromkeys([*row_columns, *keys]))
+
+
 def _check_dataset_name(script: RAPOScriptArguments) -> None:
     """A file is not a dataset name; a folder `save_to_disk` wrote has its splits and columns checked from its
     JSON files. A Hub id or a folder of data files is checked when it loads."""
@@ -193,6 +199,7 @@ def user_splits(script: RAPOScriptArguments):
     else:
         train = _jsonl(script, script.dataset_path)
         held = _jsonl(script, script.eval_dataset_path) if script.eval_dataset_path else None
+        _refuse_shared_question_ids(script, {script.dataset_path: train, script.eval_dataset_path: held})
     _warn_of_conflicting_answers(script, [train] if held is None else [train, held])
     if held is None:
         try:
@@ -245,7 +252,8 @@ def _refuse_shared_question_ids(script: RAPOScriptArguments, splits: dict) -> No
                 continue
             first = seen.setdefault(str(question_id), (split, question))
             if first[1] != question:
-                raise UsageError(f"dataset {script.dataset_name!r}: question_id {question_id!r} names two questions "
+                source = script.dataset_name or script.dataset_path
+                raise UsageError(f"dataset {source!r}: question_id {question_id!r} names two questions "
                                  f"({first[0]!r}: {first[1][:40]!r}; {split!r}: {question[:40]!r}); give each "
                                  "question its own id across splits, or drop the question_id column (a hash of "
                                  "each question's text is its id then)")

@@ -125,15 +125,40 @@ def question_id_of(question: str) -> str:
 
 
 def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:
-    return [{**row, "question_id": stable_hash(row["question"])}
+    """The file's rows, each with its own ``question_id`` (as text) or, without one, a hash of its question."""
+    return [{**row, "question_id": question_id_of(row["question"]) if row.get("question_id") is None
+             else str(row["question_id"])}
             for row in read_qa_jsonl(path, question_key, answer_key, n)]
 
 
 def load_jsonl_qa(
     path: str | Path, question_key: str = "question", answer_key: str = "answer", n: int | None = None
 ) -> Dataset:
-    """Question/answer rows (columns question, answer, question_id) from a JSONL file, first ``n``."""
-    return Dataset.from_list(_read_jsonl_qa(path, question_key, answer_key, n))
+    """Question/answer rows (columns question, answer, question_id) from a JSONL file, first ``n``, with the file's
+    other keys as columns, as ``to_rapo_rows`` keeps a dataset's: TRL passes them to reward functions. A file's own
+    ``question_id`` is each question's id. A key whose values one column cannot hold (a number on one line, text on
+    another) is left out, with a warning naming it."""
+    rows = _read_jsonl_qa(path, question_key, answer_key, n)
+    columns = {name: [row.get(name) for row in rows] for name in dict.fromkeys(key for row in rows for key in row)}
+    return Dataset.from_dict(_columns_arrow_holds(columns, path))
+
+
+def _columns_arrow_holds(columns: dict[str, list], path) -> dict[str, list]:
+    """``columns`` less the ones Arrow cannot hold as one column, each left out with a warning."""
+    import logging
+
+    import pyarrow as pa
+
+    kept = {}
+    for name, values in columns.items():
+        try:
+            pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+            logging.getLogger(__name__).warning("%s: key %r left out: its values are not of one type (%s)", path,
+                                                name, str(error).splitlines()[0][:120])
+            continue
+        kept[name] = values
+    return kept
 
 
 def gsm8k_final_answer(solution: str) -> str:
