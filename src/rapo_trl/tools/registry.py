@@ -3,6 +3,8 @@
 Adding a tool of your own needs no base class: any object with ``tag``, ``timeout`` and ``run`` works.
 Raise ``ToolError`` for a failure the model should see (it is counted as a failed call)::
 
+    from rapo_trl.tools import ToolError
+
     class Calculator:
         tag = "calc"          # the policy writes <calc>2 * (3 + 4)</calc>
         timeout = 2.0         # seconds; run_tool_calls gives up on the call after this (plus a grace)
