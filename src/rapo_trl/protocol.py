@@ -71,11 +71,6 @@ def result_block(output: str, template: str = RESULT_TEMPLATE, limit: int | None
     return template.format(output=text)
 
 
-def is_tool_step(step: str) -> bool:
-    """Whether a step (as ``rapo_trl.store.steps.split_steps`` cuts them) holds a built-in tool's call."""
-    return TOOL_CLOSE.search(step) is not None
-
-
 def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIEVE_TEMPLATE,
                            result_template: str = RESULT_TEMPLATE) -> tuple[list[int], tuple[int, int] | None]:
     """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an agent

@@ -103,3 +103,24 @@ def test_a_warm_start_with_retrieved_steps_trains_on_them_and_has_its_own_cache_
     assert json.loads((tmp_path / "plain" / "sft-warm-start" / "sft_history.json").read_text())["examples"] == 2
     keys = [json.loads((Path(folder) / WARM_START_KEY_FILE).read_text())["key"] for folder in (plain, spliced)]
     assert keys[0] != keys[1]
+
+
+def test_a_tool_of_the_users_own_ends_a_step_where_a_step_is_retrieved(tokenizer, tmp_path):
+    """The store cuts a trajectory at the calls of every tool it was built with, and the rollout retrieves after
+    each of them: the warm start's retrieved examples are cut there too, not at the built-in tools' calls alone."""
+    from datasets import Dataset
+
+    from rapo_trl.cli.warm_start import warm_start_examples
+    from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.store import TraceStore
+
+    first = "<think>Price per jar first.</think>\n<unit_price>jars</unit_price>\n<result>\n3\n</result>"
+    second = "<think>Times seven jars.</think>\n<unit_price>7 jars</unit_price>\n<result>\n21\n</result>"
+    steps = [first, second, ANSWER]
+    assert [splice.step for splice in retrieval_splices(steps, ("unit_price",))] == [first, second]
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder())
+    store.add_trajectories([STEP_SEPARATOR.join(steps)], [1.0], ["q1"], prompts=["first"], tool_tags=["unit_price"])
+    rows = Dataset.from_list([{"prompt": PROMPT, "question_id": "q1"}])
+    examples = warm_start_examples(rows, store, 1.0, tokenizer, retrieved_share=1.0, seed=0)
+    assert len(examples) == 2  # the trajectory whole, and once with a step retrieved after a unit_price call
+    assert IGNORED in examples[1]["labels"] and IGNORED in examples[0]["labels"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rapo_trl.protocol import PLAN_CLOSE, encode_retrieved_block, is_tool_step
+from rapo_trl.protocol import PLAN_CLOSE, TOOL_TAGS, encode_retrieved_block
+from rapo_trl.store.steps import tool_close
 
 STEP_SEPARATOR = "\n"
 """Between a trajectory's stored steps when the warm start joins them into one completion."""
@@ -37,10 +38,16 @@ class RetrievedSplice:
     """The trajectory's steps after that one: what the policy still has to write."""
 
 
-def retrieval_splices(steps: list[str]) -> list[RetrievedSplice]:
+def retrieval_splices(steps: list[str], tool_tags=TOOL_TAGS) -> list[RetrievedSplice]:
     """Each place in a trajectory (its stored steps, in order) where RL could retrieve a step that is not the
     trajectory's last (a retrieval must leave the policy a step of its own): after its first plan, when a tool call
-    follows the plan, and after each tool step."""
+    follows the plan, and after each tool step. ``tool_tags``: the tools whose calls end a step, as the store cut
+    the trajectory (a tool of the user's own included: the rollout retrieves after its steps too)."""
+    closing = tool_close(tool_tags)
+
+    def is_tool_step(step: str) -> bool:
+        return closing.search(step) is not None
+
     splices = []
     plan_end = steps[0].find(PLAN_CLOSE) if steps else -1
     if len(steps) > 1 and plan_end >= 0 and is_tool_step(steps[0]):
@@ -89,15 +96,16 @@ class ExampleTokenizer:
 
 
 def with_retrieved_examples(questions: list[tuple[object, list[str]]], tokenizer, share: float,
-                            seed: int) -> list[dict]:
+                            seed: int, tool_tags=TOOL_TAGS) -> list[dict]:
     """Tokenized SFT examples: each ``(prompt, steps)`` whole, and for a ``share`` of them (drawn with ``seed``)
-    one more with a step retrieved at one of the trajectory's boundaries (drawn among them)."""
+    one more with a step retrieved at one of the trajectory's boundaries (drawn among them; ``tool_tags`` as
+    ``retrieval_splices`` takes them)."""
     rng = random.Random(seed)
     encode = ExampleTokenizer(tokenizer)
     examples = []
     for prompt, steps in questions:
         examples.append(encode.example(prompt, STEP_SEPARATOR.join(steps)))
-        splices = retrieval_splices(steps)
+        splices = retrieval_splices(steps, tool_tags)
         if splices and rng.random() < share:
             examples.append(encode.example(prompt, rng.choice(splices)))
     return examples

@@ -81,7 +81,7 @@ def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieve
         raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory with reward >= "
                          f"{min_reward:g} of any of these {len(rows)} questions, so there is nothing to imitate")
     if retrieved_share > 0:
-        return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed)
+        return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed, store.tool_tags)
     return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}]}
             for prompt, steps in chosen]
 
