@@ -64,6 +64,29 @@ def test_a_conversation_with_an_assistant_turn_is_refused_not_put_in_the_questio
         load_questions(script, "train")
 
 
+def test_a_system_turn_left_out_of_the_question_is_named_once_per_split(tmp_path, caplog):
+    system = {"role": "system", "content": "Answer in French."}
+    folder = _trl_dataset(tmp_path / "system", question=lambda i: [
+        *([system] if i % 2 else []), {"role": "user", "content": f"What is {i} + {i}?"}])
+    script, _, _ = parse_recipe("train", _argv(folder))
+    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
+        rows = training_rows(script, "train", [])
+    warnings = [r.getMessage() for r in caplog.records if "system turn" in r.getMessage()]
+    assert len(warnings) == 2, warnings  # the train split and the test split, once each
+    assert "split 'train'): 3 of 6 conversations have a system turn" in warnings[0]
+    assert "RAPO's system prompt for the recipe's tools (rapo_trl.tasks.system_prompt_for)" in warnings[0]
+    assert "to_rapo_rows(..., system_prompt=...)" in warnings[0]
+    assert rows[1]["prompt"][-1] == {"role": "user", "content": "What is 3 + 3?"}  # the prompt built as before
+    assert all(message["content"] != "Answer in French." for row in rows for message in row["prompt"])
+
+
+def test_conversations_without_a_system_turn_warn_of_none(tmp_path, caplog):
+    script, _, _ = parse_recipe("train", _argv(_trl_dataset(tmp_path / "trl")))
+    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
+        load_questions(script, "train")
+    assert "system turn" not in caplog.text
+
+
 def test_eval_strategy_evaluates_the_held_out_split_during_training(tmp_path, tiny_model_dir):
     folder = _trl_dataset(tmp_path / "trl")
     out = tmp_path / "model"

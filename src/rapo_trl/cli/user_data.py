@@ -308,7 +308,8 @@ def _question_answer(script: RAPOScriptArguments, rows, split: str):
 
 
 QUESTION_ROLES = ("system", "user")
-"""The turns of a conversation that make its question: the user's text (the system turn gives way to RAPO's own)."""
+"""The turns a conversation may hold: its question is the user's text; a system turn gives way to the prompt the
+recipe builds (`_warn_of_system_turns` says so)."""
 
 
 def _refuse_replies(script: RAPOScriptArguments, split: str, column: str, conversations) -> None:
@@ -342,5 +343,28 @@ def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
     if all(isinstance(value, str) for value in values):
         return rows
     _refuse_replies(script, split, column, values)
+    _warn_of_system_turns(script, split, values)
     texts = [value if isinstance(value, str) else prompt_text(value) for value in values]
     return rows.remove_columns([column]).add_column(column, texts)
+
+
+def _warn_of_system_turns(script: RAPOScriptArguments, split: str, conversations) -> None:
+    """Warn, once for the split, of conversations whose system turn is left out: instructions put there never reach
+    the policy, which trains under the prompt the recipe builds instead."""
+    with_system = sum(1 for conversation in conversations if not isinstance(conversation, str)
+                      and any(message.get("role") == "system" for message in conversation))
+    if with_system:
+        logger.warning("dataset %r (split %r): %d of %d conversations have a system turn, which is left out: the "
+                       "question is the user's text, and training prompts carry %s instead. The recipe takes no "
+                       "system prompt of your own; to train with yours, build the rows in Python with "
+                       "rapo_trl.tasks.to_rapo_rows(..., system_prompt=...), or put the instructions in the user "
+                       "turn.", script.dataset_name, split, with_system, len(conversations),
+                       _system_prompt_in_words(script))
+
+
+def _system_prompt_in_words(script: RAPOScriptArguments) -> str:
+    """What stands in a training prompt's system turn: nothing with an environment (its chat template shows the
+    tools), else the protocol for the recipe's tools."""
+    if script.environment_factory is not None:
+        return "no system prompt (with environment_factory the chat template shows the tools)"
+    return "RAPO's system prompt for the recipe's tools (rapo_trl.tasks.system_prompt_for)"
