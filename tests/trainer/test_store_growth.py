@@ -35,10 +35,11 @@ def test_embedded_growth_is_single_process():
 
 
 def test_a_grown_record_keeps_its_rows_question_id_even_when_it_is_zero():
+    from rapo_trl.question_ids import question_id_of
     from rapo_trl.trainer.store_growth import _question_id
 
     prompt = [{"role": "user", "content": "q?"}]
     assert _question_id({"question_id": 0}, prompt) == "0"  # the id retrieve_own_question compares, as a string
     assert _question_id({"question_id": "7"}, prompt) == "7"
     hashed = _question_id({}, prompt)
-    assert len(hashed) == 16 and hashed == _question_id({"question_id": None}, prompt)
+    assert hashed == question_id_of("q?") == _question_id({"question_id": None}, prompt)  # the id to_rapo_rows gives

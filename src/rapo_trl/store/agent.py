@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from rapo_trl.awaiting import resolved
+from rapo_trl.question_ids import question_id_of
 from rapo_trl.store.steps import prompt_text
 
 logger = logging.getLogger(__name__)
@@ -45,15 +46,11 @@ def sample(agent, prompts: list, num_samples: int) -> list[list[str]]:
     )
 
 
-def question_id_for(prompt) -> str:
-    """A stable id from the question text, for questions given without ids."""
-    return hashlib.sha1(prompt_text(prompt).encode("utf-8")).hexdigest()[:16]
-
-
 def _questions_table(questions, question_column: str, id_column: str | None):
-    """``(prompts, question_ids, extra_columns)`` from a list of prompts or a ``datasets.Dataset``."""
+    """``(prompts, question_ids, extra_columns)`` from a list of prompts or a ``datasets.Dataset``; a question without
+    an id gets ``question_id_of`` its text, the id ``to_rapo_rows`` gives its row."""
     if isinstance(questions, (list, tuple)):
-        return list(questions), [question_id_for(q) for q in questions], {}
+        return list(questions), [question_id_of(prompt_text(q)) for q in questions], {}
     from rapo_trl.store.dataset_io import require_columns
 
     require_columns(questions, [question_column], "question")
@@ -61,7 +58,7 @@ def _questions_table(questions, question_column: str, id_column: str | None):
     if id_column is not None and id_column in questions.column_names:
         ids = [str(value) for value in questions[id_column]]
     else:
-        ids = [question_id_for(prompt) for prompt in prompts]
+        ids = [question_id_of(prompt_text(prompt)) for prompt in prompts]
     extras = {c: list(questions[c]) for c in questions.column_names if c not in (question_column, id_column)}
     return prompts, ids, extras
 

@@ -5,11 +5,11 @@ context as the policy's hybrid rollouts will query it (``store/row_steps.py``)."
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Sequence
 
 from rapo_trl.awaiting import resolved
+from rapo_trl.question_ids import question_id_of
 from rapo_trl.store.row_steps import row_step_records
 from rapo_trl.store.steps import prompt_text
 
@@ -60,7 +60,7 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
         question = prompt_text(episodes[0].prompt)
         question_id = (str(row["question_id"]) if row.get("question_id") is not None
-                       else hashlib.sha1(question.encode()).hexdigest()[:16])
+                       else question_id_of(question))
         best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
         records = [record for i in best if rewards[i] > min_reward
                    for record in row_step_records(episodes[i].row, agent.tokenizer, question, rewards[i], question_id,

@@ -8,8 +8,8 @@ from pathlib import Path
 from datasets import Dataset
 
 from rapo_trl.jsonl_qa import answers_of_one_type, read_qa_jsonl
+from rapo_trl.question_ids import question_id_of
 from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for
-from rapo_trl.tasks.splits import stable_hash
 
 
 def _require_columns(dataset: Dataset, columns: dict[str, str]) -> None:
@@ -52,7 +52,8 @@ def to_rapo_rows(
     gold(s) in ``answer`` (a string, a number, a list of them or SQuAD's ``{"text": [...]}``, kept as given but for a
     mix, which is brought to one type as ``load_jsonl_qa`` does: with some lists every answer becomes a list, with
     some strings numbers become their text; a row without one, such as ``None`` or ``""``, is refused) and adds a stable
-    ``question_id`` (kept when the dataset has one). Other columns are kept: TRL passes them to reward
+    ``question_id`` (kept when the dataset has one; else ``question_id_of`` the question text, the id a store built
+    from these rows' conversational prompts gives them). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
 
     ``tools`` is required: the tools ``RAPOTrainer(tools=...)`` runs, so that the prompt teaches exactly
@@ -115,13 +116,6 @@ def _is_gold(answer) -> bool:
     if isinstance(answer, str):
         return bool(answer.strip())
     return isinstance(answer, (int, float)) and not isinstance(answer, bool)
-
-
-def question_id_of(question: str) -> str:
-    """The ``question_id`` that :func:`to_rapo_rows` gives a row without one: a hash of its question text. A stored
-    trajectory of that question carries it (``TraceStore.add_from_dataset``'s ``question_id`` column), so that
-    retrieval of a row's own question and the SFT warm start find it."""
-    return stable_hash(question)
 
 
 def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from datasets import Dataset
 
-from rapo_trl.tasks.splits import stable_hash
+from rapo_trl.question_ids import question_id_of
 
 
 def question_ids(rows: Dataset, question_column: str = "question") -> list[str]:
     """The ``question_id`` column where there is one, else a hash of each question (as ``to_rapo_rows`` makes)."""
     if "question_id" in rows.column_names:
-        return [str(i) if i is not None else stable_hash(q) for i, q in zip(rows["question_id"], rows[question_column])]
-    return [stable_hash(q) for q in rows[question_column]]
+        return [str(i) if i is not None else question_id_of(q) for i, q in zip(rows["question_id"], rows[question_column])]
+    return [question_id_of(q) for q in rows[question_column]]
 
 
 def same_question_key(question: str) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import logging
 
 import torch
 
+from rapo_trl.question_ids import question_id_of
 from rapo_trl.rewards.view import policy_view
 from rapo_trl.rollout import RolloutRow
 from rapo_trl.store.retry import PROGRAMMING_ERRORS
@@ -93,7 +93,7 @@ def _question_id(row: dict, prompt) -> str:
     prompt."""
     if row.get("question_id") is not None:
         return str(row["question_id"])
-    return hashlib.sha1(prompt_text(prompt).encode()).hexdigest()[:16]
+    return question_id_of(prompt_text(prompt))
 
 
 def _takes(store, argument: str) -> bool:
