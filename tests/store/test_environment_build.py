@@ -84,6 +84,32 @@ def test_a_question_id_of_zero_is_the_rows_and_a_plain_text_prompt_is_named(tiny
         build_from_environment(store, _agent(tiny_model, [GOOD]), [{"prompt": "Count to five."}], num_samples=1)
 
 
+class _Scenarios(Counter):
+    """An environment whose ``reset`` sets each episode a scenario of its own, named in the observation."""
+
+    started = 0
+
+    def reset(self, **kwargs) -> str:
+        super().reset(**kwargs)
+        _Scenarios.started += 1
+        return f" Scenario {_Scenarios.started}."
+
+
+def test_each_rollout_is_keyed_by_the_prompt_its_own_episode_observed(tiny_model, tmp_path):
+    from rapo_trl.question_ids import question_id_of
+
+    _Scenarios.started = 0
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    agent = _agent(tiny_model, [POOR, GOOD], _Scenarios)
+    rows = [{"prompt": ROWS[0]["prompt"]}]  # no question_id: the row's own is made from its prompt
+    assert build_from_environment(store, agent, rows, num_samples=2, keep_top_k=1) == 3  # the second episode's
+    records = store.collection.get(include=["metadatas", "documents"])
+    first = next(d for m, d in zip(records["metadatas"], records["documents"]) if m["step_index"] == 0)
+    assert first == store.preprocess("Count to five. Scenario 2.\n")  # the good rollout's question, not the first's
+    assert {m["question_id"] for m in records["metadatas"]} == {question_id_of("Count to five.")}
+    assert store.select(["Count to five. Scenario 2.\n"])[0].text.startswith("Adding two.")
+
+
 def test_episode_rewards_weigh_and_await_as_grpo_trainer_sums_them():
     """``reward_weights`` weigh the reward functions (the environment's ``get_reward`` has weight 1, as TRL adds it),
     and an ``async`` reward function or ``get_reward`` is awaited, as TRL awaits them."""

@@ -45,8 +45,10 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
                            source: str = "agent", reward_weights: Sequence[float] | None = None) -> int:
     """Fill ``store`` from ``agent`` (an ``EnvironmentAgent``) on ``dataset``'s rows; returns the records added.
 
-    A row's ``question_id`` column names its question (default: a hash of its prompt's text), as the trainer's
-    ``retrieve_own_question`` reads it. Rollouts with a reward at or below ``min_reward`` are not stored.
+    A row's ``question_id`` column names its question (default: ``question_id_of`` its prompt's text, as
+    ``to_rapo_rows`` and store growth name it), as the trainer's ``retrieve_own_question`` reads it. Each rollout's
+    steps are keyed by its own prompt, ``reset``'s observation included, as the policy's rollout on that episode
+    queries. Rollouts with a reward at or below ``min_reward`` are not stored.
     """
     if callable(reward_funcs):
         reward_funcs = [reward_funcs]
@@ -58,12 +60,19 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         samples = [row] * num_samples
         episodes = agent.episodes(samples)
         rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
-        question = prompt_text(episodes[0].prompt)
-        question_id = (str(row["question_id"]) if row.get("question_id") is not None
-                       else question_id_of(question))
+        question_id = _row_question_id(row)
         best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
+        # An environment may give each episode its own observation: a rollout is keyed by the prompt it answered.
         records = [record for i in best if rewards[i] > min_reward
-                   for record in row_step_records(episodes[i].row, agent.tokenizer, question, rewards[i], question_id,
-                                                  source, preprocess=store.preprocess)]
+                   for record in row_step_records(episodes[i].row, agent.tokenizer, prompt_text(episodes[i].prompt),
+                                                  rewards[i], question_id, source, preprocess=store.preprocess)]
         added += store.add_records(records) if records else 0
     return added
+
+
+def _row_question_id(row: dict) -> str:
+    """The row's ``question_id`` as the trainer compares it (``0`` included), else ``question_id_of`` the text of its
+    prompt before ``reset``: the id of the row, whatever each episode observed."""
+    if row.get("question_id") is not None:
+        return str(row["question_id"])
+    return question_id_of(prompt_text(row.get("prompt") or ""))
