@@ -10,7 +10,8 @@ from rapo_trl.question_ids import question_id_of
 def question_ids(rows: Dataset, question_column: str = "question") -> list[str]:
     """The ``question_id`` column where there is one, else a hash of each question (as ``to_rapo_rows`` makes)."""
     if "question_id" in rows.column_names:
-        return [str(i) if i is not None else question_id_of(q) for i, q in zip(rows["question_id"], rows[question_column])]
+        return [str(i) if i is not None else question_id_of(q)
+                for i, q in zip(rows["question_id"], rows[question_column])]
     return [question_id_of(q) for q in rows[question_column]]
 
 
