@@ -222,6 +222,7 @@ def test_store_growth_keys_the_turns_by_the_prompt_the_environment_showed(tiny_m
     """The hybrid rollouts query the store with the prompt after ``reset`` (its observation appended), as
     ``build_from_environment`` keys its records: the grown records are keyed by that prompt too, not the row's."""
     from rapo_trl.embeddings import HashingEmbedder
+    from rapo_trl.question_ids import question_id_of
     from rapo_trl.store import TraceStore
 
     store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
@@ -231,6 +232,8 @@ def test_store_growth_keys_the_turns_by_the_prompt_the_environment_showed(tiny_m
     stored = store.collection.get(include=["metadatas", "documents"])
     first = [d for m, d in zip(stored["metadatas"], stored["documents"]) if m["step_index"] == 0]
     assert first == [store.preprocess("Compute 0 Start at 0.\n")]  # the context the policy's first step had
+    # the row's id is its question's, whatever reset showed: as build_from_environment and to_rapo_rows name it
+    assert {metadata["question_id"] for metadata in stored["metadatas"]} == {question_id_of("Compute 0")}
 
 
 def test_a_call_past_its_timeout_never_lands_on_a_later_rows_environment(tiny_model_dir, tmp_path):

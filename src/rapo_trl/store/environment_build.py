@@ -60,7 +60,7 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         samples = [row] * num_samples
         episodes = agent.episodes(samples)
         rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
-        question_id = _row_question_id(row)
+        question_id = row_question_id(row)
         best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
         # An environment may give each episode its own observation: a rollout is keyed by the prompt it answered.
         records = [record for i in best if rewards[i] > min_reward
@@ -70,7 +70,7 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
     return added
 
 
-def _row_question_id(row: dict) -> str:
+def row_question_id(row: dict) -> str:
     """The row's ``question_id`` as the trainer compares it (``0`` included), else ``question_id_of`` the text of its
     prompt before ``reset``: the id of the row, whatever each episode observed."""
     if row.get("question_id") is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from trl.data_utils import is_conversational
 
+from rapo_trl.store.environment_build import row_question_id
 from rapo_trl.trainer.step_state import RolloutHandOverError
 
 
@@ -43,7 +44,9 @@ def retire_overdue_environments(trainer) -> None:
 def rows_as_queried(trainer, inputs: list[dict], prompts: list) -> list[dict]:
     """The step's input rows with the prompts their rollouts queried the store with. An environment's rollouts
     queried it with the prompt after ``reset`` (its observation appended), as ``build_from_environment`` keys its
-    records, so turns grown into the store are keyed by that prompt, not the row's."""
+    records, so turns grown into the store are keyed by that prompt, not the row's. A row without a ``question_id``
+    keeps the id of its own prompt, as ``build_from_environment`` names it, whatever ``reset`` showed."""
     if trainer.environment_factories is None:
         return inputs
-    return [{**row, "prompt": prompt} for row, prompt in zip(inputs, prompts, strict=True)]
+    return [{**row, "prompt": prompt, "question_id": row_question_id(row)}
+            for row, prompt in zip(inputs, prompts, strict=True)]
