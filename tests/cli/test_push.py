@@ -5,7 +5,9 @@ repo loads with `AutoPeftModelForCausalLM.from_pretrained` from any folder; the 
 from __future__ import annotations
 
 import json
+import shutil
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -80,6 +82,18 @@ def test_the_warm_start_is_pushed_only_when_asked(run_after_warm_start, tmp_path
     hub = hub_folder(out, tmp_path / "hub", "org/base", include_warm_start=True)
     assert (hub / WARM_START_DIR / "config.json").is_file()
     assert json.loads((hub / "adapter_config.json").read_text())["base_model_name_or_path"] == "org/base"
+
+
+def test_an_earlier_runs_checkpoints_set_aside_are_not_pushed(run_after_warm_start, tmp_path):
+    out, _, _ = run_after_warm_start
+    aside = Path(out) / "earlier-run-20260101-000000" / "checkpoint-3"
+    aside.mkdir(parents=True)
+    (aside / "trainer_state.json").write_text("{}")
+    try:
+        hub = hub_folder(out, tmp_path / "hub", "org/base")
+    finally:
+        shutil.rmtree(aside.parent)
+    assert not list(hub.glob("earlier-run-*")) and (hub / "adapter_config.json").is_file()
 
 
 def test_the_base_is_named_by_the_flag_else_the_hub_id_else_the_folder(tiny_model_dir):

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.common import EARLIER_RUN_PREFIX, GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
 from rapo_trl.model_card import card_loading_repo, card_with_folded_adapter
@@ -32,12 +32,14 @@ def base_model_name(given: str | None, model_name_or_path: str | None, model_pat
 
 
 def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, include_warm_start: bool = False) -> Path:
-    """``output_dir`` as it is pushed, written to ``target``: less checkpoints, ``_*`` files (as TRL leaves them
-    out), the GRPO baseline, and the warm-start and equal-time SFT folders (unless ``include_warm_start``); its
-    adapter names ``base_name`` and, after a warm start, carries the warm start's LoRA."""
+    """``output_dir`` as it is pushed, written to ``target``: less checkpoints (an earlier run's set aside
+    included), ``_*`` files (as TRL leaves them out), the GRPO baseline, and the warm-start and equal-time SFT
+    folders (unless ``include_warm_start``); its adapter names ``base_name`` and, after a warm start, carries the warm
+    start's LoRA."""
     source, target = Path(output_dir), Path(target)
     sft_folders = (WARM_START_DIR, SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR)
-    left_out = {"checkpoint-*", "_*", GRPO_SAME_ROLLOUTS_DIR, *(() if include_warm_start else sft_folders)}
+    left_out = {"checkpoint-*", f"{EARLIER_RUN_PREFIX}*", "_*", GRPO_SAME_ROLLOUTS_DIR,
+                *(() if include_warm_start else sft_folders)}
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*left_out), dirs_exist_ok=True)
     config_path = target / ADAPTER_CONFIG
     if not config_path.is_file():  # a full fine-tune: the weights are the whole model

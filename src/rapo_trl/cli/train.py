@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
+    EARLIER_RUN_PREFIX,
     USER_TASKS,
     UsageError,
     check_model,
@@ -300,7 +301,7 @@ def resume_from(value, output_dir: str) -> str | None:
         raise UsageError(f"resume_from_checkpoint {value!r} is not a folder; give a checkpoint folder "
                          f"({output_dir}/checkpoint-N) or `--resume_from_checkpoint` alone for the newest whole one")
     if value is None:
-        set_aside_checkpoints(output_dir)
+        set_aside_checkpoints(output_dir, EARLIER_RUN_PREFIX)
         return None
     try:
         return checked_resume(value, output_dir)

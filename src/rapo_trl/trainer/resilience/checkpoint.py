@@ -16,7 +16,6 @@ RAPO_STATE_FILE = "rapo_state_{process}.json"
 
 logger = logging.getLogger("rapo_trl.trainer")
 
-
 def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None,
                     arguments: dict | None = None) -> str:
     """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``);
@@ -219,8 +218,8 @@ def checkpoint_to_resume(run_dir: str) -> str | None:
     return later
 
 
-def set_aside_checkpoints(run_dir: str) -> str | None:
-    """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``earlier-run-<time>`` folder beside them, for a
+def set_aside_checkpoints(run_dir: str, prefix: str) -> str | None:
+    """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``<prefix><time>`` folder beside them, for a
     run that starts over there: left in place, an earlier run's higher-numbered checkpoint would outrank the new
     run's for a later bare resume, and Trainer's ``save_total_limit`` would delete the new run's checkpoints before
     it. Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
@@ -228,11 +227,11 @@ def set_aside_checkpoints(run_dir: str) -> str | None:
     if not checkpoints:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    aside = os.path.join(run_dir, f"earlier-run-{stamp}")
+    aside = os.path.join(run_dir, f"{prefix}{stamp}")
     suffix = 1
     while os.path.exists(aside):
         suffix += 1
-        aside = os.path.join(run_dir, f"earlier-run-{stamp}-{suffix}")
+        aside = os.path.join(run_dir, f"{prefix}{stamp}-{suffix}")
     os.makedirs(aside)
     for _, folder in checkpoints:
         os.replace(folder, os.path.join(aside, os.path.basename(folder)))
