@@ -10,6 +10,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer, TrainerCallback
 
 from rapo_trl.config import RAPOConfig
+from rapo_trl.question_ids import question_id_of
 from rapo_trl.trainer import RAPOTrainer
 from tests.helpers.fakes import EchoTool, FixedStore
 from tests.helpers.trainers import (
@@ -312,4 +313,5 @@ def test_store_growth_adds_each_groups_best_policy_trajectory(tiny_model_dir, tm
     ((prompts, completions, rewards, qids),) = store.added
     assert rewards == [3.0]  # row 2 ("777") is the group's best and clears the threshold
     assert "<answer>777</answer>" in completions[0] and "<retrieve>" not in completions[0]
-    assert prompts[0] == batch_inputs()[0]["prompt"] and len(qids[0]) == 16
+    # a row without an id is stored under its question's, as to_rapo_rows names it
+    assert prompts[0] == batch_inputs()[0]["prompt"] and qids[0] == question_id_of("Compute 0")
