@@ -4,6 +4,7 @@ exported folder is what ``push_to_hub`` uploads and ``from_hub`` reads a folder 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import yaml
@@ -58,7 +59,7 @@ def test_push_to_hub_uploads_the_exported_folder(source_store, tmp_path, monkeyp
             calls["create"] = (repo_id, repo_type, private)
             return type("RepoUrl", (), {"repo_id": repo_id})()
 
-        def upload_folder(self, folder_path, repo_id, repo_type, commit_message):
+        def upload_folder(self, folder_path, repo_id, repo_type, commit_message, **kwargs):
             shutil.copytree(folder_path, remote)
 
     monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
@@ -148,3 +149,64 @@ def test_a_store_rebuilt_from_an_export_refuses_another_system_prompt(make_store
     plain.close()
     with pytest.raises(KeySettingsMismatchError, match="cuts none"):
         TraceStore.from_hub(folder, tmp_path / "plain", embedder=embedder)
+
+
+def test_exporting_again_into_a_folder_leaves_none_of_the_earlier_shards(make_store, trajectory, embedder, tmp_path):
+    # The reader takes every data/*.parquet: an earlier export's shards that this one does not overwrite (it had
+    # more) would bring back records deleted since, or another store's, into the rebuilt store.
+    from rapo_trl.store.dataset_io import export_to_folder
+
+    store = make_store()
+    store.add_trajectories([trajectory(str(i)) for i in range(4)], [1.0] * 4, [f"q{i}" for i in range(4)],
+                           prompts=["What is 12*7?"] * 4)
+    export_to_folder(store, tmp_path / "export", shard_rows=3)
+    assert len(list((tmp_path / "export" / "data").glob("*.parquet"))) == 3
+    store.delete({"question_id": "q0"})
+    folder = export_to_folder(store, tmp_path / "export")
+    assert [p.name for p in (folder / "data").iterdir()] == ["train-00000-of-00001.parquet"]
+    copy = TraceStore.from_hub(folder, tmp_path / "copy", embedder=embedder)
+    assert _records(copy) == _records(store) and "q0" not in copy.to_dataset(include_embeddings=False)["question_id"]
+
+
+def test_an_export_refuses_a_data_folder_holding_parquet_files_it_did_not_write(source_store, tmp_path):
+    (tmp_path / "export" / "data").mkdir(parents=True)
+    (tmp_path / "export" / "data" / "mine.parquet").write_bytes(b"")
+    with pytest.raises(ValueError, match="mine.parquet"):
+        source_store.export_to_folder(tmp_path / "export")
+    assert [p.name for p in (tmp_path / "export" / "data").iterdir()] == ["mine.parquet"]
+
+
+def test_push_to_hub_replaces_the_shards_of_an_earlier_push(source_store, make_store, trajectory, embedder, tmp_path,
+                                                           monkeypatch):
+    # upload_folder adds and overwrites files but deletes none unless told to: a repo pushed before with more shards
+    # would keep them, and from_hub (data/*.parquet) would load their records beside the new ones.
+    from rapo_trl.store.dataset_io import export_to_folder
+
+    earlier = make_store("earlier")
+    earlier.add_trajectories([trajectory(str(i)) for i in range(4)], [1.0] * 4, [f"e{i}" for i in range(4)],
+                             prompts=["What is 6*7?"] * 4)
+    remote = export_to_folder(earlier, tmp_path / "remote", shard_rows=3)  # the repo as the earlier push left it
+
+    class FakeApi:
+        """The Hub's upload_folder on a folder: files matching delete_patterns go, but not those uploaded now."""
+
+        def __init__(self, token=None):
+            pass
+
+        def create_repo(self, repo_id, repo_type, private, exist_ok):
+            return type("RepoUrl", (), {"repo_id": repo_id})()
+
+        def upload_folder(self, folder_path, repo_id, repo_type, commit_message, delete_patterns=None, **kwargs):
+            import fnmatch
+
+            uploaded = {p.relative_to(folder_path).as_posix() for p in Path(folder_path).rglob("*") if p.is_file()}
+            for path in [p for p in remote.rglob("*") if p.is_file()]:
+                name = path.relative_to(remote).as_posix()
+                if name not in uploaded and any(fnmatch.fnmatch(name, pattern) for pattern in delete_patterns or ()):
+                    path.unlink()
+            shutil.copytree(folder_path, remote, dirs_exist_ok=True)
+
+    monkeypatch.setattr("huggingface_hub.HfApi", FakeApi)
+    source_store.push_to_hub("me/traces")
+    copy = TraceStore.from_hub(remote, tmp_path / "copy", embedder=embedder)
+    assert _records(copy) == _records(source_store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -273,6 +274,8 @@ def _same_embedder(ds, embedder) -> bool:
 
 DATA_DIR = "data"
 SHARD_ROWS = 100_000
+SHARD_NAME = re.compile(r"train-\d{5}-of-\d{5}\.parquet")
+"""The name of a shard ``export_to_folder`` writes (replaced by a later export into the same folder)."""
 
 
 def export_to_folder(store, folder, include_embeddings: bool = True, shard_rows: int = SHARD_ROWS):
@@ -281,9 +284,18 @@ def export_to_folder(store, folder, include_embeddings: bool = True, shard_rows:
     from pathlib import Path
 
     folder = Path(folder)
+    # The reader (and the card's data_files) takes every data/*.parquet: an earlier export's shards left beside
+    # this one's would bring their records (deleted since, or another store's) into a store rebuilt from the folder.
+    earlier = sorted((folder / DATA_DIR).glob("*.parquet"))
+    foreign = [path.name for path in earlier if not SHARD_NAME.fullmatch(path.name)]
+    if foreign:
+        raise ValueError(f"{folder / DATA_DIR} holds parquet files no export wrote ({', '.join(foreign)}); a store "
+                         "rebuilt from the folder would read their rows as records. Export into another folder.")
     ds = to_dataset(store, include_embeddings)
     if len(ds) == 0:
         raise ValueError(f"{store!r} holds no records; there is nothing to export")
+    for path in earlier:
+        path.unlink()
     (folder / DATA_DIR).mkdir(parents=True, exist_ok=True)
     shards = max(1, -(-len(ds) // shard_rows))
     for index in range(shards):
@@ -393,8 +405,10 @@ def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, in
     with tempfile.TemporaryDirectory(prefix="rapo-store-") as folder:
         export_to_folder(store, folder, include_embeddings)
         url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        # upload_folder deletes nothing unless told: shards of an earlier push with more of them would stay in the
+        # repo, and from_hub (data/*.parquet) would load their records beside these.
         api.upload_folder(folder_path=folder, repo_id=url.repo_id, repo_type="dataset",
-                          commit_message=commit_message)
+                          commit_message=commit_message, delete_patterns=[f"{DATA_DIR}/*.parquet"])
     return f"https://huggingface.co/datasets/{url.repo_id}"
 
 
