@@ -75,3 +75,45 @@ def test_missing_or_wrong_run_is_a_clear_error(tmp_path):
     bad.write_text("{}")
     with pytest.raises(ValueError, match="no log_history"):
         load_log_history(bad)
+
+
+def _state(folder, history, global_step, mtime=None):
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": global_step, "log_history": history}))
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+STEPS = [{"step": step, "reward": step / 10} for step in range(1, 5)]
+
+
+def test_a_run_resumed_past_its_saved_history_is_drawn_from_its_newer_checkpoint(tmp_path, caplog):
+    # Trained to step 2 (trainer_state.json beside the model), then resumed for more and stopped at checkpoint-4:
+    # the folder's own file is the shorter run's, and would silently draw half of the run.
+    _state(tmp_path, [*STEPS[:2], {"step": 2, "train_runtime": 3.0}], 2, mtime=1_000)
+    _state(tmp_path / "checkpoint-2", STEPS[:2], 2, mtime=900)
+    _state(tmp_path / "checkpoint-4", STEPS, 4, mtime=2_000)
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        assert [e["step"] for e in load_log_history(tmp_path) if "reward" in e] == [1, 2, 3, 4]
+    assert "checkpoint-4" in caplog.text
+
+
+def test_a_run_started_over_is_drawn_from_its_own_checkpoint_not_the_earlier_runs_history(tmp_path, caplog):
+    earlier = [{"step": step, "reward": -1.0} for step in range(1, 7)]
+    _state(tmp_path, earlier, 6, mtime=1_000)  # the earlier run's, left beside the model by its end
+    _state(tmp_path / "checkpoint-2", STEPS[:2], 2, mtime=2_000)  # this run's, saved since
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        assert load_log_history(tmp_path) == STEPS[:2]
+    assert "checkpoint-2" in caplog.text
+
+
+def test_a_finished_runs_history_is_drawn_whatever_its_checkpoints_dates(tmp_path, caplog):
+    # A folder copied without its dates can show a checkpoint written after the final state: same run, fewer steps.
+    _state(tmp_path, [*STEPS, {"step": 4, "train_runtime": 3.0}], 4, mtime=1_000)
+    _state(tmp_path / "checkpoint-2", STEPS[:2], 2, mtime=2_000)
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        assert len(load_log_history(tmp_path)) == 5
+    assert caplog.text == ""

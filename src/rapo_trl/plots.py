@@ -15,6 +15,7 @@ when present, ``rapo eval``'s ``eval_results.json``; it writes one PNG per quant
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ PLOTS_DIR = "plots"
 STATE_FILE = "trainer_state.json"
 EVAL_FILE = "eval_results.json"
 _PASS_AT_1 = re.compile(r"(^|[_/])pass@1$")
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,25 +59,57 @@ def load_log_history(run) -> list[dict]:
         return run
     path = Path(run)
     if path.is_dir():
-        candidates = [path / STATE_FILE]
-        checkpoints = sorted(path.glob("checkpoint-*/" + STATE_FILE), key=lambda p: _checkpoint_step(p.parent))
-        candidates += checkpoints[::-1]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            raise FileNotFoundError(
-                f"no {STATE_FILE} in {path} or its checkpoints; `rapo train` writes one at the end of training "
-                "(from Python: trainer.save_state())"
-            )
-        path = found
-    elif not path.is_file():
+        return _run_state(path)["log_history"]
+    if not path.is_file():
         raise FileNotFoundError(f"run '{run}' is neither a training output folder nor a {STATE_FILE} file")
+    return _read_state(path)["log_history"]
+
+
+def _read_state(path: Path) -> dict:
     try:
         state = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     if not isinstance(state, dict) or not isinstance(state.get("log_history"), list):
         raise ValueError(f"{path} has no log_history list; is it a transformers trainer_state.json?")
-    return state["log_history"]
+    return state
+
+
+def _run_state(folder: Path) -> dict:
+    """The state of a run folder: its own ``trainer_state.json`` (written at the end of training), unless its newest
+    checkpoint is of a later point of the run, or of another run saved since."""
+    checkpoints = sorted(folder.glob("checkpoint-*/" + STATE_FILE), key=lambda p: _checkpoint_step(p.parent))
+    root = folder / STATE_FILE
+    if not root.is_file():
+        if not checkpoints:
+            raise FileNotFoundError(
+                f"no {STATE_FILE} in {folder} or its checkpoints; `rapo train` writes one at the end of training "
+                "(from Python: trainer.save_state())"
+            )
+        return _read_state(checkpoints[-1])
+    state = _read_state(root)
+    if not checkpoints:
+        return state
+    newest = _read_state(checkpoints[-1])
+    # The folder's own file is only rewritten when a run ends: a run resumed past it, or started over in the folder,
+    # and stopped (or still going) has its history in its checkpoint, and the file would draw another run's steps.
+    if _global_step(newest) > _global_step(state):
+        why = f"it goes on to step {_global_step(newest)}, past the {_global_step(state)} of {root}"
+    elif (newest["log_history"] != state["log_history"][: len(newest["log_history"])]
+          and checkpoints[-1].stat().st_mtime > root.stat().st_mtime):
+        why = f"it was saved after {root}, of a run whose history it does not begin"
+    else:
+        return state
+    logger.warning("Drawing the history of %s: %s (a run resumed or started over there since).",
+                   checkpoints[-1].parent, why)
+    return newest
+
+
+def _global_step(state: dict) -> int:
+    step = state.get("global_step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    return max((int(e["step"]) for e in state["log_history"] if isinstance(e.get("step"), (int, float))), default=0)
 
 
 def _checkpoint_step(folder: Path) -> int:
