@@ -125,3 +125,21 @@ def test_a_fresh_store_grown_by_a_trainer_with_a_function_tool_cuts_at_its_calls
     grow_store(grown, inputs, [row], [(0, 1.0)], Decoded(), tool_tags=["python", "unit_price"])
     assert len(plain) == 2  # the built-in tags alone: the unit_price call hides inside the first step
     assert len(grown) == 3 and grown.tool_tags == ("python", "search", "unit_price")
+
+
+def test_records_imported_into_a_store_cut_at_more_tools_are_reported(make_store, trajectory, embedder, caplog):
+    # The records arrive cut at the source's tools: in a store that says it cuts at calc too, a step of theirs can
+    # run past a calc call, and a trainer running calc would be told nothing.
+    from rapo_trl.store.dataset_io import add_records_from_dataset
+
+    source = make_store("source")
+    source.add_trajectories([trajectory("1")], [1.0], ["q1"], prompts=["What is 12*7?"])
+    target = make_store("target")
+    target.add_trajectories([trajectory("2")], [1.0], ["q2"], prompts=["What is 6*7?"], tool_tags=["calc"])
+    with caplog.at_level("WARNING", logger="rapo_trl.store.dataset_io"):
+        add_records_from_dataset(target, source.to_dataset())
+    assert "calc" in caplog.text and len(target) == 4
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="rapo_trl.store.dataset_io"):
+        add_records_from_dataset(source, target.to_dataset())  # cut at more tools than the store: nothing to say
+    assert caplog.text == "" and source.tool_tags == ("python", "search", "calc")

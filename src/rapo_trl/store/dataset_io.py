@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 
 import numpy as np
@@ -11,6 +12,8 @@ from rapo_trl.store.backend import KEY_SYSTEM_PROMPT
 from rapo_trl.store.steps import StepRecord
 from rapo_trl.store.tool_tags import METADATA_KEY as TOOL_TAGS_COLUMN
 from rapo_trl.store.tool_tags import record_tool_tags
+
+logger = logging.getLogger(__name__)
 
 RECORD_COLUMNS = (
     "id",
@@ -197,8 +200,15 @@ def add_records_from_dataset(store, ds) -> int:
         embeddings = embeddings[order]
     added = store.add_records(records, embeddings=embeddings, extra_metadata=extra_metadata)
     if TOOL_TAGS_COLUMN in ds.column_names and len(ds):
-        record_tool_tags(store.collection, [tag for value in dict.fromkeys(ds[TOOL_TAGS_COLUMN])
-                                            for tag in str(value or "").split(",") if tag], store._stored_metadata())
+        cut_at = [tag for value in dict.fromkeys(ds[TOOL_TAGS_COLUMN]) for tag in str(value or "").split(",") if tag]
+        uncut = [tag for tag in store.tool_tags if tag not in cut_at]
+        if uncut and added:
+            # The records come cut where their store cut them; this one says its steps end at these tools too, so a
+            # trainer running them is not told that an imported step can run past their calls.
+            logger.warning("%d imported records were cut at the tools %s only, but %r cuts its steps at %s too: an "
+                           "imported step can run past a call of those tools.", added, ", ".join(cut_at),
+                           store, ", ".join(uncut))
+        record_tool_tags(store.collection, cut_at, store._stored_metadata())
     return added
 
 
