@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from rapo_trl.store.backend import KEY_SYSTEM_PROMPT
+from rapo_trl.store.index_settings import INDEX_COLUMNS, index_config, store_index_settings
 from rapo_trl.store.steps import StepRecord
 from rapo_trl.store.tool_tags import METADATA_KEY as TOOL_TAGS_COLUMN
 from rapo_trl.store.tool_tags import record_tool_tags
@@ -32,7 +33,8 @@ _REQUIRED_RECORD_COLUMNS = ("key", "value", "reward", "question_id", "step_index
 _CORE_METADATA = set(RECORD_COLUMNS) - {"id", "key"}  # what Chroma keeps as metadata
 KEY_MAX_CHARS_COLUMN = "key_max_chars"
 """The length the exported keys were cut to: queries must be cut to it too, so it travels with them."""
-EXPORT_OWN_COLUMNS = ("id", "key", "embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN, KEY_SYSTEM_PROMPT)
+EXPORT_OWN_COLUMNS = ("id", "key", "embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN, KEY_SYSTEM_PROMPT,
+                      *INDEX_COLUMNS)
 """Columns an export fills from the record and the store, not from metadata: extra metadata under one of these names
 would replace them (every exported key or id the metadata's value), so it is refused when written."""
 
@@ -145,6 +147,8 @@ def to_dataset(store, include_embeddings: bool = True):
     data[KEY_MAX_CHARS_COLUMN] = [int(store.config.key_max_chars)] * len(order)
     if store.config.system_prompt:
         data[KEY_SYSTEM_PROMPT] = [store.config.system_prompt] * len(order)
+    for column, value in store_index_settings(store).items():
+        data[column] = [value] * len(order)
     if include_embeddings:
         data["embedding"] = [embeddings[i].tolist() for i in order]
     return Dataset.from_dict(data)
@@ -161,7 +165,7 @@ def add_records_from_dataset(store, ds) -> int:
 
     records = []
     extra_metadata = []
-    known = set(RECORD_COLUMNS) | {"embedding", TOOL_TAGS_COLUMN, KEY_MAX_CHARS_COLUMN, KEY_SYSTEM_PROMPT}
+    known = set(RECORD_COLUMNS) | set(EXPORT_OWN_COLUMNS)
     for index, row in enumerate(ds):
         if (problem := reward_problem(row["reward"])) is not None:
             raise ValueError(f"Record row {index}: reward {problem}; nothing was stored.")
@@ -221,11 +225,12 @@ def exported_key_length(ds) -> int | None:
 
 
 def config_for_records(ds, config):
-    """``config`` (default: ``StoreConfig()``) cutting queries as the exported keys were cut: a store rebuilt from an
-    export keeps its key length, or its queries would never match its keys. Another length given is refused."""
+    """``config`` (default: ``StoreConfig()``) cutting queries as the exported keys were cut and indexing as the exported
+    store did: a store rebuilt from an export keeps its key length, or its queries would never match its keys, and its
+    index settings (``index_settings.index_config``). Another length given is refused."""
     from rapo_trl.store.config import StoreConfig
 
-    config = config or StoreConfig()
+    config = index_config(ds, config or StoreConfig())
     cut = exported_system_prompt(ds)
     if cut is not None and config.system_prompt is None:
         # Keys cut of a system prompt: the store the collection records it in cuts it from queries too.
