@@ -88,3 +88,26 @@ def test_a_record_without_a_question_id_is_refused(source_store, tmp_path):
     ds = ds.map(lambda row, i: {"question_id": None if i == 2 else row["question_id"]}, with_indices=True)
     with pytest.raises(ValueError, match="Record row 2: question_id is empty; nothing was stored"):
         TraceStore.from_dataset(ds, tmp_path / "copy", embedder=HashingEmbedder(16))
+
+
+@pytest.mark.parametrize("write_batch_size", [1024, 1])
+def test_repeated_ids_are_refused_by_name_before_anything_is_stored(source_store, tmp_path, write_batch_size):
+    """Two rows under one id (exports joined, an edited file) are two records the store can keep only one of: the
+    import refuses them, naming the ids and where they came from, and writes no record, even of earlier batches."""
+    from datasets import concatenate_datasets
+
+    from rapo_trl.store import DuplicateRecordError
+
+    ds = source_store.to_dataset(include_embeddings=False)
+    q2 = [i for i, question in enumerate(ds["question_id"]) if question == "q2"]  # sorted last: written last
+    changed = ds.select(q2).map(lambda row: {"value": row["value"] + " (edited)", "reward": 0.0})
+    joined = concatenate_datasets([ds, changed])
+    config = StoreConfig(show_progress=False, write_batch_size=write_batch_size)
+    with pytest.raises(DuplicateRecordError, match=f"{ds['id'][q2[0]]!r}.*the dataset given.*nothing was stored"):
+        TraceStore.from_dataset(joined, tmp_path / "copy", embedder=HashingEmbedder(16), config=config)
+    assert len(TraceStore(tmp_path / "copy", embedder=HashingEmbedder(16))) == 0
+    folder = tmp_path / "joined" / "data"
+    folder.mkdir(parents=True)
+    joined.to_parquet(str(folder / "train-00000-of-00001.parquet"))
+    with pytest.raises(DuplicateRecordError, match=f"{ds['id'][q2[0]]!r}.*{tmp_path / 'joined'}"):
+        TraceStore.from_hub(tmp_path / "joined", tmp_path / "hub-copy", embedder=HashingEmbedder(16), config=config)

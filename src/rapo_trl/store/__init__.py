@@ -5,6 +5,7 @@ from rapo_trl.store.config import DEFAULT_FALLBACK_TEXT, StoreConfig
 from rapo_trl.store.environment_build import build_from_environment
 from rapo_trl.store.errors import (
     CorruptStoreError,
+    DuplicateRecordError,
     EmbedderMismatchError,
     KeySettingsMismatchError,
     MissingCollectionError,
@@ -20,6 +21,7 @@ from rapo_trl.store.trace_store import TraceStore
 __all__ = [
     "DEFAULT_FALLBACK_TEXT",
     "CorruptStoreError",
+    "DuplicateRecordError",
     "EmbedderMismatchError",
     "KeySettingsMismatchError",
     "Retrieved",

@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from rapo_trl.store.backend import KEY_SYSTEM_PROMPT
+from rapo_trl.store.duplicate_ids import check_unique_ids, dataset_origin
 from rapo_trl.store.index_settings import INDEX_COLUMNS, index_config, store_index_settings
 from rapo_trl.store.steps import StepRecord
 from rapo_trl.store.tool_tags import METADATA_KEY as TOOL_TAGS_COLUMN
@@ -154,9 +155,10 @@ def to_dataset(store, include_embeddings: bool = True):
     return Dataset.from_dict(data)
 
 
-def add_records_from_dataset(store, ds) -> int:
+def add_records_from_dataset(store, ds, origin: str | None = None) -> int:
     """Write the records of an exported dataset into ``store``; reuses its ``embedding`` column when
-    it was made by the store's embedder, otherwise re-embeds the keys."""
+    it was made by the store's embedder, otherwise re-embeds the keys. ``origin`` (default: the dataset's files) is
+    what an error names as the records' source. Records repeating an id are refused before any is written."""
     require_columns(ds, _REQUIRED_RECORD_COLUMNS, "trace-record")
     check_key_length(ds, store.config.key_max_chars, f"store at {store.location}")
     # What the collection records is what a reopened store cuts from its queries (not this object's config alone).
@@ -193,6 +195,7 @@ def add_records_from_dataset(store, ds) -> int:
         extra_metadata.append(
             {k: v for k, v in row.items() if k not in known and isinstance(v, (str, int, float, bool))}
         )
+    check_unique_ids((record.record_id for record in records), origin or dataset_origin(ds))
     embeddings = None
     if "embedding" in ds.column_names and _same_embedder(ds, store.embedder):
         embeddings = np.asarray(ds.with_format("numpy")["embedding"], dtype=np.float32)

@@ -21,6 +21,11 @@ class KeySettingsMismatchError(TraceStoreError, ValueError):
     ``key_max_chars``, or of another ``system_prompt``."""
 
 
+class DuplicateRecordError(TraceStoreError, ValueError):
+    """Records to import repeat an id: a store keeps one record per id, so it would keep one of them and drop the
+    others (which one depending on how the writes were batched)."""
+
+
 class StorePathError(TraceStoreError, OSError):
     """The store's directory cannot be created or written."""
 

@@ -117,13 +117,15 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
 
     @classmethod
     def from_dataset(
-        cls, ds, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None
+        cls, ds, path, collection: str = "traces", embedder=None, config: StoreConfig | None = None, *,
+        origin: str | None = None,
     ) -> TraceStore:
-        """A new (or resumed) store at ``path`` holding the records of an exported dataset."""
+        """A new (or resumed) store at ``path`` holding the records of an exported dataset. ``origin``: where the
+        records came from, named in errors (default: the dataset's files)."""
         from rapo_trl.store.dataset_io import add_records_from_dataset, config_for_records
 
         store = cls(path, collection=collection, embedder=embedder, config=config_for_records(ds, config))
-        add_records_from_dataset(store, ds)
+        add_records_from_dataset(store, ds, origin)
         return store
 
     @classmethod
@@ -133,7 +135,9 @@ class TraceStore(Retrieval, Neighbours, RewardMap, Writing, ImportExport):
         are reused when ``embedder`` is the one that made them, otherwise the keys are embedded again."""
         from rapo_trl.store.dataset_io import load_records
 
-        return cls.from_dataset(load_records(repo_id, revision, token), path, collection, embedder, config)
+        origin = str(repo_id) if revision is None else f"{repo_id} at revision {revision}"
+        return cls.from_dataset(load_records(repo_id, revision, token), path, collection, embedder, config,
+                                origin=origin)
 
     def _init(
         self, client, collection: str, embedder, config: StoreConfig | None, location: str, before_create=None,
