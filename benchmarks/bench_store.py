@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
               + f"; same choices old/new: {same}; recall@3 {recall_real:.3f}/{recall_syn:.3f}, local {recall_local:.3f}"
               f" (indexing so far {index_s:.1f}s, load {os.getloadavg()[0]:.1f})", flush=True)
 
-    size_bytes = store.stats()["size_bytes"]
+    size_bytes = store.stats()["folder_bytes"]  # the store is the folder's one collection
     # --- ef_search sweep at the largest size ---
     sweep = []
     default_ef = config.hnsw_ef_search

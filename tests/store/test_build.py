@@ -158,7 +158,25 @@ def test_stats(trajectory, make_store):
     stats = store.stats(bins=2)
     assert stats["records"] == len(store) == 5 and stats["trajectories"] == 2 and stats["questions"] == 2
     assert stats["reward_histogram"]["counts"] == [2, 3] and stats["embedder"] == "test-hashing-128"
-    assert stats["dimension"] == 128 and stats["size_bytes"] > 0 and stats["index"]["space"] == "cosine"
+    assert stats["dimension"] == 128 and stats["folder_bytes"] > 0 and stats["index"]["space"] == "cosine"
+
+
+def test_stats_names_its_disk_size_as_the_whole_folder_and_who_shares_it(trajectory, make_store, tmp_path):
+    """Chroma keeps every collection of a folder in one database, so a collection's own bytes cannot be counted: the
+    size reported is the folder's, named so and with the collections that share it, not a figure that grows with
+    another collection's writes (or any file put there) while passing for this store's."""
+    from rapo_trl.store.backend import directory_size
+
+    rl = make_store("shared")
+    rl.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=["What is 12*7?"])
+    warm = make_store("shared", collection="warm")
+    warm.add_trajectories([trajectory(str(i)) for i in range(20)], [1.0] * 20, [f"q{i}" for i in range(20)],
+                          prompts=["What is 12*7?"] * 20)
+    (tmp_path / "shared" / "notes.bin").write_bytes(b"x" * 100_000)
+    stats = rl.stats()
+    assert "size_bytes" not in stats
+    assert stats["folder_bytes"] == directory_size(tmp_path / "shared") > 100_000
+    assert stats["folder_collections"] == ["traces", "warm"] == warm.stats()["folder_collections"]
 
 
 def test_describe_names_the_store_and_counts_its_records(trajectory, make_store, tmp_path):

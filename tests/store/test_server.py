@@ -38,7 +38,7 @@ def test_server_store_is_shared_between_clients(chroma_server, embedder, traject
     stats = reader.stats()
     assert (
         stats["records"] == 4
-        and stats["size_bytes"] is None
+        and stats["folder_bytes"] is None and stats["folder_collections"] is None
         and stats["location"].endswith(str(chroma_server.port))
     )
     assert reader.describe() == {"location": f"127.0.0.1:{chroma_server.port}", "server": True, "collection": "shared",

@@ -122,7 +122,7 @@ def require_collection(client, name: str, where: str) -> None:
         client.get_collection(name=name, embedding_function=None)
     except NotFoundError:
         try:
-            names = sorted(getattr(c, "name", c) for c in client.list_collections())
+            names = collection_names(client)
         except Exception:  # noqa: BLE001 - the message names what it can
             names = None
         there = ("it holds no collection" if names == [] else f"its collections: {', '.join(names)}" if names
@@ -255,8 +255,14 @@ def close_embedded(path: Path, token: object, client) -> None:
         store_lock.release(path, token)
 
 
+def collection_names(client) -> list[str]:
+    """The names of the collections the client's database holds, sorted."""
+    return sorted(getattr(collection, "name", collection) for collection in client.list_collections())
+
+
 def directory_size(path: Path) -> int:
-    """Bytes under an embedded store's folder."""
+    """Bytes under an embedded store's folder: its database (shared by every collection in the folder), each
+    collection's index and any other file there."""
     return sum(
         os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(path) for name in names
     )

@@ -431,8 +431,10 @@ def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, in
 
 
 def store_stats(store, bins: int = 10) -> dict:
-    """``TraceStore.stats``: records, questions, trajectories, sources, a reward histogram, the embedder, disk size."""
-    from rapo_trl.store.backend import directory_size
+    """``TraceStore.stats``: records, questions, trajectories, sources, a reward histogram, the embedder, and (an
+    embedded store) ``folder_bytes``, the size of its whole folder, with ``folder_collections``, the collections
+    that share it."""
+    from rapo_trl.store.backend import collection_names, directory_size
 
     rewards, questions, trajectories, sources = [], set(), set(), {}
     for page in store.iter_batches():
@@ -453,6 +455,8 @@ def store_stats(store, bins: int = 10) -> dict:
         "dimension": int(store.embedder.dimension),
         "collection": store.collection_name,
         "location": store.location,
-        "size_bytes": directory_size(store.path) if store.path is not None else None,
+        # The folder's size, not the collection's: Chroma keeps every collection of a folder in one database file.
+        "folder_bytes": directory_size(store.path) if store.path is not None else None,
+        "folder_collections": collection_names(store.client) if store.path is not None else None,
         "index": (store.collection.configuration or {}).get("hnsw"),
     }

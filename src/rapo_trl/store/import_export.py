@@ -64,7 +64,9 @@ class ImportExport:
             offset += len(page["ids"])
 
     def stats(self, bins: int = 10) -> dict:
-        """Records, questions, trajectories, sources, a reward histogram, the embedder and disk size."""
+        """Records, questions, trajectories, sources, a reward histogram, the embedder, the index settings and (an
+        embedded store) the size of its folder with the collections sharing it; see
+        :func:`~rapo_trl.store.dataset_io.store_stats`."""
         from rapo_trl.store.dataset_io import store_stats
 
         return store_stats(self, bins)
