@@ -75,25 +75,39 @@ def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
 
 def _scores(records: Sequence[dict], rescored: Sequence[dict], arm: str, reference: str
             ) -> tuple[list[dict], list[dict], str]:
-    own = (_one_per_seed(records, arm), _one_per_seed(records, reference))
+    own = _pairs(records, arm, reference)
     seeds = _paired_seeds(*own)
     for size in sorted({r["questions"] for r in rescored}, reverse=True):
-        at_size = [r for r in rescored if r["questions"] == size]
-        wide = (_one_per_seed(at_size, arm), _one_per_seed(at_size, reference))
+        wide = _pairs([r for r in rescored if r["questions"] == size], arm, reference)
         if seeds and seeds <= _paired_seeds(*wide):
             return *wide, f"{size} fresh questions, rescored"
     questions = len(own[0][0]["eval"][FRESH].get("question_ids", [])) if own[0] else 0
     return *own, f"the runs' own {questions} fresh questions"
 
 
-def _one_per_seed(records: Sequence[dict], arm: str) -> list[dict]:
-    """``arm``'s records, the first of each seed: a seed run again on the same code (other flags) is one seed, and
-    counting it twice would pair it twice and narrow the interval over seeds."""
-    first: dict[int, dict] = {}
-    for record in records:
-        if record["arm"] == arm:
-            first.setdefault(record["seed"], record)
-    return list(first.values())
+def warm_start_of(record: dict) -> str:
+    """The warm start a run trained from: the fingerprint of its weights where the record carries one
+    (``learning_queue.py`` adds it to the runs of a warm start rebuilt on another CPU), else the CPU it ran on (each
+    line's first warm start was built once on one kind of CPU, and its runs carry no fingerprint)."""
+    return record.get("warm_start") or record.get("machine", {}).get("cpu", "")
+
+
+def _pairs(records: Sequence[dict], arm: str, reference: str) -> tuple[list[dict], list[dict]]:
+    """``arm``'s and ``reference``'s records, one pair a seed, both runs from one warm start (``warm_start_of``).
+    A seed that pairs more than once (run again on the same code with other flags, or on another warm start) counts
+    the pair finished first, in record order among equals: counting it twice would narrow the interval over seeds."""
+    members = [r for r in records if r["arm"] == arm]
+    references = [r for r in records if r["arm"] == reference]
+    first: dict[int, tuple[str, dict, dict]] = {}
+    for member in members:
+        for candidate in references:
+            if candidate["seed"] != member["seed"] or warm_start_of(candidate) != warm_start_of(member):
+                continue
+            finished = max(member.get("recorded", ""), candidate.get("recorded", ""))
+            if member["seed"] not in first or finished < first[member["seed"]][0]:
+                first[member["seed"]] = (finished, member, candidate)
+    pairs = [first[seed] for seed in sorted(first)]
+    return [member for _, member, _ in pairs], [candidate for _, _, candidate in pairs]
 
 
 def _paired_seeds(members: Sequence[dict], references: Sequence[dict]) -> set[int]:

@@ -17,14 +17,19 @@ A sitting's files go with its machine, so the steps rebuild whatever is missing 
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 1 >> runs/queue-1.log 2>&1 < /dev/null &
     .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records of every line and redraw
 
-``prepare`` exits non-zero when the two steps differ from the record: the rebuilt warm start is then not the one the
-records started from, and the lanes must not start (the notes say what runs instead). A warm start already in the
-worktree (an earlier sitting's on the same machine) is taken as it is, without the check.
+When the two steps differ from the record, the rebuilt warm start is not the one the records started from (another
+CPU's kernels sum in another order): ``prepare`` says so and writes the warm start's fingerprint beside it, and the
+lanes run the line's ``rebuilt_lanes``, whole pairs of a pick and its reference, all from this warm start, whose
+records ``sync`` marks with the fingerprint so that the goals pair runs of one warm start only (the notes' rule for a
+rebuilt warm start). A warm start already in the worktree (an earlier sitting's on the same machine) is taken as its
+fingerprint file says, without the check.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import hashlib
 import json
 import os
 import subprocess
@@ -42,6 +47,9 @@ WORKDIR = "runs/comparison"
 """The bench's working folder inside a line's worktree: store, warm start, runs."""
 RESULTS = JSON_PATH.relative_to(ROOT)
 """``learning.json`` inside a checkout: this one's, or a worktree's."""
+WARM_START_FILE = "warm-start.json"
+"""Beside the warm start in the worktree's working folder: its fingerprint, whether it is the one the line's records
+started from, and when ``prepare`` found that out."""
 LISTS = ("comparison", "rescored")
 """The lists of ``learning.json`` a run or a rescore appends to."""
 FP32_COMMIT = "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95"
@@ -61,7 +69,11 @@ class Line:
     commit: str
     """The commit every run of the line trains on."""
     lanes: tuple[tuple[tuple[str, int], ...], ...]
-    """(arm, seed) in the order each lane runs them; the arm ``warm_start`` scores the shared warm start."""
+    """(arm, seed) in the order each lane runs them from the warm start the line's records started from; the arm
+    ``warm_start`` scores the shared warm start."""
+    rebuilt_lanes: tuple[tuple[tuple[str, int], ...], ...]
+    """The same from a warm start rebuilt unlike the records' one: whole pairs only (a pick and its reference at one
+    seed, one after the other in one lane), the seeds the goals still need first."""
     warm_start_threads: int
     """Torch threads the store and the warm start are built on, before any lane runs (the same at every rebuild, so
     that a rebuilt warm start is the records' one)."""
@@ -78,10 +90,16 @@ LINES = {line.name: line for line in (
          ("rapo_paper", 0)),
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
          ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
+    ), rebuilt_lanes=(
+        ((J, 3), ("grpo", 3), (J, 4), ("grpo", 4)),
+        ((E, 3), ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), (E, 2), ("sft_then_grpo", 2)),
     ), warm_start_threads=1),
     Line("fp32", FP32_COMMIT, (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
         tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
+    ), rebuilt_lanes=(
+        tuple((arm, seed) for seed in range(1, 5) for arm in ("grpo", J)),
+        tuple((arm, seed) for seed in (*range(1, 5), 0) for arm in ("sft_then_grpo", E)),
     ), warm_start_threads=2),
 )}
 """``bf16``: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first, then stage 3's seeds 3-4 of the two
@@ -110,7 +128,7 @@ def main(argv=None) -> None:
     if args.command == "prepare":
         prepare(line)
     else:
-        run_lane(line, line.lanes[args.lane])
+        run_lane(line, args.lane)
 
 
 def line_of_this_cpu() -> Line:
@@ -130,8 +148,9 @@ def prepare(line: Line) -> None:
         git("worktree", "add", "--detach", str(line.worktree), line.commit)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
     if (line.worktree / WORKDIR / WARM_START_DIR).exists():
-        # made by an earlier prepare, in this worktree and venv: the one the line's records started from
-        print("learning_queue: the worktree's warm start is in place; the lanes may start")
+        # made by an earlier prepare, in this worktree and venv
+        state = warm_start_state(line)
+        print(f"learning_queue: the worktree's warm start is in place ({describe(state)}); the lanes may start")
         return
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
@@ -139,13 +158,15 @@ def prepare(line: Line) -> None:
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
               "warm starts are checked against; the lanes may start")
+        write_warm_start_state(line, records_one=True)
         return
     if line.warm_start_threads != 1:
         logged = check_run(line, 1)  # as the records ran: one thread
     differences = check_steps(logged, record, CHECK_STEPS)
+    state = write_warm_start_state(line, records_one=not differences)
     if differences:
-        raise SystemExit("learning_queue: the rebuilt warm start is not the records' one:\n" + "\n".join(differences))
-    print(f"learning_queue: GRPO seed 0's first {CHECK_STEPS} steps equal its record; the lanes may start")
+        print("learning_queue: the rebuilt warm start is not the records' one:\n" + "\n".join(differences))
+    print(f"learning_queue: {describe(state)}; the lanes may start")
 
 
 def check_run(line: Line, threads: int) -> list[dict]:
@@ -200,23 +221,87 @@ def check_steps(logged: list[dict], record: dict, steps: int) -> list[str]:
     return differences
 
 
-def run_lane(line: Line, lane: tuple[tuple[str, int], ...]) -> None:
+def run_lane(line: Line, lane: int) -> None:
+    """Lane ``lane`` of the line's plan for the worktree's warm start: ``lanes`` from the records' one, else
+    ``rebuilt_lanes``, less the runs this checkout already holds from the same warm start and code (made on an
+    earlier machine whose rebuild gave the same weights)."""
     if not (line.worktree / WORKDIR / WARM_START_DIR).exists():
         raise SystemExit("learning_queue: no warm start in the worktree yet; run `learning_queue.py prepare` first "
                          "(two lanes would otherwise build the store and the warm start twice, at once)")
-    for arm, seed in lane:
+    state = warm_start_state(line)
+    runs = (line.lanes if state["records_one"] else line.rebuilt_lanes)[lane]
+    print(f"learning_queue: lane {lane} from {describe(state)}", flush=True)
+    code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
+    for arm, seed in runs:
+        if not state["records_one"] and held_here(load_records(ROOT / RESULTS), arm, seed, code, state["fingerprint"]):
+            print(f"learning_queue: {arm} seed {seed} from this warm start is recorded; skipped", flush=True)
+            continue
         arms = ["--eval-warm-start"] if arm == "warm_start" else [arm, "--seeds", str(seed)]
         worktree_python(line, "benchmarks/bench_comparison.py", "--workdir", WORKDIR, "--arms", *arms)
         sync()
 
 
+def held_here(records: dict, arm: str, seed: int, code: str, fingerprint: str) -> bool:
+    return any(r["arm"] == arm and r["seed"] == seed and r.get("code") == code and r.get("warm_start") == fingerprint
+               for r in records.get("comparison", []))
+
+
+def fingerprint_of(warm_start: Path) -> str:
+    """The first 12 hex digits of the SHA-256 of the warm start's weight files, in name order: two builds with the
+    same weights have the same fingerprint, on any machine."""
+    digest = hashlib.sha256()
+    for path in sorted(warm_start.rglob("*.safetensors")):
+        digest.update(path.relative_to(warm_start).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def write_warm_start_state(line: Line, records_one: bool) -> dict:
+    workdir = line.worktree / WORKDIR
+    state = {"fingerprint": fingerprint_of(workdir / WARM_START_DIR), "records_one": records_one,
+             "checked": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    (workdir / WARM_START_FILE).write_text(json.dumps(state, indent=1) + "\n")
+    return state
+
+
+def warm_start_state(line: Line) -> dict:
+    """The worktree's warm start as ``prepare`` found it; one built before the file was kept is the records' one
+    (an earlier prepare on this machine checked it)."""
+    path = line.worktree / WORKDIR / WARM_START_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    return write_warm_start_state(line, records_one=True)
+
+
+def describe(state: dict) -> str:
+    if state["records_one"]:
+        return f"the warm start the line's records started from ({state['fingerprint']})"
+    return f"a warm start rebuilt unlike the records' one ({state['fingerprint']}): whole pairs from it"
+
+
+def marked(records: dict, state: dict) -> dict:
+    """``records`` with each run made from a rebuilt warm start (recorded after ``prepare`` checked it) carrying its
+    fingerprint; records of the records' own warm start are left as they were."""
+    if state is None or state["records_one"]:
+        return records
+    return {name: [{**r, "warm_start": state["fingerprint"]}
+                   if "warm_start" not in r and r.get("recorded", "") >= state["checked"] else r
+                   for r in entries] if name in LISTS else entries
+            for name, entries in records.items()}
+
+
 def sync() -> None:
     """Copy every line's records that this checkout lacks into its ``learning.json``, then redraw the report."""
-    theirs = [load_records(line.worktree / RESULTS) for line in LINES.values()]
+    theirs = [marked(load_records(line.worktree / RESULTS), state_if_any(line)) for line in LINES.values()]
     added = []
     update_results(ROOT / RESULTS, lambda ours: added.append(sum(merged(ours, records) for records in theirs)))
     print(f"learning_queue: {added[0]} new records copied")
     subprocess.run([sys.executable, "benchmarks/bench_comparison.py", "--report-only"], cwd=ROOT, check=True)
+
+
+def state_if_any(line: Line) -> dict | None:
+    path = line.worktree / WORKDIR / WARM_START_FILE
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def load_records(path: Path) -> dict:

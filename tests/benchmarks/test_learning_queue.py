@@ -7,8 +7,6 @@ import dataclasses
 import json
 import shutil
 
-import pytest
-
 from tests.helpers.benchmarks import load_bench
 
 
@@ -74,7 +72,7 @@ def test_the_recorded_run_found_is_of_the_asked_code():
     assert queue.recorded_run(records, "grpo", 1, "new") is None
 
 
-def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tmp_path, monkeypatch):
+def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tmp_path, monkeypatch, capsys):
     queue = load_bench("learning_queue")
     steps = [{"reward": 0.5, "loss": 0.25}, {"reward": 0.75, "loss": -0.125}]
     checkout = tmp_path / "checkout"  # the worktree goes beside it
@@ -107,8 +105,72 @@ def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tm
     shutil.rmtree(line.worktree / queue.WORKDIR)
     queue.prepare(line)  # rebuilt on two threads, then checked on one, as the records ran
     assert calls == [2, 2, 1]
+    assert queue.warm_start_state(line)["records_one"]
     shutil.rmtree(line.worktree / queue.WORKDIR)
     record["per_step"]["loss"][1] = -0.126
     results.write_text(json.dumps({"comparison": [record]}))
-    with pytest.raises(SystemExit, match="step 2 loss"):
-        queue.prepare(line)
+    queue.prepare(line)  # rebuilt unlike the records' one: said, and marked for the lanes and the records
+    assert "step 2 loss: -0.125 here, -0.126 in the record" in capsys.readouterr().out
+    assert not queue.warm_start_state(line)["records_one"]
+
+
+def _line_with_warm_start(queue, tmp_path, weights=b"weights"):
+    line = dataclasses.replace(queue.LINES["bf16"], name="probe")
+    warm_start = line.worktree / queue.WORKDIR / queue.WARM_START_DIR
+    (warm_start / "adapter").mkdir(parents=True)
+    (warm_start / "adapter" / "adapter_model.safetensors").write_bytes(weights)
+    (warm_start / "trainer_log.txt").write_text("not weights")
+    return line
+
+
+def test_the_fingerprint_reads_the_weights_alone(tmp_path, monkeypatch):
+    queue = load_bench("learning_queue")
+    monkeypatch.setattr(queue, "ROOT", tmp_path / "checkout")
+    line = _line_with_warm_start(queue, tmp_path)
+    warm_start = line.worktree / queue.WORKDIR / queue.WARM_START_DIR
+    first = queue.fingerprint_of(warm_start)
+    (warm_start / "trainer_log.txt").write_text("another log")
+    assert queue.fingerprint_of(warm_start) == first
+    (warm_start / "adapter" / "adapter_model.safetensors").write_bytes(b"other weights")
+    assert queue.fingerprint_of(warm_start) != first
+
+
+def test_a_rebuilt_warm_start_runs_whole_pairs_skips_those_held_and_marks_its_records(tmp_path, monkeypatch):
+    queue = load_bench("learning_queue")
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setattr(queue, "ROOT", checkout)
+    monkeypatch.setattr(queue, "RESULTS", "learning.json")
+    line = _line_with_warm_start(queue, tmp_path)
+    state = queue.write_warm_start_state(line, records_one=False)
+    pick, reference = line.rebuilt_lanes[0][0][0], line.rebuilt_lanes[0][1][0]
+    held = {**_record(pick, line.rebuilt_lanes[0][0][1], "t", code="code-v"), "warm_start": state["fingerprint"]}
+    (checkout / "learning.json").write_text(json.dumps({"comparison": [held]}))
+    benched = []
+
+    def worktree_python(line, *arguments, **options):
+        if arguments[0] == "-c":
+            return "code-v\n"
+        benched.append(arguments[arguments.index("--arms") + 1:])
+        return ""
+
+    monkeypatch.setattr(queue, "worktree_python", worktree_python)
+    monkeypatch.setattr(queue, "sync", lambda: None)
+    queue.run_lane(line, 0)
+    assert benched[0] == (reference, "--seeds", str(line.rebuilt_lanes[0][1][1]))
+    assert len(benched) == len(line.rebuilt_lanes[0]) - 1
+    before, after = _record("grpo", 3, "2000-01-01T00:00:00Z"), _record("grpo", 3, "2999-01-01T00:00:00Z")
+    records = queue.marked({"comparison": [before, after], "task": "t"}, state)
+    assert "warm_start" not in records["comparison"][0]
+    assert records["comparison"][1]["warm_start"] == state["fingerprint"]
+    assert queue.marked({"comparison": [after]}, {**state, "records_one": True}) == {"comparison": [after]}
+
+
+def test_the_rebuilt_lanes_are_whole_pairs_each_in_one_lane():
+    queue = load_bench("learning_queue")
+    for line in queue.LINES.values():
+        for lane in line.rebuilt_lanes:
+            assert len(lane) == len(set(lane)) and len(lane) % 2 == 0
+            for (first, seed), (second, other_seed) in zip(lane[::2], lane[1::2], strict=True):
+                assert seed == other_seed
+                assert {first, second} in ({"grpo", queue.J}, {"sft_then_grpo", queue.E})

@@ -219,3 +219,22 @@ def test_a_seed_run_twice_on_one_code_counts_once_in_the_goals():
     records = [{**r, "commit": commit} for r in [*grpo, *pick_runs, again]]
     goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
     assert goal["per_seed"] == [0.25] * 5 and goal["per_question"]["a"] == [0.25] * 5
+
+
+def test_the_goals_pair_a_seed_only_within_one_warm_start_and_count_the_pair_finished_first():
+    goals_module = load_bench("learning_goals")
+    commit, (pick, _) = next(iter(goals_module.FIXED_PICKS.items()))
+    xeon, rebuilt = {"machine": {"cpu": "Xeon"}}, {"machine": {"cpu": "EPYC"}, "warm_start": "f1"}
+    grpo = [{**r, **xeon, "recorded": "t1"} for r in _seeds("grpo", [[1, 1, 1, 1]] * 5)]
+    pick_runs = [{**r, **xeon, "recorded": "t1"} for r in _seeds(pick, [[2, 2, 2, 2]] * 4)]
+    # seed 4's pick ran on another warm start than its reference: no pair until both run from one
+    lone = {**_run(pick, 0.75, seed=4, passes=[3, 3, 3, 3]), **rebuilt, "recorded": "t2"}
+    records = [{**r, "commit": commit} for r in [*grpo, *pick_runs, lone]]
+    goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
+    assert goal["seeds"] == [0, 1, 2, 3]
+    rebuilt_reference = {**_run("grpo", 0.5, seed=4, passes=[2, 2, 2, 2]), **rebuilt, "recorded": "t3"}
+    later_xeon_pick = {**_run(pick, 0.25, seed=4, passes=[1, 1, 1, 1]), **xeon, "recorded": "t4"}
+    records += [{**r, "commit": commit} for r in (rebuilt_reference, later_xeon_pick)]
+    goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
+    assert goal["seeds"] == [0, 1, 2, 3, 4]
+    assert goal["per_seed"][4] == 0.25  # the rebuilt pair (finished at t3), not the Xeon's (t4)
