@@ -22,7 +22,7 @@ CPU's kernels sum in another order): ``prepare`` says so and writes the warm sta
 lanes run the line's ``rebuilt_lanes``, whole pairs of a pick and its reference, all from this warm start, whose
 records ``sync`` marks with the fingerprint so that the goals pair runs of one warm start only (the notes' rule for a
 rebuilt warm start). A warm start already in the worktree (an earlier sitting's on the same machine) is taken as its
-fingerprint file says, without the check.
+fingerprint file says; one that was never checked is checked first, not built again.
 """
 
 from __future__ import annotations
@@ -147,20 +147,21 @@ def prepare(line: Line) -> None:
     if not (line.worktree / ".git").exists():
         git("worktree", "add", "--detach", str(line.worktree), line.commit)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
-    if (line.worktree / WORKDIR / WARM_START_DIR).exists():
-        # made by an earlier prepare, in this worktree and venv
-        state = warm_start_state(line)
-        print(f"learning_queue: the worktree's warm start is in place ({describe(state)}); the lanes may start")
+    warm_start = line.worktree / WORKDIR / WARM_START_DIR
+    if warm_start.exists() and (line.worktree / WORKDIR / WARM_START_FILE).exists():
+        # made and checked by an earlier prepare, in this worktree and venv
+        print(f"learning_queue: the worktree's warm start is in place ({describe(warm_start_state(line))}); the "
+              "lanes may start")
         return
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
-    logged = check_run(line, line.warm_start_threads)
+    logged = None if warm_start.exists() else check_run(line, line.warm_start_threads)  # builds the warm start
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
               "warm starts are checked against; the lanes may start")
         write_warm_start_state(line, records_one=True)
         return
-    if line.warm_start_threads != 1:
+    if logged is None or line.warm_start_threads != 1:
         logged = check_run(line, 1)  # as the records ran: one thread
     differences = check_steps(logged, record, CHECK_STEPS)
     state = write_warm_start_state(line, records_one=not differences)
@@ -265,12 +266,12 @@ def write_warm_start_state(line: Line, records_one: bool) -> dict:
 
 
 def warm_start_state(line: Line) -> dict:
-    """The worktree's warm start as ``prepare`` found it; one built before the file was kept is the records' one
-    (an earlier prepare on this machine checked it)."""
-    path = line.worktree / WORKDIR / WARM_START_FILE
-    if path.exists():
-        return json.loads(path.read_text())
-    return write_warm_start_state(line, records_one=True)
+    """The worktree's warm start as ``prepare`` found it."""
+    state = state_if_any(line)
+    if state is None:
+        raise SystemExit("learning_queue: the worktree's warm start has not been checked against the records; run "
+                         "`learning_queue.py prepare` first")
+    return state
 
 
 def describe(state: dict) -> str:

@@ -7,6 +7,8 @@ import dataclasses
 import json
 import shutil
 
+import pytest
+
 from tests.helpers.benchmarks import load_bench
 
 
@@ -100,11 +102,14 @@ def test_prepare_builds_the_warm_start_on_the_lines_threads_and_checks_on_one(tm
     record = {"arm": "grpo", "seed": 0, "code": "code-v", "recorded": "t",
               "per_step": {"reward": [0.5, 0.75], "loss": [0.25, -0.125]}}
     results.write_text(json.dumps({"comparison": [record]}))
-    queue.prepare(line)  # in place: made by an earlier prepare of this worktree, nothing to check
+    queue.prepare(line)  # in place: made and checked by an earlier prepare of this worktree, nothing to check
     assert calls == [2]
+    (line.worktree / queue.WORKDIR / queue.WARM_START_FILE).unlink()
+    queue.prepare(line)  # in place but never checked: checked on one thread, not built again
+    assert calls == [2, 1]
     shutil.rmtree(line.worktree / queue.WORKDIR)
     queue.prepare(line)  # rebuilt on two threads, then checked on one, as the records ran
-    assert calls == [2, 2, 1]
+    assert calls == [2, 1, 2, 1]
     assert queue.warm_start_state(line)["records_one"]
     shutil.rmtree(line.worktree / queue.WORKDIR)
     record["per_step"]["loss"][1] = -0.126
@@ -142,6 +147,8 @@ def test_a_rebuilt_warm_start_runs_whole_pairs_skips_those_held_and_marks_its_re
     monkeypatch.setattr(queue, "ROOT", checkout)
     monkeypatch.setattr(queue, "RESULTS", "learning.json")
     line = _line_with_warm_start(queue, tmp_path)
+    with pytest.raises(SystemExit, match="not been checked"):
+        queue.run_lane(line, 0)
     state = queue.write_warm_start_state(line, records_one=False)
     pick, reference = line.rebuilt_lanes[0][0][0], line.rebuilt_lanes[0][1][0]
     held = {**_record(pick, line.rebuilt_lanes[0][0][1], "t", code="code-v"), "warm_start": state["fingerprint"]}
