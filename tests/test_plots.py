@@ -117,3 +117,41 @@ def test_a_finished_runs_history_is_drawn_whatever_its_checkpoints_dates(tmp_pat
     with caplog.at_level("WARNING", logger="rapo_trl.plots"):
         assert len(load_log_history(tmp_path)) == 5
     assert caplog.text == ""
+
+
+def _saved_at(folder, saved_at):
+    """RAPO's state of a checkpoint, as far as the choice of the one saved last reads it."""
+    (folder / "rapo_state_0.json").write_text(json.dumps({"saved_at": saved_at}))
+
+
+def test_a_folder_without_its_own_state_is_drawn_from_the_checkpoint_saved_last_not_the_highest(tmp_path, caplog):
+    # An earlier run stopped at checkpoint-6; a run resumed from its checkpoint-2 saved checkpoint-3 since and stopped:
+    # by number the earlier run's checkpoint-6 would be drawn, a history that is not the latest run's.
+    earlier = [{"step": step, "reward": -1.0} for step in range(1, 7)]
+    _state(tmp_path / "checkpoint-6", earlier, 6)
+    _saved_at(tmp_path / "checkpoint-6", 1_000.0)
+    _state(tmp_path / "checkpoint-3", STEPS[:3], 3)
+    _saved_at(tmp_path / "checkpoint-3", 2_000.0)
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        assert load_log_history(tmp_path) == STEPS[:3]
+    assert "checkpoint-3" in caplog.text and "checkpoint-6" in caplog.text
+
+
+def test_a_folder_with_its_own_state_compares_it_with_the_checkpoint_saved_last(tmp_path, caplog):
+    # A run that ended at step 6 (its state beside the model) was resumed from checkpoint-2 and saved checkpoint-3:
+    # checkpoint-6, the highest, is the finished run's own and would hide the resumed run's history.
+    earlier = [{"step": step, "reward": -1.0} for step in range(1, 7)]
+    _state(tmp_path, earlier, 6, mtime=1_000)
+    _state(tmp_path / "checkpoint-6", earlier, 6, mtime=1_000)
+    _saved_at(tmp_path / "checkpoint-6", 1_000.0)
+    _state(tmp_path / "checkpoint-3", [*earlier[:2], {"step": 3, "reward": 0.3}], 3, mtime=2_000)
+    _saved_at(tmp_path / "checkpoint-3", 2_000.0)
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        assert [e["reward"] for e in load_log_history(tmp_path)] == [-1.0, -1.0, 0.3]
+    assert "checkpoint-3" in caplog.text
+
+
+def test_checkpoints_without_rapo_state_are_taken_by_their_step(tmp_path):
+    _state(tmp_path / "checkpoint-2", STEPS[:2], 2, mtime=2_000)  # e.g. a GRPO baseline's: no saved_at to go by
+    _state(tmp_path / "checkpoint-4", STEPS, 4, mtime=1_000)
+    assert load_log_history(tmp_path) == STEPS

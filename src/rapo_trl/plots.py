@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rapo_trl.saved_checkpoints import checkpoint_saved_last, highest_whole_checkpoint
+
 PLOTS_DIR = "plots"
 STATE_FILE = "trainer_state.json"
 EVAL_FILE = "eval_results.json"
@@ -53,7 +55,7 @@ PANELS = (
 
 
 def load_log_history(run) -> list[dict]:
-    """The ``log_history`` of a run folder (its own ``trainer_state.json`` or its latest checkpoint's),
+    """The ``log_history`` of a run folder (its own ``trainer_state.json``, or that of the checkpoint saved last),
     of a ``trainer_state.json`` file, or of a list of log dicts (returned as is)."""
     if isinstance(run, list):
         return run
@@ -76,32 +78,38 @@ def _read_state(path: Path) -> dict:
 
 
 def _run_state(folder: Path) -> dict:
-    """The state of a run folder: its own ``trainer_state.json`` (written at the end of training), unless its newest
-    checkpoint is of a later point of the run, or of another run saved since."""
-    checkpoints = sorted(folder.glob("checkpoint-*/" + STATE_FILE), key=lambda p: _checkpoint_step(p.parent))
+    """The state of a run folder: its own ``trainer_state.json`` (written at the end of training), unless the
+    checkpoint saved last is of a later point of the run, or of another run saved since. The checkpoint is the one a
+    bare resume would take (``checkpoint_saved_last``), not the highest-numbered: a run resumed from an earlier
+    checkpoint saves lower steps than the ones it left behind."""
+    saved_last = checkpoint_saved_last(str(folder))
     root = folder / STATE_FILE
     if not root.is_file():
-        if not checkpoints:
+        if saved_last is None:
             raise FileNotFoundError(
                 f"no {STATE_FILE} in {folder} or its checkpoints; `rapo train` writes one at the end of training "
                 "(from Python: trainer.save_state())"
             )
-        return _read_state(checkpoints[-1])
+        highest = highest_whole_checkpoint(str(folder))
+        if highest != saved_last:
+            logger.warning("Drawing the history of %s, the checkpoint saved last; %s has a higher step but was saved "
+                           "before it (a run resumed from an earlier checkpoint there since).", saved_last, highest)
+        return _read_state(Path(saved_last) / STATE_FILE)
     state = _read_state(root)
-    if not checkpoints:
+    if saved_last is None:
         return state
-    newest = _read_state(checkpoints[-1])
+    checkpoint = Path(saved_last) / STATE_FILE
+    newest = _read_state(checkpoint)
     # The folder's own file is only rewritten when a run ends: a run resumed past it, or started over in the folder,
     # and stopped (or still going) has its history in its checkpoint, and the file would draw another run's steps.
     if _global_step(newest) > _global_step(state):
         why = f"it goes on to step {_global_step(newest)}, past the {_global_step(state)} of {root}"
     elif (newest["log_history"] != state["log_history"][: len(newest["log_history"])]
-          and checkpoints[-1].stat().st_mtime > root.stat().st_mtime):
+          and checkpoint.stat().st_mtime > root.stat().st_mtime):
         why = f"it was saved after {root}, of a run whose history it does not begin"
     else:
         return state
-    logger.warning("Drawing the history of %s: %s (a run resumed or started over there since).",
-                   checkpoints[-1].parent, why)
+    logger.warning("Drawing the history of %s: %s (a run resumed or started over there since).", saved_last, why)
     return newest
 
 
@@ -110,11 +118,6 @@ def _global_step(state: dict) -> int:
     if isinstance(step, int) and not isinstance(step, bool):
         return step
     return max((int(e["step"]) for e in state["log_history"] if isinstance(e.get("step"), (int, float))), default=0)
-
-
-def _checkpoint_step(folder: Path) -> int:
-    suffix = folder.name.rsplit("-", 1)[-1]
-    return int(suffix) if suffix.isdigit() else -1
 
 
 def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:

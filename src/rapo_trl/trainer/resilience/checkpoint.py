@@ -12,7 +12,13 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager, suppress
 
-RAPO_STATE_FILE = "rapo_state_{process}.json"
+from rapo_trl.saved_checkpoints import (
+    RAPO_STATE_FILE,
+    checkpoint_saved_last,
+    is_complete_checkpoint,
+    numbered_checkpoints,
+    saved_state,
+)
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -53,25 +59,15 @@ def write_atomically(folder: str, name: str, write: Callable[[str], None]) -> st
     return os.path.join(folder, name)
 
 
-def _saved_state(checkpoint: str, process_index: int) -> dict:
-    """A checkpoint's RAPO state as saved (``{}``: none, or unreadable)."""
-    try:
-        with open(os.path.join(checkpoint, RAPO_STATE_FILE.format(process=process_index))) as handle:
-            state = json.load(handle)
-    except (OSError, ValueError):
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
 def saved_run(checkpoint: str, process_index: int) -> str | None:
     """The run id a checkpoint's RAPO state records (``None``: none, or no readable state)."""
-    run = _saved_state(checkpoint, process_index).get("run")
+    run = saved_state(checkpoint, process_index).get("run")
     return run if isinstance(run, str) else None
 
 
 def saved_arguments(checkpoint: str, process_index: int) -> dict | None:
     """The run arguments a checkpoint's RAPO state records (``None``: an older checkpoint, or no readable state)."""
-    arguments = _saved_state(checkpoint, process_index).get("arguments")
+    arguments = saved_state(checkpoint, process_index).get("arguments")
     return arguments if isinstance(arguments, dict) else None
 
 
@@ -91,7 +87,7 @@ def runs_to_take_back(checkpoint: str, process_index: int, num_processes: int, g
                     indexes.append(int(saved))
     runs = []
     for index in sorted(set(indexes)):
-        state = _saved_state(checkpoint, index)  # read once: its run and the arguments saying whether it grew
+        state = saved_state(checkpoint, index)  # read once: its run and the arguments saying whether it grew
         run, arguments = state.get("run"), state.get("arguments")
         grew = isinstance(arguments, dict) and arguments.get("store_growth_min_reward") is not None
         if isinstance(run, str) and (grew or growing) and run not in runs:
@@ -108,7 +104,7 @@ def warn_if_resumed_on_another_store(checkpoint: str, process_index: int, store)
     """Warn when the store a resumed run retrieves from is not the one the checkpoint's run did: another folder or
     server, collection or embedder, or another record count. Retrieval then draws other steps, so the resumed run is
     not the interrupted one continued (another store may be what is wanted: it is said, not refused)."""
-    saved = _saved_state(checkpoint, process_index).get("store")
+    saved = saved_state(checkpoint, process_index).get("store")
     describe = getattr(store, "describe", None)
     if not isinstance(saved, dict) or "error" in saved or describe is None:
         return
@@ -150,33 +146,12 @@ class CheckpointSaveError(OSError):
     """A checkpoint could not be written whole (e.g. the disk filled); the half-written folder was removed."""
 
 
-def is_complete_checkpoint(folder: str) -> bool:
-    """Whether ``folder`` is a whole checkpoint: Trainer writes ``trainer_state.json`` after everything else (the
-    weights, optimizer, RNG and RAPO state), so a readable one means the save finished."""
-    try:
-        with open(os.path.join(folder, "trainer_state.json")) as handle:
-            json.load(handle)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _checkpoints(run_dir: str) -> list[tuple[int, str]]:
-    found = []
-    with suppress(OSError):
-        for name in os.listdir(run_dir):
-            step = name.removeprefix("checkpoint-")
-            if step.isdigit() and os.path.isdir(os.path.join(run_dir, name)):
-                found.append((int(step), os.path.join(run_dir, name)))
-    return sorted(found)
-
-
 def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
     """The newest whole checkpoint in ``run_dir``; newer half-written ones (a save killed or out of space) are
     skipped, where Trainer's ``resume_from_checkpoint=True`` would take the newest folder, and named in a warning when
     ``resuming`` from the one returned."""
     skipped = []
-    for _, folder in reversed(_checkpoints(run_dir)):
+    for _, folder in reversed(numbered_checkpoints(run_dir)):
         if is_complete_checkpoint(folder):
             if skipped and resuming:
                 logger.warning("RAPO: skipping half-written checkpoint(s) %s (no readable trainer_state.json: the save "
@@ -186,36 +161,19 @@ def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
     return None
 
 
-def _saved_at(checkpoint: str) -> float | None:
-    """When a checkpoint's RAPO state was written (``None``: an older checkpoint, or no readable state)."""
-    saved_at = _saved_state(checkpoint, 0).get("saved_at")
-    return float(saved_at) if isinstance(saved_at, (int, float)) and not isinstance(saved_at, bool) else None
-
-
-def _saved_after(run_dir: str, checkpoint: str) -> str | None:
-    """The whole checkpoint saved last in ``run_dir`` if it is not ``checkpoint`` but one saved after it (a lower
-    step: a run saves its steps in order, so ``checkpoint`` is another, earlier run's); else ``None``."""
-    since = _saved_at(checkpoint)
-    if since is None:
-        return None
-    later = [(saved_at, folder) for _, folder in _checkpoints(run_dir)
-             if is_complete_checkpoint(folder) and (saved_at := _saved_at(folder)) is not None and saved_at > since]
-    return max(later)[1] if later else None
-
-
 def checkpoint_to_resume(run_dir: str) -> str | None:
     """The whole checkpoint a bare resume takes: the newest one, unless a run started over in ``run_dir`` (or resumed
     from an earlier checkpoint) has saved since; then that run's last, with a warning naming the newer-numbered one
     left by the earlier run, which by number alone would have been taken."""
     newest = last_complete_checkpoint(run_dir, resuming=False)
-    later = _saved_after(run_dir, newest) if newest is not None else None
-    if later is None:
+    saved_last = checkpoint_saved_last(run_dir)
+    if saved_last == newest:
         return last_complete_checkpoint(run_dir)  # names the half-written ones it skips
     logger.warning("RAPO: resuming from %s, the checkpoint saved last in %s; %s has a higher step but was saved "
                    "before it, by a run since started over (or resumed from an earlier checkpoint) in this "
                    "output_dir. To go on from that one instead, resume from it by name (%s).",
-                   later, run_dir, os.path.basename(newest), newest)
-    return later
+                   saved_last, run_dir, os.path.basename(newest), newest)
+    return saved_last
 
 
 def set_aside_checkpoints(run_dir: str, prefix: str) -> str | None:
@@ -223,7 +181,7 @@ def set_aside_checkpoints(run_dir: str, prefix: str) -> str | None:
     run that starts over there: left in place, an earlier run's higher-numbered checkpoint would outrank the new
     run's for a later bare resume, and Trainer's ``save_total_limit`` would delete the new run's checkpoints before
     it. Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
-    checkpoints = _checkpoints(run_dir)
+    checkpoints = numbered_checkpoints(run_dir)
     if not checkpoints:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
