@@ -4,12 +4,14 @@ there or not whole refused in one line before anything loads, and no "resuming f
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 from rapo_trl.cli import parse_recipe, read_recipe
 from rapo_trl.cli.common import UsageError
 from rapo_trl.cli.train import resume_from
+from rapo_trl.trainer.resilience.checkpoint import set_aside_checkpoints
 
 
 @pytest.fixture
@@ -56,18 +58,27 @@ def test_a_half_written_checkpoint_is_refused_without_a_resuming_line(run_dir, c
 
 
 @pytest.mark.parametrize("false", ["false", False])
-def test_false_resumes_nothing_and_moves_the_earlier_runs_checkpoints_aside_whole(run_dir, false, caplog):
+def test_false_resumes_nothing_and_leaves_the_earlier_runs_checkpoints_to_the_trainer(run_dir, false):
+    """RAPOTrainer.train moves them aside when it starts without a checkpoint, from the CLI and Python alike
+    (tests/trainer/test_checkpoint_overwrite.py)."""
+    assert resume_from(false, str(run_dir)) is None
+    assert sorted(path.name for path in run_dir.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2",
+                                                                          "checkpoint-3"]
+
+
+def test_an_earlier_runs_checkpoints_are_set_aside_whole(run_dir, caplog):
     """Left in place, the earlier run's checkpoint-3 would outrank the new run's checkpoint-1 for a bare resume, and
-    save_total_limit would rotate the new run's checkpoints away first."""
+    save_total_limit would rotate away some of either run's checkpoints."""
     with caplog.at_level(logging.WARNING):
-        assert resume_from(false, str(run_dir)) is None
-    (aside,) = run_dir.glob("earlier-run-*")
+        aside = Path(set_aside_checkpoints(str(run_dir)))
+    assert aside.parent == run_dir and aside.name.startswith("earlier-run-")
     assert sorted(path.name for path in aside.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     assert (aside / "checkpoint-1" / "trainer_state.json").read_text() == '{"global_step": 1}'
     assert not list(run_dir.glob("checkpoint-*")) and str(aside) in caplog.text
     with pytest.raises(UsageError, match="holds no whole checkpoint to resume from"):
         resume_from("true", str(run_dir))
     assert resume_from(None, str(run_dir)) is None  # nothing left that an unset flag would start over
+    assert set_aside_checkpoints(str(run_dir)) is None  # nothing to move
     (run_dir / "checkpoint-1").mkdir()
-    assert resume_from("false", str(run_dir)) is None
+    assert set_aside_checkpoints(str(run_dir)) is not None
     assert len(list(run_dir.glob("earlier-run-*"))) == 2  # a second start over keeps the first one's set apart

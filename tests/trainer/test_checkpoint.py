@@ -79,13 +79,13 @@ def test_a_bare_resume_takes_the_run_that_saved_last_not_an_earlier_runs_higher_
 
     for step in (10, 20, 30):
         _save(tmp_path, step, "old", clock)
-    for step in (5, 10):  # started over with resume_from_checkpoint false: checkpoint-10 is replaced, 20 and 30 stay
+    for step in (15, 20):  # resumed from checkpoint-10 and stopped: checkpoint-20 is replaced, 30 stays
         shutil.rmtree(tmp_path / f"checkpoint-{step}", ignore_errors=True)
         _save(tmp_path, step, "new", clock)
     with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
-        assert checked_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-10")
+        assert checked_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-20")
     (warning,) = [r.getMessage() for r in caplog.records]
-    assert "checkpoint-10, the checkpoint saved last" in warning and "checkpoint-30 has a higher step" in warning
+    assert "checkpoint-20, the checkpoint saved last" in warning and "checkpoint-30 has a higher step" in warning
 
 
 def test_a_bare_resume_of_one_run_takes_its_newest_checkpoint_quietly(tmp_path, clock, caplog):

@@ -1,9 +1,11 @@
-"""A checkpoint saved where an earlier run (or an abandoned branch of this one) left a folder of the same step: the
-save is killed before Trainer writes trainer_state.json, so the folder must not pass as whole."""
+"""An earlier run's checkpoints where a run trains: moved aside when it trains from the start; where a resumed run
+saves a step an abandoned branch left a folder of, a save killed before Trainer writes trainer_state.json must not
+leave that folder passing as whole."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from transformers import TrainerState
@@ -14,12 +16,15 @@ from tests.helpers.trainers import rapo_trainer, script
 
 def test_a_save_killed_over_an_earlier_runs_checkpoint_is_not_taken_as_whole(tiny_model_dir, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
-    earlier = run_dir / "checkpoint-1"  # an earlier run's whole checkpoint of the same step
-    earlier.mkdir(parents=True)
-    (earlier / "trainer_state.json").write_text(json.dumps({"global_step": 1, "log_history": []}))
+    first = rapo_trainer(tiny_model_dir, run_dir, max_steps=1, save_strategy="steps", save_steps=1)
+    script(first)
+    first.train()
+    earlier = run_dir / "checkpoint-2"  # an abandoned branch's whole checkpoint of the step the resumed run saves
+    earlier.mkdir()
+    (earlier / "trainer_state.json").write_text(json.dumps({"global_step": 2, "log_history": []}))
     (earlier / "rapo_state_1.json").write_text("{}")  # its second process's state: this run has one process
 
-    trainer = rapo_trainer(tiny_model_dir, run_dir, max_steps=1, save_strategy="steps", save_steps=1)
+    trainer = rapo_trainer(tiny_model_dir, run_dir, max_steps=2, save_strategy="steps", save_steps=1)
     script(trainer)
 
     def killed(self, path):  # the process dies after the weights, optimizer and RNG states, before this file
@@ -27,8 +32,28 @@ def test_a_save_killed_over_an_earlier_runs_checkpoint_is_not_taken_as_whole(tin
 
     monkeypatch.setattr(TrainerState, "save_to_json", killed)
     with pytest.raises(KeyboardInterrupt):
-        trainer.train()
+        trainer.train(resume_from_checkpoint=str(run_dir / "checkpoint-1"))
     assert (earlier / "model.safetensors").exists()  # this run's weights were written into the folder
     assert not (earlier / "rapo_state_1.json").exists()  # nothing of the earlier run's left beside them
-    with pytest.raises(ValueError, match="holds no whole checkpoint"):
-        checked_resume(True, str(run_dir))  # not this run's weights under the earlier run's trainer_state.json
+    # Not this run's weights under the earlier branch's trainer_state.json: the whole checkpoint before it.
+    assert checked_resume(True, str(run_dir)) == str(run_dir / "checkpoint-1")
+
+
+def test_training_from_the_start_moves_an_earlier_runs_checkpoints_aside(tiny_model_dir, tmp_path, caplog):
+    """Left in place, the earlier run's checkpoint-5 is counted in this run's save_total_limit: Trainer's rotation
+    deletes it (by mtime), or this run's own checkpoint-1 (by step, on a filesystem whose mtimes it doubts), and a later
+    bare resume would take it over this run's by step."""
+    run_dir = tmp_path / "run"
+    earlier = run_dir / "checkpoint-5"
+    earlier.mkdir(parents=True)
+    (earlier / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+
+    trainer = rapo_trainer(tiny_model_dir, run_dir, max_steps=1, save_strategy="steps", save_steps=1,
+                           save_total_limit=1)
+    script(trainer)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        trainer.train()
+    assert sorted(path.name for path in run_dir.glob("checkpoint-*")) == ["checkpoint-1"]  # this run's, kept
+    (aside,) = run_dir.glob("earlier-run-*")  # the earlier run's, whole and apart
+    assert json.loads((aside / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
+    assert str(aside) in caplog.text

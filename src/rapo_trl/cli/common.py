@@ -15,8 +15,6 @@ MODEL_ALIASES = ("smollm2", "tiny")
 GRPO_SAME_ROLLOUTS_DIR = "grpo-same-rollouts"
 """Where ``rapo train --grpo_same_rollouts`` saves the GRPO baseline, inside its output_dir: scored by ``rapo eval``,
 never pushed."""
-EARLIER_RUN_PREFIX = "earlier-run-"
-"""The folders in ``output_dir`` that ``--resume_from_checkpoint false`` moves an earlier run's checkpoints into."""
 TASK_NAMES = ("arithmetic", "word_problems", "two_hop", "gsm8k", *USER_TASKS)
 DEMO_TASKS = ("arithmetic", "word_problems", "two_hop")  # shipped, with a scripted expert
 # Questions the shipped tasks draw when train_size/eval_size are unset (the demo tasks generate as many as

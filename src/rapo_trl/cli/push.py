@@ -14,10 +14,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rapo_trl.cli.common import EARLIER_RUN_PREFIX, GRPO_SAME_ROLLOUTS_DIR
+from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
 from rapo_trl.model_card import card_loading_repo, card_with_folded_adapter
+from rapo_trl.saved_checkpoints import EARLIER_RUN_PREFIX
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 LORA_KEYS = (".lora_A.weight", ".lora_B.weight")

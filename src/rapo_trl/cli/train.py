@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
-    EARLIER_RUN_PREFIX,
     USER_TASKS,
     UsageError,
     check_model,
@@ -273,15 +272,11 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int, run_id: st
 
 def resume_from(value, output_dir: str) -> str | None:
     """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
-    Trainer's ``True``; ``false`` none, the earlier run's checkpoints moved aside (``set_aside_checkpoints``); a folder
-    must exist and be whole. Unset, it is none when ``output_dir`` holds no whole checkpoint: a run started over would
+    Trainer's ``True``; ``false`` none (RAPOTrainer.train then moves the earlier run's checkpoints aside,
+    ``set_aside_checkpoints``); a folder must exist and be whole. Unset, it is none when ``output_dir`` holds no whole checkpoint: a run started over would
     save its own checkpoints among an earlier run's, so that needs ``false``. Refused in one line before anything
     loads."""
-    from rapo_trl.trainer.resilience.checkpoint import (
-        checked_resume,
-        last_complete_checkpoint,
-        set_aside_checkpoints,
-    )
+    from rapo_trl.trainer.resilience.checkpoint import checked_resume, last_complete_checkpoint
 
     if value is None:
         earlier = last_complete_checkpoint(output_dir, resuming=False)
@@ -301,7 +296,6 @@ def resume_from(value, output_dir: str) -> str | None:
         raise UsageError(f"resume_from_checkpoint {value!r} is not a folder; give a checkpoint folder "
                          f"({output_dir}/checkpoint-N) or `--resume_from_checkpoint` alone for the newest whole one")
     if value is None:
-        set_aside_checkpoints(output_dir, EARLIER_RUN_PREFIX)
         return None
     try:
         return checked_resume(value, output_dir)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from contextlib import contextmanager, suppress
 
 from rapo_trl.saved_checkpoints import (
+    EARLIER_RUN_PREFIX,
     RAPO_STATE_FILE,
     checkpoint_saved_last,
     is_complete_checkpoint,
@@ -176,25 +177,26 @@ def checkpoint_to_resume(run_dir: str) -> str | None:
     return saved_last
 
 
-def set_aside_checkpoints(run_dir: str, prefix: str) -> str | None:
-    """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``<prefix><time>`` folder beside them, for a
-    run that starts over there: left in place, an earlier run's higher-numbered checkpoint would outrank the new
-    run's for a later bare resume, and Trainer's ``save_total_limit`` would delete the new run's checkpoints before
-    it. Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
+def set_aside_checkpoints(run_dir: str) -> str | None:
+    """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``earlier-run-<time>`` folder beside them, for a
+    run that trains from the start there: left in place, Trainer's ``save_total_limit`` counts an earlier run's
+    checkpoints with the new run's and deletes some of either (it orders them by mtime, or by step where it doubts
+    the mtimes), and an earlier run's higher-numbered checkpoint outranks the new run's for a bare resume by step.
+    Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
     checkpoints = numbered_checkpoints(run_dir)
     if not checkpoints:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    aside = os.path.join(run_dir, f"{prefix}{stamp}")
+    aside = os.path.join(run_dir, f"{EARLIER_RUN_PREFIX}{stamp}")
     suffix = 1
     while os.path.exists(aside):
         suffix += 1
-        aside = os.path.join(run_dir, f"{prefix}{stamp}-{suffix}")
+        aside = os.path.join(run_dir, f"{EARLIER_RUN_PREFIX}{stamp}-{suffix}")
     os.makedirs(aside)
     for _, folder in checkpoints:
         os.replace(folder, os.path.join(aside, os.path.basename(folder)))
-    logger.warning("RAPO: training %s from the start: the earlier run's %d checkpoint(s) moved to %s",
-                   run_dir, len(checkpoints), aside)
+    logger.warning("RAPO: training %s from the start: the earlier run's %d checkpoint(s) moved to %s (to go on from "
+                   "one of them instead, pass its folder as resume_from_checkpoint).", run_dir, len(checkpoints), aside)
     return aside
 
 

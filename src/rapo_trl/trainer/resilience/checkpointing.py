@@ -17,6 +17,7 @@ from rapo_trl.trainer.resilience.checkpoint import (
     save_rapo_state,
     saved_arguments,
     saved_run,
+    set_aside_checkpoints,
     warn_if_resumed_on_another_store,
     whole_checkpoint_or_none,
 )
@@ -38,14 +39,26 @@ class CheckpointingMixin:
             self.add_callback(self._store_outage)
             self._sigterm = SigtermStop(self.accelerator)
             self.add_callback(self._sigterm)
+        resume = checked_resume(resume_from_checkpoint, self.args.output_dir)
+        if resume is None or resume is False:
+            self._set_aside_earlier_checkpoints()
         self._sigterm.install()
         try:
-            result = super().train(checked_resume(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
+            result = super().train(resume, *args, **kwargs)
         finally:
             self._sigterm.uninstall()
         self._sigterm.check_stop(self.args.output_dir, finished=self.state.global_step >= self.state.max_steps)
         self._store_outage.check_stop(self.args.output_dir)
         return result
+
+    def _set_aside_earlier_checkpoints(self) -> None:
+        # A run trained from the start shares output_dir with no earlier run's checkpoints: save_total_limit would
+        # delete some of either, and a bare resume by step could take the earlier run's. Also a second train() of
+        # this trainer: it starts again at step 0, and its saves would replace the first one's folders step by step.
+        # The processes that write checkpoints move them (one a node with save_on_each_node); none saves before.
+        if self.args.should_save:
+            set_aside_checkpoints(self.args.output_dir)
+        self.accelerator.wait_for_everyone()
 
     def _get_train_sampler(self, dataset=None):
         # A run resumed in a later epoch walks that epoch in the uninterrupted run's prompt order.
