@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
+from rapo_trl.question_ids import short_hash
 
 SPLITS = ("train", "eval")
 EVAL_BUCKETS = 2  # out of 10: a fifth of all possible questions belong to eval
 
 
 def stable_hash(text: str) -> str:
-    """A short content hash, the same on every machine and Python run."""
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+    """A short content hash, the same on every machine and Python run (``question_ids.short_hash``, which a
+    question's id is too: one hashing, kept in the module below ``tasks``)."""
+    return short_hash(text)
 
 
 def split_of(key: str) -> str:
