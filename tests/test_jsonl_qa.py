@@ -78,3 +78,21 @@ def test_mixed_answers_loaded_by_datasets_become_rows(tmp_path, monkeypatch, ans
     answer = "<think>t</think>\n<answer>\\boxed{%s}</answer>"
     completions = [answer % (a[0] if isinstance(a, list) else a) for a in read]
     assert rapo_outcome_reward(None, completions, None, answer=rows["answer"]) == [1.0] * len(read)
+
+
+def test_the_early_checks_read_the_training_file_once(tmp_path, monkeypatch):
+    """Its contents checked and its keys (the columns a reward may read) from one read."""
+    import builtins
+
+    from rapo_trl.cli import read_recipe
+
+    path = _file(tmp_path, GOOD, json.dumps({"question": "What is 3 + 3?", "answer": "6", "units": "apples"}))
+    reads = []
+
+    def counting_open(file, *args, **kwargs):
+        reads.append(str(file))
+        return builtins.open(file, *args, **kwargs)
+
+    monkeypatch.setattr("rapo_trl.jsonl_qa.open", counting_open, raising=False)
+    read_recipe("train", ["--task", "dataset", "--dataset_path", str(path)])
+    assert reads == [str(path)]

@@ -39,13 +39,13 @@ def check_script_arguments(command: str, script: RAPOScriptArguments) -> None:
         close = closest(script.task, TASK_NAMES)
         raise UsageError(f"unknown task '{script.task}'" + (f" (did you mean '{close}'?)" if close else "")
                          + f"; choose one of {', '.join(TASK_NAMES)}")
-    check_user_data(script)
+    file_keys = check_user_data(script)
     if script.tools is not None or script.search_corpus:  # names and files only: nothing is built or imported
         tool_names(script)
     if command in ("train", "build-store"):
         # a JSONL's rows have these columns and the file's keys: a reward's arguments are checked against them,
         # unimported
-        check_reward_names(script, jsonl_columns(script, ROW_COLUMNS)
+        check_reward_names(script, jsonl_columns(ROW_COLUMNS, file_keys)
                            if script.task in USER_TASKS and script.dataset_path else None)
     if script.closeness_weight < 0:
         raise UsageError(f"closeness_weight must be >= 0 (0 turns it off), got {script.closeness_weight}")

@@ -21,9 +21,11 @@ DEFAULT_TEST_SPLIT = "test"
 """The split of ``dataset_name`` evaluated on when ``dataset_test_split`` is unset and the dataset has it."""
 
 
-def check_user_data(script: RAPOScriptArguments) -> None:
+def check_user_data(script: RAPOScriptArguments) -> tuple[str, ...]:
     """Every check of the user's data that needs neither ``datasets`` nor a model: one source, files that parse
-    (the right line named), the columns, no null answer, split names that exist (in a folder `save_to_disk` wrote)."""
+    (the right line named), the columns, no null answer, split names that exist (in a folder `save_to_disk` wrote).
+    Returns the keys of ``dataset_path``'s rows, from the read that checked it (none without one): with
+    ``jsonl_columns``, the columns a reward may read."""
     given = [name for name in ("dataset_path", "dataset_name") if getattr(script, name)]
     if script.task not in USER_TASKS:
         if given or script.eval_dataset_path:
@@ -34,7 +36,7 @@ def check_user_data(script: RAPOScriptArguments) -> None:
         if ignored:
             raise UsageError(f"{ignored[0]} reads your own data, which task={script.task} has none of (it draws its "
                              "own questions): set task: dataset with dataset_path or dataset_name, or leave it unset")
-        return
+        return ()
     if len(given) != 1:
         raise UsageError("task=dataset needs dataset_path (a JSONL file) or dataset_name (a Hub id or a dataset "
                          "folder)" + (", not both" if given else ""))
@@ -51,14 +53,18 @@ def check_user_data(script: RAPOScriptArguments) -> None:
         raise UsageError(f"eval_fraction must be in (0, 1), got {script.eval_fraction}")
     if script.eval_dataset_path or script.dataset_test_split is not None:
         _refuse_unused_eval_fraction(script)
+    keys: tuple[str, ...] = ()
     for name in ("dataset_path", "eval_dataset_path"):
         path = getattr(script, name)
         if path:
             if not Path(path).is_file():
                 raise UsageError(f"{name} {path!r} is not a file; give a JSONL file, one JSON object a line")
-            _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
+            rows = _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
+            if name == "dataset_path":
+                keys = tuple(dict.fromkeys(key for row in rows for key in row))
     if script.dataset_name:
         _check_dataset_name(script)
+    return keys
 
 
 def _refuse_unused_eval_fraction(script: RAPOScriptArguments) -> None:
@@ -94,10 +100,10 @@ def _read_jsonl(script: RAPOScriptArguments, path: str, reader=read_qa_jsonl):
         raise UsageError(f"{error}{hint}") from None
 
 
-def jsonl_columns(script: RAPOScriptArguments, row_columns) -> tuple[str, ...]:
-    """The columns of ``dataset_path``'s rows: ``row_columns`` (every row's) and the file's own keys."""
-    keys = (key for row in _read_jsonl(script, script.dataset_path) for key in row)
-    return tuple(dict.fromkeys([*row_columns, *keys]))
+def jsonl_columns(row_columns, file_keys) -> tuple[str, ...]:
+    """The columns of ``dataset_path``'s rows: ``row_columns`` (every row's) and the file's own keys (as
+    ``check_user_data`` returns them)."""
+    return tuple(dict.fromkeys([*row_columns, *file_keys]))
 
 
 def _check_dataset_name(script: RAPOScriptArguments) -> None:
