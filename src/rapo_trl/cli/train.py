@@ -273,9 +273,9 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int, run_id: st
 def resume_from(value, output_dir: str) -> str | None:
     """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
     Trainer's ``True``; ``false`` none (RAPOTrainer.train then moves the earlier run's checkpoints aside,
-    ``set_aside_checkpoints``); a folder must exist and be whole. Unset, it is none when ``output_dir`` holds no whole checkpoint: a run started over would
-    save its own checkpoints among an earlier run's, so that needs ``false``. Refused in one line before anything
-    loads."""
+    ``set_aside_checkpoints``); a folder must exist and be whole. Unset, it is none when ``output_dir`` holds no
+    whole checkpoint: a run started over would save its own checkpoints among an earlier run's, so that needs
+    ``false``. Refused in one line before anything loads."""
     from rapo_trl.trainer.resilience.checkpoint import checked_resume, last_complete_checkpoint
 
     if value is None:
