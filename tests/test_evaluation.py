@@ -170,3 +170,10 @@ def test_math_equivalence_passes_what_exact_match_does_not():
     assert passes(texts, ["1/2", "1/2"], numeric=False) == [False, False]
     with pytest.raises(ValueError, match="eval scoring must be one of"):
         set_scoring("fuzzy", "dataset", ["1"])
+
+
+def test_exact_match_does_not_pass_an_empty_answer_for_a_letter_gold():
+    """A multiple-choice letter is an article to SQuAD's normalisation: it is kept when it is the whole answer, so an
+    empty or article-only answer does not pass for it."""
+    texts = [answer(""), "<think>ok</think>\n<answer></answer>", answer("the"), answer("(A)"), answer("B")]
+    assert passes(texts, ["A"] * 5, numeric=False) == [False, False, False, True, False]

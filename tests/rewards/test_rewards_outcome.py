@@ -53,6 +53,11 @@ CASES = [
     ("a list is not one number", THINK + PY + answer("2,3"), "23", 0.0),
     ("a list, spaced or not", THINK + PY + answer("(1,2)"), "(1, 2)", 1.0),
     ("thousands separators, several groups", THINK + PY + answer("1,234,567"), "1234567", 1.0),
+    # An answer that is one article (a multiple-choice letter) keeps it: dropped, it would equal an empty answer.
+    ("letter answer", THINK + answer("(A)"), "A", 1.0),
+    ("empty answer is not the letter A", THINK + answer(""), "A", 0.0),
+    ("an article alone is not the letter A", THINK + answer("the"), "A", 0.0),
+    ("letter answer among words", THINK + answer("a cat"), "cat", 1.0),
     ("a number inside words", THINK + answer("12.5 apples"), "12.5", 2 / 3),
     ("GSM8K solution as gold", THINK + answer("1000"), "so it is 10*100 #### 1,000", 1.0),
     ("last boxed in the answer counts", THINK + "<answer>\\boxed{41} no, \\boxed{42}</answer>", "42", 1.0),

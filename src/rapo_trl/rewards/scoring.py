@@ -50,7 +50,7 @@ def _canonical_number(match: re.Match) -> str:
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation (lowercase, drop punctuation and the articles a/an/the, squeeze spaces), with each number
     kept whole and written one way: ``18.00`` -> ``18``, ``1,250`` -> ``1250``, ``-3``, ``2.5`` and ``1/2`` as they
-    are."""
+    are. An answer of articles alone keeps them (``A`` -> ``a``)."""
     pieces = []
     last = 0
     text = str(text)
@@ -59,7 +59,10 @@ def normalize_answer(text: str) -> str:
         pieces.append(_canonical_number(match))
         last = match.end()
     pieces.append(text[last:].lower().translate(_PUNCTUATION))
-    return " ".join(_ARTICLES_RE.sub(" ", "".join(pieces)).split())
+    words = "".join(pieces)
+    # A multiple-choice letter "A" is an article too: dropped, it would leave nothing, and an empty answer would then
+    # match it.
+    return " ".join(_ARTICLES_RE.sub(" ", words).split() or words.split())
 
 
 def token_f1(prediction: str, gold: str) -> float:
