@@ -155,6 +155,7 @@ def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_mode
     ("auto", "dataset", ["2", "-3", "1,000", "2.5", "1/2", ["4", "four"]], "exact"),  # one gold is no number
     ("auto", "dataset", ["2", "-3", "1,000", "2.5", "1/2", ["4", "4.0"]], "math"),
     ("auto", "dataset", ["Paris", "42"], "exact"),
+    ("auto", "dataset", ["\u22123", "1{,}000", "1,\\!000"], "math"),  # math-verify reads these numbers
     ("auto", "jsonl", [{"text": ["7"]}], "math"),
     ("auto", "word_problems", ["seven"], "math"),  # a shipped numeric task, whatever its golds
     ("exact", "arithmetic", ["7"], "exact"),
@@ -177,3 +178,10 @@ def test_exact_match_does_not_pass_an_empty_answer_for_a_letter_gold():
     empty or article-only answer does not pass for it."""
     texts = [answer(""), "<think>ok</think>\n<answer></answer>", answer("the"), answer("(A)"), answer("B")]
     assert passes(texts, ["A"] * 5, numeric=False) == [False, False, False, True, False]
+
+
+def test_exact_match_reads_the_number_spellings_math_equivalence_reads():
+    texts = [answer("\u22123"), answer("1{,}250"), answer("1,\\!250"), answer("\u22123")]
+    golds = ["-3", "1250", "1250", "3"]
+    assert passes(texts, golds, numeric=True) == [True, True, True, False]
+    assert passes(texts, golds, numeric=False) == [True, True, True, False]

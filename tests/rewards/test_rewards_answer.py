@@ -91,6 +91,8 @@ def test_names_for_trl_logs():
         ("0", "0", 1.0),
         ("-40", "-40", 1.0),
         ("40", "-40", 0.0),  # opposite signs: no credit however near
+        ("\u221240", "-40", 1.0),  # the Unicode minus sign
+        ("1{,}250", "1250", 1.0),  # LaTeX's thousands separator
         ("9", "99", 0.0),  # a whole order of magnitude off (log10(10) vs log10(100))
         ("1250 coins", "1250", 0.0),  # not a plain number
         ("x", "5", 0.0),

@@ -53,6 +53,12 @@ CASES = [
     ("a list is not one number", THINK + PY + answer("2,3"), "23", 0.0),
     ("a list, spaced or not", THINK + PY + answer("(1,2)"), "(1, 2)", 1.0),
     ("thousands separators, several groups", THINK + PY + answer("1,234,567"), "1234567", 1.0),
+    # The spellings of a number math-verify reads (as rapo eval scores it): the Unicode minus sign, LaTeX's commas.
+    ("Unicode minus sign", THINK + PY + answer("\u22123"), "-3", 1.0),
+    ("Unicode minus sign kept", THINK + PY + answer("\u22123"), "3", 0.0),
+    ("LaTeX thousands separator", THINK + PY + answer("1{,}250"), "1250", 1.0),
+    ("LaTeX thousands separator with a negative space", THINK + PY + answer("1,\\!250"), "1,250", 1.0),
+    ("LaTeX comma between two numbers", THINK + PY + answer("2{,}3"), "23", 0.0),
     # An answer that is one article (a multiple-choice letter) keeps it: dropped, it would equal an empty answer.
     ("letter answer", THINK + answer("(A)"), "A", 1.0),
     ("empty answer is not the letter A", THINK + answer(""), "A", 0.0),

@@ -20,12 +20,21 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _INTEGER = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
 # A number standing on its own: a sign, thousands commas, a decimal part (".5" too: it is 0.5, not 5), a denominator.
 _NUMBER_RE = re.compile(rf"(?<![\w.])[-+]?(?:{_INTEGER}(?:\.\d+)?|\.\d+)(?:/{_INTEGER})?(?![\w]|\.\d)")
+# Other spellings of a number's marks, as math-verify reads them (rapo eval's math scoring): the Unicode minus sign, and
+# LaTeX's thousands comma without the space after it ("1{,}250", "1,\\!250").
+_NUMBER_MARKS = (("\u2212", "-"), ("{,}", ","), (",\\!", ","))
+
+
+def _plain_marks(text: str) -> str:
+    for spelling, mark in _NUMBER_MARKS:
+        text = text.replace(spelling, mark)
+    return text
 
 
 def plain_number(text: str) -> Decimal | None:
     """The value of ``text`` when it is one plain number (``1,250``, ``-3``, ``12.50``, a closing ``.`` allowed),
     else None."""
-    text = str(text).strip().rstrip(".")
+    text = _plain_marks(str(text)).strip().rstrip(".")
     if "/" in text or not _NUMBER_RE.fullmatch(text):
         return None
     try:
@@ -37,7 +46,7 @@ def plain_number(text: str) -> Decimal | None:
 
 def is_number(text: str) -> bool:
     """Whether ``text`` is one number: ``42``, ``-3``, ``2.5``, ``1,000`` or ``1/2`` (a closing ``.`` allowed)."""
-    return _NUMBER_RE.fullmatch(str(text).strip().rstrip(".")) is not None
+    return _NUMBER_RE.fullmatch(_plain_marks(str(text)).strip().rstrip(".")) is not None
 
 
 def _canonical_number(match: re.Match) -> str:
@@ -49,11 +58,12 @@ def _canonical_number(match: re.Match) -> str:
 
 def normalize_answer(text: str) -> str:
     """SQuAD normalisation (lowercase, drop punctuation and the articles a/an/the, squeeze spaces), with each number
-    kept whole and written one way: ``18.00`` -> ``18``, ``1,250`` -> ``1250``, ``-3``, ``2.5`` and ``1/2`` as they
-    are. An answer of articles alone keeps them (``A`` -> ``a``)."""
+    kept whole and written one way: ``18.00`` -> ``18``, ``1,250`` (LaTeX's ``1{,}250`` too) -> ``1250``, ``-3`` (with
+    the Unicode minus sign too), ``2.5`` and ``1/2`` as they are. An answer of articles alone keeps them (``A`` ->
+    ``a``)."""
     pieces = []
     last = 0
-    text = str(text)
+    text = _plain_marks(str(text))
     for match in _NUMBER_RE.finditer(text):
         pieces.append(text[last:match.start()].lower().translate(_PUNCTUATION))
         pieces.append(_canonical_number(match))
