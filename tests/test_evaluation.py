@@ -157,6 +157,7 @@ def test_evaluate_policy_samples_k_rollouts_per_question_for_mean_at_k(tiny_mode
     ("auto", "dataset", ["Paris", "42"], "exact"),
     ("auto", "dataset", ["\u22123", "1{,}000", "1,\\!000"], "math"),  # math-verify reads these numbers
     ("auto", "jsonl", [{"text": ["7"]}], "math"),
+    ("auto", "jsonl", [1e-05, 2.5], "math"),  # float golds, one of which Python writes 1e-05
     ("auto", "word_problems", ["seven"], "math"),  # a shipped numeric task, whatever its golds
     ("exact", "arithmetic", ["7"], "exact"),
     ("math", "dataset", ["\\frac{1}{2}"], "math"),

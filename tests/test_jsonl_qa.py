@@ -47,6 +47,7 @@ def test_rows_and_the_reader_imports_nothing_heavy(tmp_path):
 
 @pytest.mark.parametrize("answers, read", [
     ([12, "15"], ["12", "15"]),
+    ([1e-05, "15"], ["0.00001", "15"]),  # not 1e-05, which no answer matches
     ([12, 2.5], [12, 2.5]),  # numbers alone stay numbers
     (["4", ["2", 2]], [["4"], ["2", "2"]]),
     ([7, [1, 2]], [[7], [1, 2]]),

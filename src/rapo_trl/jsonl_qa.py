@@ -8,6 +8,8 @@ Each message names the file and the line (the file's line, not the line inside o
 from __future__ import annotations
 
 import json
+import math
+from decimal import Decimal
 from pathlib import Path
 
 
@@ -72,4 +74,12 @@ def answers_of_one_type(answers: list) -> list:
 
 
 def _as_text(gold):
-    return str(gold) if isinstance(gold, (int, float)) and not isinstance(gold, bool) else gold
+    return number_text(gold) if isinstance(gold, (int, float)) and not isinstance(gold, bool) else gold
+
+
+def number_text(value) -> str:
+    """``str(value)``, but a float in digits: Python writes ``0.00001`` as ``1e-05``, which no answer matches as
+    text and math-verify does not read as a number."""
+    if isinstance(value, float) and math.isfinite(value):
+        return format(Decimal(repr(value)), "f")
+    return str(value)

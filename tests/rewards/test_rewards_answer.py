@@ -53,6 +53,7 @@ def test_answer_rewards_ignore_retrieved_answers():
         ("<answer>\\boxed{2\\sqrt{2}}</answer>", "\\sqrt{8}", 1.0),
         ("<answer>\\boxed{17}</answer>", "18", 0.0),
         ("no answer", "18", 0.0),
+        ("<answer>\\boxed{0.00001}</answer>", 1e-05, 1.0),  # a float gold, which Python writes 1e-05
         ("<answer>\\boxed{x}</answer>", "The worked solution gives \\boxed{x}", 1.0),
     ],
 )

@@ -45,6 +45,8 @@ CASES = [
     ("fraction bar kept", THINK + PY + answer("1/2"), "12", 0.0),
     ("trailing zeros", THINK + PY + answer("18.00"), "18", 1.0),
     ("a float gold, as a JSON column of decimals loads it", THINK + PY + answer("25"), 25.0, 1.0),
+    ("a small float gold, which Python writes 1e-05", THINK + PY + answer("0.00001"), 1e-05, 1.0),
+    ("a large float gold, which Python writes 1e+16", THINK + PY + answer("10000000000000000"), 1e16, 1.0),
     ("negative decimal", THINK + PY + answer("-0.50"), "-0.5", 1.0),
     ("leading decimal point", THINK + PY + answer(".5"), "0.5", 1.0),
     ("leading decimal point kept", THINK + PY + answer(".5"), "5", 0.0),

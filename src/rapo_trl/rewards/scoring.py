@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from rapo_trl.jsonl_qa import number_text
 from rapo_trl.rewards.parsing import last_boxed
 
 # Dataset columns that may hold the gold answer(s), in order of preference.
@@ -94,8 +95,9 @@ def exact_match(prediction: str, gold: str) -> float:
 
 def clean_gold(gold: Any) -> str:
     """One gold answer as a string: a GSM8K solution becomes the number after ``####`` (commas
-    dropped), a worked solution with ``\\boxed{}`` its last boxed value, anything else ``str()``."""
-    text = str(gold)
+    dropped), a worked solution with ``\\boxed{}`` its last boxed value, a number its digits (``number_text``),
+    anything else ``str()``."""
+    text = number_text(gold)
     if "####" in text:
         return text.rsplit("####", 1)[1].strip().replace(",", "")
     boxed = last_boxed(text)
