@@ -186,3 +186,40 @@ def test_exact_match_reads_the_number_spellings_math_equivalence_reads():
     golds = ["-3", "1250", "1250", "3"]
     assert passes(texts, golds, numeric=True) == [True, True, True, False]
     assert passes(texts, golds, numeric=False) == [True, True, True, False]
+
+
+def _rng_states(torch) -> tuple:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return torch.get_rng_state(), cuda
+
+
+def test_evaluate_policy_sampling_leaves_the_callers_global_rng_as_it_found_it(tiny_model):
+    """An eval called mid-training seeds its own draws; reseeding torch's global generator would make every draw
+    after each eval repeat the same random numbers."""
+    import torch
+
+    model, tok = tiny_model
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # on a GPU the CUDA generator is drawn from too
+    model.to(device)
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"q {i}"}], "answer": str(i)} for i in range(2)])
+    decoded = []
+    decode = tok.decode
+    tok.decode = lambda *a, **k: decoded.append(decode(*a, **k)) or decoded[-1]
+
+    def sampled(seed):
+        decoded.clear()
+        evaluate_policy(model, tok, rows, [EchoTool()], max_completion_length=16, max_turn_tokens=8,
+                        batch_size=4, progress=False, samples=2, greedy=False, seed=seed)
+        return list(decoded)
+
+    torch.manual_seed(1234)
+    torch.rand(3)  # a caller's stream part-way along, not at a seed
+    cpu_before, cuda_before = _rng_states(torch)
+    first = sampled(seed=5)
+    cpu_after, cuda_after = _rng_states(torch)
+    assert torch.equal(cpu_before, cpu_after)
+    assert len(cuda_before) == len(cuda_after)
+    assert all(torch.equal(b, a) for b, a in zip(cuda_before, cuda_after))
+    # Still reproducible: the same seed draws the same samples wherever the caller's stream stands.
+    torch.rand(5)
+    assert first and sampled(seed=5) == first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -115,9 +116,9 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``). ``max_tool_calls``,
     ``max_result_chars`` and ``answer_stop`` as in `RolloutConfig`: a trained policy is scored with the tool budget,
     result cut and stop text it trained with.
+    ``seed`` seeds the sampled rollouts only: torch's global CPU and CUDA generators are restored afterwards, so an
+    evaluation run mid-training leaves the training run's random stream where it was.
     """
-    import torch
-
     from rapo_trl.rollout.agent import RolloutAgent
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
@@ -142,13 +143,33 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
         answers = [a for a in list(rows["answer"])[:count] for _ in range(samples)]
         agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=temperature),
                              batch_size, engine)
-        torch.manual_seed(seed)  # the same draws for a model evaluated twice
-        sampled = _run(agent, tokenizer, prompts, batch_size, progress, f"{desc} mean@{samples}")
+        with _seeded(seed):  # the same draws for a model evaluated twice
+            sampled = _run(agent, tokenizer, prompts, batch_size, progress, f"{desc} mean@{samples}")
         sampled_texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in sampled]
         result.update(mean_at_k(passes(sampled_texts, answers, numeric), samples))
         result["temperature"] = temperature
     result["seconds"] = round(time.perf_counter() - start, 1)
     return result
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    """Torch's global generators seeded with ``seed`` inside, and put back as they were on exit.
+
+    Generation draws from the global generators (``model.generate`` takes no generator), so they are seeded as
+    ``torch.manual_seed`` does and forked. CUDA's are forked only once CUDA is initialised: a model on the CPU
+    neither draws from them nor should initialise CUDA, and a ``torch.manual_seed`` before initialisation would be
+    queued, seeding the caller's CUDA generators later, outside the fork.
+    """
+    import torch
+
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if cuda else []):
+        if cuda:
+            torch.manual_seed(seed)
+        else:
+            torch.random.default_generator.manual_seed(seed)
+        yield
 
 
 def _run(agent, tokenizer, prompts: list, batch_size: int, progress: bool, desc: str) -> list:
