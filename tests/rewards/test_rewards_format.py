@@ -223,6 +223,8 @@ def test_last_boxed_balances_braces(text, expected):
 def test_extract_prediction_prefers_the_answer_block():
     assert extract_prediction("\\boxed{1}<answer>\\boxed{2} or \\boxed{3}</answer>") == "3"
     assert extract_prediction("<answer> plain </answer>") == "plain"
+    # A bare answer block wins over a boxed value elsewhere: a draft boxed while thinking is not the answer.
+    assert extract_prediction("<think>\\boxed{5}</think><answer> 6 </answer>") == "6"
     assert extract_prediction("only \\boxed{7}") == "7"
     assert extract_prediction("nothing") is None
 

@@ -87,8 +87,9 @@ def answer_blocks(text: str) -> list[str]:
 
 
 def extract_prediction(text: str) -> str | None:
-    """The model's final answer: the last boxed value in the last answer block; failing that the
-    last boxed value anywhere, then the bare answer block; None when there is nothing to score."""
+    """The model's final answer: the last boxed value in the last answer block, else that block's bare text;
+    the last boxed value anywhere only when there is no answer block (a boxed value inside ``<think>`` does not
+    override the answer); None when there is nothing to score."""
     blocks = answer_blocks(text)
     if blocks:
         boxed = last_boxed(blocks[-1])
