@@ -107,6 +107,15 @@ def test_output_is_capped():
     assert len(error) < 400 and "ValueError: boom" in error
 
 
+def test_output_cut_before_a_failure_is_marked_as_cut():
+    # The error text shows the output's head: without the note the model would take it for all the code printed.
+    tool = PythonTool(timeout=5.0, max_output_chars=100)
+    error = _error_of(tool, "print('y' * 5000)\nraise ValueError('boom')")
+    assert error.startswith("y" * 100 + "\n... [output truncated: showing the first 100 characters]\n")
+    assert error.endswith("ValueError: boom")
+    assert "truncated" not in _error_of(tool, "print('short')\nraise ValueError('boom')")
+
+
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert TOOL.run("import os\nos.environ.get('HF_TOKEN'), 'PYTHONPATH' in os.environ") == "(None, False)\n"

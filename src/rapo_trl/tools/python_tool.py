@@ -227,9 +227,9 @@ class PythonTool:
         isolation = json.loads(report_text) if report_text.startswith("{") else {}
         _remove_workdir(isolation.get("workdir"))
         seconds = time.monotonic() - start
+        if stdout_cut:  # on a failure too: the error text leads with this output
+            stdout += f"\n... [output truncated: showing the first {self.max_output_chars} characters]"
         if returncode == 0 and not timed_out:
-            if stdout_cut:
-                stdout += f"\n... [output truncated: showing the first {self.max_output_chars} characters]"
             return {"ok": True, "stdout": stdout, "isolation": isolation, "seconds": seconds}
         oom = cgroup is not None and cgroup.oom_killed()
         error = self._describe_failure(returncode, timed_out, stdout, stderr, isolation, oom)
