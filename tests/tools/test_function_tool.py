@@ -183,6 +183,25 @@ def test_values_taken_by_kwargs_are_coerced_to_its_annotation():
         FunctionTool(scores).run('{"name": "a", "r1": "three"}')
 
 
+def clamp(low: int = 0, high: int = 10, /, value: int = 5) -> list:
+    """Echo the bounds and the value.
+
+    Args:
+        low: The lower bound.
+        high: The upper bound.
+        value: The value.
+    """
+    return [low, high, value]
+
+
+def test_positional_only_arguments_reach_their_own_parameters():
+    # high given without low must not be passed as low: an omitted positional-only argument keeps its default.
+    assert FunctionTool(clamp).run('{"high": 3}') == "[0, 3, 5]"
+    assert FunctionTool(clamp).run('{"low": 2, "value": 7}') == "[2, 10, 7]"
+    assert FunctionTool(clamp).run('{"value": 1}') == "[0, 10, 1]"
+    assert FunctionTool(clamp).run('{"high": 4, "low": 1}') == "[1, 4, 5]"
+
+
 def test_return_values_are_str_or_json():
     assert FunctionTool(city).run("Paris") == '{"name": "Paris", "letters": 5}'
     assert FunctionTool(divide).run('{"a": 1, "b": 4}') == "0.25"

@@ -362,8 +362,11 @@ class FunctionTool:
 
     def run(self, text: str) -> str:
         arguments = self.parse_arguments(text)
-        positional = [arguments.pop(p.name) for p in self._params
-                      if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.name in arguments]
+        only = [p for p in self._params if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+        given = max((k for k, p in enumerate(only) if p.name in arguments), default=-1)
+        # An omitted one before a given one is passed its default (parse_arguments refused a missing required
+        # one): left out, every later value would go to the parameter before its own.
+        positional = [arguments.pop(p.name) if p.name in arguments else p.default for p in only[: given + 1]]
         result = self._call(positional, arguments)
         if isinstance(result, (dict, list, tuple)):
             return json.dumps(result, ensure_ascii=False, default=str)
