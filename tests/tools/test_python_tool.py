@@ -116,6 +116,13 @@ def test_output_cut_before_a_failure_is_marked_as_cut():
     assert "truncated" not in _error_of(tool, "print('short')\nraise ValueError('boom')")
 
 
+def test_the_code_gets_no_command_line_arguments():
+    # As a script run without arguments: the bootstrap's own (its config) are none of the code's.
+    assert TOOL.run("import sys\nsys.argv") == "['<code>']\n"
+    code = "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--n', type=int, default=5)\n"
+    assert TOOL.run(code + "parser.parse_args().n") == "5\n"
+
+
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert TOOL.run("import os\nos.environ.get('HF_TOKEN'), 'PYTHONPATH' in os.environ") == "(None, False)\n"

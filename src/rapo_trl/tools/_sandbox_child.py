@@ -529,6 +529,8 @@ def run_code(source: str, show_last: bool) -> int:
         return 1
     last = tree.body.pop() if show_last and tree.body and isinstance(tree.body[-1], ast.Expr) else None
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    # As a script run with no arguments: the bootstrap's own (its config) would reach argparse and sys.argv[1:].
+    sys.argv[:] = [FILENAME]
     try:
         exec(compile(tree, FILENAME, "exec"), namespace)
         if last is not None:
