@@ -123,6 +123,18 @@ def test_the_code_gets_no_command_line_arguments():
     assert TOOL.run(code + "parser.parse_args().n") == "5\n"
 
 
+def test_the_code_is_the_main_module():
+    # unittest, doctest and pickle find the code's names through sys.modules["__main__"]: were that the sandbox
+    # bootstrap, a failing test suite would run no test and pass.
+    tests = "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        self.assertEqual(1, 2)\n"
+    error = _error_of(TOOL, tests + "unittest.main()")
+    assert "Ran 1 test" in error and "FAILED (failures=1)" in error
+    doctests = 'def sq(x):\n    """\n    >>> sq(3)\n    10\n    """\n    return x * x\nimport doctest\n'
+    assert TOOL.run(doctests + "doctest.testmod().failed").endswith("\n1\n")
+    assert TOOL.run("import pickle\nclass A:\n    x = 3\npickle.loads(pickle.dumps(A())).x") == "3\n"
+    assert TOOL.run("import __main__\nv = 7\n__main__.v") == "7\n"
+
+
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert TOOL.run("import os\nos.environ.get('HF_TOKEN'), 'PYTHONPATH' in os.environ") == "(None, False)\n"

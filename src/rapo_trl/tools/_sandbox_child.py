@@ -23,6 +23,7 @@ import stat
 import sys
 import tempfile
 import traceback
+import types
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -528,7 +529,12 @@ def run_code(source: str, show_last: bool) -> int:
         traceback.print_exception(type(error), error, None)
         return 1
     last = tree.body.pop() if show_last and tree.body and isinstance(tree.body[-1], ast.Expr) else None
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    # The code's module is sys.modules["__main__"], as a script's is: unittest.main(), doctest.testmod() and pickle
+    # look the code's names up there, and in this bootstrap's module would find none of them.
+    main_module = types.ModuleType("__main__")
+    main_module.__builtins__ = builtins
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
     # As a script run with no arguments: the bootstrap's own (its config) would reach argparse and sys.argv[1:].
     sys.argv[:] = [FILENAME]
     try:
