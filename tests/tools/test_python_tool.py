@@ -135,6 +135,13 @@ def test_the_code_is_the_main_module():
     assert TOOL.run("import __main__\nv = 7\n__main__.v") == "7\n"
 
 
+def test_code_that_closes_or_replaces_its_stdout_keeps_its_output():
+    # As a script's: the bootstrap flushing the closed stream afterwards is no failure of the code's.
+    assert TOOL.run("import sys\nprint('bye')\nsys.stdout.close()") == "bye\n"
+    # A last line without its newline is written, as at a script's exit, after the code replaced sys.stdout too.
+    assert TOOL.run("import io, sys\nsys.stdout.write('kept')\nsys.stdout = io.StringIO()") == "kept"
+
+
 def test_environment_is_scrubbed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
     assert TOOL.run("import os\nos.environ.get('HF_TOKEN'), 'PYTHONPATH' in os.environ") == "(None, False)\n"

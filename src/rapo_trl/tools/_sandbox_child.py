@@ -584,8 +584,13 @@ def main() -> None:
     # before (a file's block buffer would die with the process, unwritten).
     sys.stdout.reconfigure(line_buffering=True)
     status = run_code(source, config["show_last_expression"])
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # Flushed as at a script's exit (os._exit below skips it), the streams the code replaced too. One it closed or
+    # set to None is no failure of the code's; an OSError (the file size limit) is.
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError):
+            pass
     # os._exit: threads the code left running must not keep the sandbox alive.
     os._exit(status)
 
