@@ -207,6 +207,17 @@ def test_return_values_are_str_or_json():
     assert FunctionTool(divide).run('{"a": 1, "b": 4}') == "0.25"
 
 
+def pairs() -> dict:
+    """Distances between pairs of points."""
+    return {(1, 2): 3.5}
+
+
+def test_a_value_json_cannot_write_is_shown_with_str():
+    # The function ran: its value must not come back as a failed call blaming json.dumps.
+    (call,) = run_tool_calls([(FunctionTool(pairs), "{}")])
+    assert call.ok and call.output == "{(1, 2): 3.5}"
+
+
 def test_async_functions_are_awaited():
     assert FunctionTool(double).run("1.5") == "3.0"
 

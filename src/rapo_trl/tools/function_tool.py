@@ -235,7 +235,8 @@ class FunctionTool:
             returns thus holds at most this many threads (plus the calls made at the same moment).
 
     ``schema`` is the function's JSON schema from ``transformers.utils.get_json_schema``; ``run``
-    returns the function's value with ``str()``, dicts and lists as JSON.
+    returns the function's value with ``str()``, dicts and lists as JSON (with ``str()`` too where JSON cannot write
+    them: tuple keys, a cycle).
     """
 
     function: Callable[..., Any]
@@ -369,7 +370,10 @@ class FunctionTool:
         positional = [arguments.pop(p.name) if p.name in arguments else p.default for p in only[: given + 1]]
         result = self._call(positional, arguments)
         if isinstance(result, (dict, list, tuple)):
-            return json.dumps(result, ensure_ascii=False, default=str)
+            try:
+                return json.dumps(result, ensure_ascii=False, default=str)
+            except (TypeError, ValueError):  # keys JSON cannot hold (a tuple), a cycle: the call still succeeded
+                pass
         return str(result)
 
     def _call(self, positional: list, arguments: dict) -> Any:
