@@ -83,6 +83,16 @@ class Line:
         """The worktree at ``commit``, beside this checkout, with a venv of its own (its ``src`` installed)."""
         return ROOT.parent / f"rapo-protocol-{self.name}"
 
+    @property
+    def warm_start(self) -> Path:
+        """The shared warm start every run of the worktree starts from."""
+        return self.worktree / WORKDIR / WARM_START_DIR
+
+    @property
+    def warm_start_file(self) -> Path:
+        """``WARM_START_FILE`` beside the warm start."""
+        return self.worktree / WORKDIR / WARM_START_FILE
+
 
 LINES = {line.name: line for line in (
     Line("bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", (
@@ -147,15 +157,14 @@ def prepare(line: Line) -> None:
     if not (line.worktree / ".git").exists():
         git("worktree", "add", "--detach", str(line.worktree), line.commit)
     subprocess.run(["bash", "scripts/setup.sh"], cwd=line.worktree, check=True)
-    warm_start = line.worktree / WORKDIR / WARM_START_DIR
-    if warm_start.exists() and (line.worktree / WORKDIR / WARM_START_FILE).exists():
+    if line.warm_start.exists() and line.warm_start_file.exists():
         # made and checked by an earlier prepare, in this worktree and venv
         print(f"learning_queue: the worktree's warm start is in place ({describe(warm_start_state(line))}); the "
               "lanes may start")
         return
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
-    logged = None if warm_start.exists() else check_run(line, line.warm_start_threads)  # builds the warm start
+    logged = None if line.warm_start.exists() else check_run(line, line.warm_start_threads)  # builds the warm start
     if record is None:
         print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
               "warm starts are checked against; the lanes may start")
@@ -226,7 +235,7 @@ def run_lane(line: Line, lane: int) -> None:
     """Lane ``lane`` of the line's plan for the worktree's warm start: ``lanes`` from the records' one, else
     ``rebuilt_lanes``, less the runs this checkout already holds from the same warm start and code (made on an
     earlier machine whose rebuild gave the same weights)."""
-    if not (line.worktree / WORKDIR / WARM_START_DIR).exists():
+    if not line.warm_start.exists():
         raise SystemExit("learning_queue: no warm start in the worktree yet; run `learning_queue.py prepare` first "
                          "(two lanes would otherwise build the store and the warm start twice, at once)")
     state = warm_start_state(line)
@@ -258,10 +267,9 @@ def fingerprint_of(warm_start: Path) -> str:
 
 
 def write_warm_start_state(line: Line, records_one: bool) -> dict:
-    workdir = line.worktree / WORKDIR
-    state = {"fingerprint": fingerprint_of(workdir / WARM_START_DIR), "records_one": records_one,
+    state = {"fingerprint": fingerprint_of(line.warm_start), "records_one": records_one,
              "checked": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    (workdir / WARM_START_FILE).write_text(json.dumps(state, indent=1) + "\n")
+    line.warm_start_file.write_text(json.dumps(state, indent=1) + "\n")
     return state
 
 
@@ -285,10 +293,12 @@ def marked(records: dict, state: dict) -> dict:
     fingerprint; records of the records' own warm start are left as they were."""
     if state is None or state["records_one"]:
         return records
-    return {name: [{**r, "warm_start": state["fingerprint"]}
-                   if "warm_start" not in r and r.get("recorded", "") >= state["checked"] else r
-                   for r in entries] if name in LISTS else entries
-            for name, entries in records.items()}
+
+    def mark(record: dict) -> dict:
+        made_from_it = "warm_start" not in record and record.get("recorded", "") >= state["checked"]
+        return {**record, "warm_start": state["fingerprint"]} if made_from_it else record
+
+    return {**records, **{name: [mark(r) for r in records[name]] for name in LISTS if name in records}}
 
 
 def sync() -> None:
@@ -301,8 +311,7 @@ def sync() -> None:
 
 
 def state_if_any(line: Line) -> dict | None:
-    path = line.worktree / WORKDIR / WARM_START_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return json.loads(line.warm_start_file.read_text()) if line.warm_start_file.exists() else None
 
 
 def load_records(path: Path) -> dict:
