@@ -233,6 +233,40 @@ def test_rapo_traceback_is_documented_and_works(recipe_file, tmp_path, monkeypat
         main(["train", "--config", str(bad)])
 
 
+def _calls_of(function, monkeypatch) -> list:
+    """Wraps ``function`` under every name a loaded ``rapo_trl.cli`` module holds it by (a module that imported it
+    holds its own); returns the list each call appends its first argument to."""
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return function(*args, **kwargs)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("rapo_trl.cli") and getattr(module, function.__name__, None) is function:
+            monkeypatch.setattr(module, function.__name__, counted)
+    return calls
+
+
+def test_train_checks_the_script_arguments_once(recipe_file, monkeypatch):
+    """`rapo train` reads its command line twice (first without TRL, then by TRL's parser) and checks it early and
+    again as it runs; the script's arguments, whose check reads a JSONL dataset whole, are checked once all the same."""
+    from rapo_trl.cli import build_store, common, evaluate, main, train  # noqa: F401 - each holds its names to wrap
+
+    class ModelLoads(Exception):
+        pass
+
+    def model_loads(*args, **kwargs):
+        raise ModelLoads
+
+    calls = _calls_of(common.check_script_arguments, monkeypatch)
+    monkeypatch.setattr(train, "load_policy_source", model_loads)  # every check comes before the model loads
+    monkeypatch.setenv("RAPO_TRACEBACK", "1")  # the stop raised as it is, not reported as an error line
+    with pytest.raises(ModelLoads):
+        main(["train", "--config", str(recipe_file), "--retrieve_prob", "0"])
+    assert calls == ["train"]
+
+
 def test_eval_without_output_dir_looks_where_train_saves_by_default(tmp_path):
     """No output_dir: TrainingArguments' default ("trainer_output", set only in its __post_init__) is the model."""
     run = rapo("eval", "--model_name_or_path", "tiny", cwd=tmp_path)

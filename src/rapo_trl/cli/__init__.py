@@ -11,7 +11,13 @@ from rapo_trl import __version__
 from rapo_trl.cli.console import configure_console
 from rapo_trl.cli.errors import TRACEBACK_ENV, report
 from rapo_trl.cli.parsing import ArgumentParser
-from rapo_trl.cli.recipe import RECIPE_COMMANDS, ignored_flags, parse_recipe, read_recipe
+from rapo_trl.cli.recipe import (
+    RECIPE_COMMANDS,
+    ignored_flags,
+    parse_checked_recipe,
+    parse_recipe,  # noqa: F401 - for Python callers: read_recipe's checks, then TRL's parse
+    read_recipe,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +50,7 @@ def _run_recipe(command: str, argv: list[str]):
     # Everything that can be checked without TRL, torch or a model (the recipe, the store, the model's
     # whereabouts) is, first: a mistake answers in a second, not after the imports and a model load.
     module.check(*read_recipe(command, argv))
-    return module.run(*parse_recipe(command, argv))
+    return module.run(*parse_checked_recipe(command, argv))
 
 
 def _wants_traceback() -> bool:

@@ -13,7 +13,6 @@ from rapo_trl.cli.common import (
     build_tools,
     check_model,
     check_quantization,
-    check_script_arguments,
     check_store_location,
     count_line,
     load_policy,
@@ -51,8 +50,8 @@ def _expert_agent(script, rows, tools):
 
 
 def check(script, rapo_args, model_args) -> None:
-    """Every input build-store can check without loading anything (also before TRL is imported)."""
-    check_script_arguments("build-store", script)
+    """Every input build-store can check without loading anything (also before TRL is imported), beyond the
+    script's own arguments, which `read_recipe` checked as it read them."""
     check_environment(script, "build-store")
     if script.environment_factory is None or script.reward_funcs is not None:
         training_rewards(script, rapo_args.reward_weights)  # an unknown name or a weight count refused before loading

@@ -18,7 +18,6 @@ from rapo_trl.cli.common import (
     build_tools,
     check_model,
     check_quantization,
-    check_script_arguments,
     count_line,
     eval_splits,
     load_policy,
@@ -159,8 +158,8 @@ def check_sampled_names(script) -> None:
 
 
 def check(script, rapo_args, model_args) -> None:
-    """Every input eval can check without loading anything (also before TRL is imported)."""
-    check_script_arguments("eval", script)
+    """Every input eval can check without loading anything (also before TRL is imported), beyond the script's
+    own arguments, which `read_recipe` checked as it read them."""
     check_sampling_settings(script)
     if script.eval_model in MODEL_ALIASES:
         check_model(script.eval_model)

@@ -296,8 +296,14 @@ def read_recipe(command: str, argv: list[str]):
 def parse_recipe(command: str, argv: list[str]):
     """``(script, rapo_config, model_config)``: the real dataclasses from ``--config`` YAML and CLI overrides,
     parsed by TRL's `TrlParser` once `read_recipe` found the command line sound."""
-    argv = split_config_equals(argv)
     read_recipe(command, argv)
+    return parse_checked_recipe(command, argv)
+
+
+def parse_checked_recipe(command: str, argv: list[str]):
+    """`parse_recipe` for a command line `read_recipe` has already checked, as the ``rapo`` command does before TRL
+    imports: reading it again would repeat every check (and read a JSONL dataset again)."""
+    argv = split_config_equals(argv)
     from trl import ModelConfig, TrlParser
 
     from rapo_trl.cli.arguments import RAPOScriptArguments, yaml_numbers

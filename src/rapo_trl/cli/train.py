@@ -11,7 +11,6 @@ from rapo_trl.cli.common import (
     UsageError,
     check_model,
     check_quantization,
-    check_script_arguments,
     check_store_location,
     count_line,
     eval_splits,
@@ -52,8 +51,8 @@ def check_store_not_empty(store, script, rapo_args) -> None:
 
 
 def check(script, rapo_args, model_args) -> None:
-    """Every input train can check before TRL, torch or a model loads."""
-    check_script_arguments("train", script)
+    """Every input train can check before TRL, torch or a model loads, beyond the script's own arguments, which
+    `read_recipe` checked as it read them."""
     check_batch_shape(rapo_args)
     check_report_to(rapo_args)
     check_environment(script, "train")
