@@ -114,7 +114,8 @@ INTERNALS: tuple[Internal, ...] = (
              ("output_dir",)),
     Internal(TRAINER, "_load_optimizer_and_scheduler", "override: RAPO's rollout state is restored on resume",
              ("checkpoint",)),
-    Internal(TRAINER, "_save", "override: RAPO's model card replaces PEFT's empty one", ("output_dir", "state_dict")),
+    Internal(TRAINER, "_save", "override: RAPO's model card replaces PEFT's empty one (trainer/model_card_writing.py)",
+             ("output_dir", "state_dict")),
     Internal(GRPO, "_get_train_sampler", "override: a resumed run walks each epoch in the uninterrupted run's order "
              "(trainer/resilience/epoch_order.py)", ("dataset",), calls_in_order=("RepeatSampler(", "seed=self.args.seed")),
     Internal("trl.trainer.utils:RepeatSampler", "__iter__", "one permutation drawn per epoch, replayed by "

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import functools
 import logging
-import os
 
 import torch
 from accelerate.utils import gather_object
@@ -72,6 +71,7 @@ from rapo_trl.trainer.metrics import (
     rollout_metrics,
     signal_metrics,
 )
+from rapo_trl.trainer.model_card_writing import ModelCardMixin
 from rapo_trl.trainer.resilience.checkpointing import CheckpointingMixin
 from rapo_trl.trainer.resilience.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
@@ -93,7 +93,7 @@ from rapo_trl.trainer.tool_protocol import check_json_options, resolve_tool_prot
 logger = logging.getLogger("rapo_trl.trainer")
 
 
-class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
+class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
     """Trainer for Retrieval-Augmented Policy Optimization (RAPO).
 
     A [`~trl.GRPOTrainer`] whose rollouts are step-wise and tool-using: the policy writes `<python>` /
@@ -574,34 +574,3 @@ class RAPOTrainer(CheckpointingMixin, GRPOTrainer):
         if self._loss_forward is not None:
             self._loss_forward.apply(scored[0])
         return scored
-
-    # ------------------------------------------------------------------ the model card (checkpoints: resilience/checkpointing.py)
-
-    def create_model_card(self, model_name=None, dataset_name=None, tags=None, **kwargs):
-        """TRL's card for this trainer (paper, tags, citation) plus RAPO's recipe and any `rapo eval` table,
-        written to ``output_dir/README.md``; see `rapo_trl.model_card`."""
-        if not self.is_world_process_zero():
-            return
-        from rapo_trl.model_card import build_model_card
-
-        card = build_model_card(
-            self,
-            model_name=model_name,
-            dataset_name=dataset_name,
-            tags=tags,
-            base_model=kwargs.get("base_model"),
-            evaluation=kwargs.get("evaluation"),
-        )
-        output_dir = kwargs.get("output_dir") or self.args.output_dir
-        os.makedirs(output_dir, exist_ok=True)
-        card.save(os.path.join(output_dir, "README.md"))
-
-    def _save(self, output_dir=None, state_dict=None):
-        super()._save(output_dir, state_dict)
-        # PEFT's save_pretrained leaves its empty card template (with a local base path): put RAPO's card in
-        # its place. Checkpoints are left as they are (TRL writes the card to output_dir when it saves one).
-        folder = output_dir or self.args.output_dir
-        if self.is_world_process_zero() and not os.path.basename(os.path.normpath(folder)).startswith(
-            "checkpoint-"
-        ):
-            self.create_model_card(output_dir=folder)
