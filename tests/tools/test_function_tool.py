@@ -251,6 +251,37 @@ def test_bad_calls_raise_a_precise_one_line_tool_error(function, text, message):
     assert "\n" not in str(caught.value)
 
 
+def point(xy: tuple[int, int]) -> str:
+    """Name a grid point.
+
+    Args:
+        xy: The column and the row.
+    """
+    return repr(xy)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"xy": [1, 2, 3]}', "point: argument 'xy' must be a JSON array of 2 items (integer, integer), got 3 items: "
+                              "[1, 2, 3]"),
+        ('{"xy": [1]}', "point: argument 'xy' must be a JSON array of 2 items (integer, integer), got 1 item: [1]"),
+        ('{"xy": ["a", 2]}', "point: argument 'xy' item 0 must be an integer, got \"a\""),
+        ('{"xy": "ab"}', "point: argument 'xy' must be a JSON array, got \"ab\""),
+    ],
+)
+def test_a_tuple_argument_is_checked_item_by_item(text, message):
+    with pytest.raises(ToolError) as caught:
+        FunctionTool(point).run(text)
+    assert str(caught.value) == message
+
+
+def test_a_tuple_argument_of_the_right_shape_is_coerced_like_a_list():
+    # Passed as the list JSON gives, as before: a successful call's output stays the same.
+    assert FunctionTool(point).run('{"xy": [1, 2]}') == "[1, 2]"
+    assert FunctionTool(point).run('{"xy": ["1", 2.0]}') == "[1, 2]"
+
+
 def test_the_function_raising_is_a_failed_call_the_model_sees():
     with pytest.raises(ToolError, match=r"^divide raised ZeroDivisionError: float division by zero$"):
         FunctionTool(divide).run('{"a": 1, "b": 0}')

@@ -208,7 +208,9 @@ def coerce(value: Any, spec: dict, where: str) -> Any:
             wanted = " or ".join(_ARTICLE.get(kind, kind) for kind in kinds)
             raise ToolError(f"{where} must be {wanted}, got {_show(value)}")
         value = result
-        if isinstance(value, list) and isinstance(spec.get("items"), dict):
+        if isinstance(value, list) and isinstance(spec.get("prefixItems"), list):
+            value = _coerce_fixed_items(value, spec["prefixItems"], where)
+        elif isinstance(value, list) and isinstance(spec.get("items"), dict):
             value = [coerce(item, spec["items"], f"{where} item {i}") for i, item in enumerate(value)]
         elif isinstance(value, dict) and isinstance(spec.get("additionalProperties"), dict):
             value = {
@@ -218,6 +220,16 @@ def coerce(value: Any, spec: dict, where: str) -> Any:
     if "enum" in spec and value not in spec["enum"]:
         raise ToolError(f"{where} must be {describe_type({'enum': spec['enum']})}, got {_show(value)}")
     return value
+
+
+def _coerce_fixed_items(value: list, item_specs: list, where: str) -> list:
+    """A ``tuple[int, str]`` argument (JSON schema ``prefixItems``): exactly one value per position, each coerced
+    to its own type. Kept a list, as JSON gives it, so a call that already worked passes the same value."""
+    if len(value) != len(item_specs):
+        kinds = ", ".join(describe_type(item) for item in item_specs)
+        count = f"{len(value)} item{'s' if len(value) != 1 else ''}"
+        raise ToolError(f"{where} must be a JSON array of {len(item_specs)} items ({kinds}), got {count}: {_show(value)}")
+    return [coerce(item, item_spec, f"{where} item {i}") for i, (item, item_spec) in enumerate(zip(value, item_specs))]
 
 
 @dataclass
