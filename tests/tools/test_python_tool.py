@@ -221,6 +221,27 @@ def test_escaped_background_process_is_killed():
 
 
 @linux_only
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nprint('survived')", "SIGTERM"),
+        ("import signal\nsignal.raise_signal(signal.SIGTERM)\nprint('survived')", "SIGTERM"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint('survived')", "SIGKILL"),
+        ("import os\nos.abort()", "SIGABRT"),
+    ],
+)
+def test_a_signal_the_code_sends_itself_ends_it(code, name):
+    error = _error_of(TOOL, code)
+    assert f"({name})" in error and "survived" not in error
+
+
+@linux_only
+def test_code_that_exits_normally_still_returns_its_output_and_status():
+    assert TOOL.run("import os\nprint('bye')\nos._exit(0)") == "bye\n"
+    assert _error_of(TOOL, "import sys\nsys.exit(143)") == "Process exited with status 143."
+
+
+@linux_only
 def test_network_is_unreachable():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

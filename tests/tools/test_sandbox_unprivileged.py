@@ -110,8 +110,9 @@ def test_bootstrap_as_normal_user(open_dir):
     assert report["root"] is False and report["no_new_privs"] is True
     if report["namespaces"]:  # an unprivileged user namespace was allowed
         assert report["network"] == "namespace" and report["filesystem"] in ("minimal", "read-only")
-        # The host's folders are absent from the minimal view, read-only in the fallback one.
-        assert lines[0] == "pid 1" and lines.count("blocked Read-only file system") + lines.count(
+        # The host's folders are absent from the minimal view, read-only in the fallback one. The code is pid 2:
+        # pid 1 is the namespace's init.
+        assert lines[0] == "pid 2" and lines.count("blocked Read-only file system") + lines.count(
             "blocked No such file or directory"
         ) == 2
         assert lines[-1] == "net Network is unreachable"

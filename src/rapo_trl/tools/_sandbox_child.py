@@ -129,7 +129,8 @@ def _on_caller_death(config: dict):
 
 
 def _become_pid_namespace_init(config: dict) -> None:
-    """Fork so the code runs as pid 1 of the new pid namespace; this process only mirrors its end.
+    """Fork pid 1 of the new pid namespace (it runs the code in a child, ``_run_under_init``); this process
+    only mirrors the code's end.
 
     When pid 1 of a namespace dies the kernel kills and reaps everything else in it, so no process the
     code started (even one that left the process group) outlives the call or leaves zombies behind.
@@ -137,9 +138,11 @@ def _become_pid_namespace_init(config: dict) -> None:
     """
     report_fd = config["report_fd"]
     alive_read, alive_write = os.pipe()
+    status_read, config["status_fd"] = os.pipe()  # the code's wait status, passed on by pid 1
     pid = os.fork()
     if pid == 0:
         os.close(alive_write)
+        os.close(status_read)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _die_with_parent()
         # The waiter may have died before prctl took effect: its end of the pipe is then closed.
@@ -149,8 +152,11 @@ def _become_pid_namespace_init(config: dict) -> None:
         return
     _INNER.append(pid)
     os.close(alive_read)  # alive_write stays open as long as this process lives
+    os.close(config["status_fd"])
     os.close(report_fd)
     _, status = os.waitpid(pid, 0)
+    passed_on = os.read(status_read, 32)  # nothing if pid 1 itself was killed (timeout, caller gone)
+    status = int(passed_on) if passed_on else status
     if os.WIFSIGNALED(status):
         # Die of the same signal so the caller sees the real cause (e.g. SIGXCPU); never dump core.
         number = os.WTERMSIG(status)
@@ -159,6 +165,25 @@ def _become_pid_namespace_init(config: dict) -> None:
             signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def _run_under_init(status_fd: int) -> None:
+    """Fork the process that runs the code; this one stays pid 1 until it ends.
+
+    The kernel drops a signal that pid 1 of a namespace sends itself without a handler for it
+    (``os.kill(os.getpid(), SIGTERM)``, ``os.abort()``): code running as pid 1 would live on. Pid 1 reaps
+    the orphans the code leaves and passes the code's wait status on; its exit ends the namespace.
+    """
+    code_pid = os.fork()
+    if code_pid == 0:
+        os.close(status_fd)
+        return
+    # A signal the code sends pid 1 (one with a Python handler, SIGINT) stays pending instead of raising here.
+    signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    while (ended := os.wait())[0] != code_pid:
+        pass
+    os.write(status_fd, str(ended[1]).encode())
+    os._exit(0)
 
 
 def _die_with_parent(parent_pid: int | None = None, number: int = signal.SIGKILL) -> None:
@@ -477,7 +502,7 @@ def isolate(config: dict) -> dict:
     # Re-enter the working dir by path (the old cwd may lie below a tmpfs mounted above), before
     # dropping privileges in case a directory on the way is closed to the sandbox uid.
     os.chdir(workdir)
-    _set_limits(config, other_tasks)
+    _set_limits(config, other_tasks + int(report["namespaces"]))  # pid 1 is one more task (_run_under_init)
     if will_drop:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -583,6 +608,8 @@ def main() -> None:
     # Line by line, as on a terminal: a call killed at its time or memory limit must still show what it printed
     # before (a file's block buffer would die with the process, unwritten).
     sys.stdout.reconfigure(line_buffering=True)
+    if report["namespaces"]:
+        _run_under_init(config["status_fd"])
     status = run_code(source, config["show_last_expression"])
     # Flushed as at a script's exit (os._exit below skips it), the streams the code replaced too. One it closed or
     # set to None is no failure of the code's; an OSError (the file size limit) is.

@@ -18,8 +18,9 @@ and reports which (``isolation()``):
   host UNIX sockets (``/tmp``, ``/run``) are not in it. Where the view cannot be built, the fallback
   is the host's mounts read-only with a private tmpfs on ``/tmp`` (``"read-only"``): host files stay
   readable then.
-- **Processes**: a new pid namespace in which the code runs as pid 1: it sees only its own processes,
-  and when it ends the kernel kills and reaps everything it started, even what left its process group.
+- **Processes**: a new pid namespace whose pid 1, a small init, runs the code as its child: the code sees
+  only its own processes, dies of the signals it sends itself (which pid 1 would ignore), and when it ends
+  the init exits, so the kernel kills and reaps everything it started, even what left its process group.
   Every sandbox process dies with the caller (``PR_SET_PDEATHSIG``), a SIGKILLed trainer included;
   the bootstrap then ends the namespace and removes the call's cgroup.
 - **User**: as root, each call runs under its own unused uid (see ``sandbox_users``), so
