@@ -278,6 +278,25 @@ def test_writes_outside_the_workdir_do_not_land(tmp_path):
 
 
 @linux_only
+def test_multiprocessing_runs_in_the_sandbox():
+    # Its locks and semaphores live in /dev/shm, which the sandbox's filesystem view must provide.
+    assert TOOL.run("import multiprocessing\nmultiprocessing.Lock()\n'locked'") == "'locked'\n"
+    code = "import multiprocessing\nwith multiprocessing.Pool(2) as pool:\n    print(pool.map(abs, [-1, -2, -3]))"
+    assert TOOL.run(code) == "[1, 2, 3]\n"
+
+
+@linux_only
+def test_the_code_gets_a_private_bounded_dev_shm():
+    tool = PythonTool(timeout=10.0, max_disk_mb=4)
+    if not tool.isolation()["filesystem"].startswith(("read-only", "minimal")):
+        pytest.skip("no mount namespace here: /dev/shm is the host's")
+    name = f"rapo-shm-{os.getpid()}"
+    assert tool.run(f"open('/dev/shm/{name}', 'w').write('x')") == "1\n"
+    assert not os.path.exists(f"/dev/shm/{name}")  # the call's own tmpfs, gone with its namespace
+    assert "No space left on device" in _error_of(tool, "open('/dev/shm/big', 'wb').write(bytes(8 * 1024 * 1024))")
+
+
+@linux_only
 def test_disk_use_is_bounded():
     tool = PythonTool(timeout=10.0, max_disk_mb=4)
     if not tool.isolation()["filesystem"].startswith(("read-only", "minimal")):

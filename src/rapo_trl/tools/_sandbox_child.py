@@ -279,13 +279,28 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
         visible.append(path)
     os.mkdir(f"{staging}/proc")
     _mount("proc", f"{staging}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(f"{staging}/dev/shm")
+    shm = _private_shm(f"{staging}/dev/shm", size_mb)
     os.chroot(staging)
     os.chdir("/")
     # From here on nothing raises: the view is in place, at worst with some mounts left writable.
-    failed = _remount_read_only(keep={"/tmp", "/proc"})
+    failed = _remount_read_only(keep={"/tmp", "/proc", *shm})
     # Paths the code can no longer see (e.g. an editable install's sources) leave sys.path.
     sys.path[:] = [entry for entry in sys.path if entry and os.path.exists(entry)]
     return visible, failed
+
+
+def _private_shm(path: str, size_mb: int) -> set[str]:
+    """A tmpfs of the call's own on ``path`` (the view's ``/dev/shm``), where ``multiprocessing`` keeps its locks
+    and semaphores; the host's stays out of sight. Returns ``{"/dev/shm"}`` to keep writable, or nothing where
+    the mount failed (the code then runs without it)."""
+    if not os.path.isdir(path):
+        return set()
+    try:
+        _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=1777")
+    except OSError:
+        return set()
+    return {"/dev/shm"}
 
 
 def _remount_read_only(keep: set[str]) -> list[str]:
@@ -350,11 +365,11 @@ def _expose_python(paths: list[str]) -> list[str]:
 
 
 def _read_only_except(workdir: str, size_mb: int, owner: int) -> list[str]:
-    """Put a fresh tmpfs of ``size_mb`` on ``workdir`` (bounding what the code can write in total) and
-    remount every other mount read-only. Returns the mounts that stayed writable."""
+    """Put a fresh tmpfs of ``size_mb`` on ``workdir`` (bounding what the code can write in total) and one on
+    ``/dev/shm``, and remount every other mount read-only. Returns the mounts that stayed writable."""
     options = f"size={size_mb}m,mode=0700,uid={owner},gid={owner}"
     _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, options)
-    return _remount_read_only(keep={workdir})
+    return _remount_read_only(keep={workdir, *_private_shm("/dev/shm", size_mb)})
 
 
 def _reachable_by_others(paths: list[str]) -> bool:

@@ -13,11 +13,11 @@ and reports which (``isolation()``):
   and site-packages, e.g. the virtualenv; at their real paths and, where a symlink leads there such as
   a ``.venv`` linking elsewhere, at the paths the interpreter names them by), a few files of ``/etc`` (``passwd``, ``group``, ``hosts``,
   ``ld.so.*``, ``ssl``, ``localtime``...), ``/dev/{null,zero,full,random,urandom}``, its own
-  ``/proc``, and a private size-limited tmpfs ``/tmp`` that is its working dir and ``HOME``; all but
-  ``/tmp`` read-only. The project's sources, datasets, home folders, caches, other calls' files and
-  host UNIX sockets (``/tmp``, ``/run``) are not in it. Where the view cannot be built, the fallback
-  is the host's mounts read-only with a private tmpfs on ``/tmp`` (``"read-only"``): host files stay
-  readable then.
+  ``/proc``, a private size-limited tmpfs ``/tmp`` that is its working dir and ``HOME``, and another on
+  ``/dev/shm`` (``multiprocessing``'s locks need it); all but these two read-only. The project's
+  sources, datasets, home folders, caches, other calls' files and host UNIX sockets (``/tmp``, ``/run``)
+  are not in it. Where the view cannot be built, the fallback is the host's mounts read-only with
+  private tmpfs on ``/tmp`` and ``/dev/shm`` (``"read-only"``): host files stay readable then.
 - **Processes**: a new pid namespace whose pid 1, a small init, runs the code as its child: the code sees
   only its own processes, dies of the signals it sends itself (which pid 1 would ignore), and when it ends
   the init exits, so the kernel kills and reaps everything it started, even what left its process group.
@@ -131,7 +131,7 @@ class PythonTool:
     max_file_mb: int = 16
     """Largest file the code may write, captured output included (RLIMIT_FSIZE)."""
     max_disk_mb: int = 64
-    """Total size of the working dir, a tmpfs where mount namespaces are available."""
+    """Total size of the working dir, a tmpfs where mount namespaces are available (``/dev/shm`` gets as much)."""
     show_last_expression: bool = True
     """Print the repr of a final bare expression (unless ``None``), as a notebook cell does."""
     isolate: bool = True
