@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 from datasets import Dataset
 
@@ -223,3 +225,53 @@ def test_evaluate_policy_sampling_leaves_the_callers_global_rng_as_it_found_it(t
     # Still reproducible: the same seed draws the same samples wherever the caller's stream stands.
     torch.rand(5)
     assert first and sampled(seed=5) == first
+
+
+def test_evaluate_policy_samples_with_the_nucleus_top_k_and_penalty_it_is_given(tiny_model):
+    """mean@k samples as training sampled: top_p, top_k, min_p and the repetition penalty reach generation (greedy
+    pass@1 stays plain greedy), and the result records them beside the temperature."""
+    model, tok = tiny_model
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": "q 0"}], "answer": "0"}])
+    prompt = tok.apply_chat_template(rows["prompt"][0], add_generation_prompt=True, tokenize=True, return_dict=False)
+    scripted = ScriptedGenerate(tok, [(prompt, [Turn(answer(0))]) for _ in range(3)], model.config.vocab_size)
+    configs = []
+
+    def recording_generate(*args, **kwargs):
+        configs.append(kwargs["generation_config"])
+        return scripted(*args, **kwargs)
+
+    model.generate = recording_generate
+    result = evaluate_policy(model, tok, rows, [EchoTool()], max_completion_length=64, max_turn_tokens=32,
+                             batch_size=4, progress=False, samples=2, temperature=0.7, top_p=0.9, top_k=5,
+                             min_p=0.05, repetition_penalty=1.1, generation_options={"typical_p": 0.95})
+    greedy, sampled = configs
+    assert not greedy.do_sample and greedy.top_p is None and greedy.top_k is None
+    assert sampled.do_sample and (sampled.temperature, sampled.top_p, sampled.top_k) == (0.7, 0.9, 5)
+    assert (sampled.min_p, sampled.repetition_penalty, sampled.typical_p) == (0.05, 1.1, 0.95)
+    assert {key: result[key] for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
+        "temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.05, "repetition_penalty": 1.1}
+    assert result["generation_options"] == {"typical_p": 0.95}
+
+
+def test_evaluate_policy_scores_a_repeated_question_once(tiny_model):
+    """A question asked twice in the rows is one question: counted twice, it would weigh double in pass@1 and mean@k
+    and narrow their intervals as if it were two independent ones."""
+    model, tok = tiny_model
+    questions = [0, 1, 0]  # the first question again as the third row
+    rows = Dataset.from_list([{"prompt": [{"role": "user", "content": f"q {i}"}], "answer": str(i)} for i in questions])
+    prompts = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+               for p in rows["prompt"][:2]]
+    # Question 0 is always answered right, question 1 always wrong: enough scripts for every rollout of either.
+    scripts = [(prompts[0], [Turn(answer(0))]) for _ in range(6)]
+    scripts += [(prompts[1], [Turn(answer(99))]) for _ in range(3)]
+    model.generate = ScriptedGenerate(tok, scripts, model.config.vocab_size)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = evaluate_policy(model, tok, rows, [EchoTool()], max_completion_length=64, max_turn_tokens=32,
+                                 batch_size=4, progress=False, samples=2)
+    assert result["n"] == 2 and result["pass@1"] == 0.5 and result["correct_by_question"] == [1, 0]
+    assert result["questions"] == 2 and result["mean@k"] == 0.5 and result["sampled_correct_by_question"] == [2, 0]
+    assert result["duplicate_questions_dropped"] == 1
+    assert [str(w.message) for w in caught if "repeated" in str(w.message)] == [
+        "eval: 1 repeated question of 3 rows dropped (same prompt as an earlier row): each distinct question is "
+        "scored once, so pass@1, mean@k and their intervals count it once"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
+import warnings
 from collections.abc import Sequence
 
 NUMERIC_TASKS = ("arithmetic", "word_problems", "gsm8k")
@@ -103,16 +105,61 @@ def mean_at_k(passed: Sequence[bool], k: int) -> dict:
             "samples": n * k, "design_effect": round(deff, 3), "sampled_correct_by_question": counts}
 
 
+def distinct_question_rows(prompts: Sequence) -> list[int]:
+    """Indices of the rows whose prompt no earlier row has, in order: the rows that score each question once."""
+    seen: set[str] = set()
+    kept = []
+    for index, prompt in enumerate(prompts):
+        key = json.dumps(prompt, sort_keys=True, default=str)  # chat prompts are lists of dicts, not hashable
+        if key not in seen:
+            seen.add(key)
+            kept.append(index)
+    return kept
+
+
+def _distinct_questions(rows) -> tuple[list, list, int]:
+    """``(prompts, answers, rows dropped)``: each question of ``rows`` once, warned of when one repeats.
+
+    A repeated question is one question: scored twice it would weigh double in pass@1 and mean@k, and their intervals,
+    which take each row for an independent question, would narrow as if it were two."""
+    prompts, answers = list(rows["prompt"]), list(rows["answer"])
+    kept = distinct_question_rows(prompts)
+    dropped = len(prompts) - len(kept)
+    if dropped:
+        warnings.warn(f"eval: {dropped} repeated question{'s' if dropped > 1 else ''} of {len(prompts)} rows dropped "
+                      "(same prompt as an earlier row): each distinct question is scored once, so pass@1, mean@k and "
+                      "their intervals count it once", stacklevel=3)
+    return [prompts[i] for i in kept], [answers[i] for i in kept], dropped
+
+
+def sampled_settings(temperature: float = 1.0, top_p: float = 1.0, top_k: int | None = 0, min_p: float | None = None,
+                     repetition_penalty: float = 1.0, generation_options: dict | None = None) -> dict:
+    """mean@k's sampling settings as its result records them (``generation_options`` only when some are given);
+    ``top_k`` None is off, as 0 is, since TRL's configs have used either."""
+    settings = {"temperature": temperature, "top_p": top_p, "top_k": top_k or 0, "min_p": min_p,
+                "repetition_penalty": repetition_penalty}
+    if generation_options:
+        settings["generation_options"] = dict(generation_options)
+    return settings
+
+
 def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
                     numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval",
                     samples: int = 0, sample_questions: int | None = None, temperature: float = 1.0,
+                    top_p: float = 1.0, top_k: int | None = 0, min_p: float | None = None,
+                    repetition_penalty: float = 1.0, generation_options: dict | None = None,
                     greedy: bool = True, seed: int = 0, engine: dict | None = None, max_tool_calls: int = 3,
                     max_result_chars: int | None = 4000, answer_stop: str | None = "</answer>") -> dict:
     """Rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``, without retrieval.
 
-    ``rows`` has ``prompt`` and ``answer`` columns. Greedy: the scores of `score_texts` plus tool calls and
-    truncation per rollout, wall seconds and the completions (``texts``). With ``samples = k > 0`` also mean@k
-    (`mean_at_k`) over the first ``sample_questions`` rows (default all), k rollouts each at ``temperature``.
+    ``rows`` has ``prompt`` and ``answer`` columns; a row whose prompt an earlier row has is dropped with a warning
+    (``duplicate_questions_dropped`` counts them), so each question is scored once. Greedy: the scores of
+    `score_texts` plus tool calls and truncation per rollout, wall seconds and the completions (``texts``). With
+    ``samples = k > 0`` also mean@k (`mean_at_k`) over the first ``sample_questions`` questions (default all), k
+    rollouts each sampled with ``temperature``, ``top_p``, ``top_k`` (0 or None: off), ``min_p``,
+    ``repetition_penalty`` and ``generation_options`` (further generation options, as `SamplingSettings.extra`):
+    give them the values training sampled with, and mean@k scores the policy as it was trained. The result records
+    them beside ``temperature``. Greedy pass@1 decodes plainly, whatever they are.
     ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``). ``max_tool_calls``,
     ``max_result_chars`` and ``answer_stop`` as in `RolloutConfig`: a trained policy is scored with the tool budget,
     result cut and stop text it trained with.
@@ -126,30 +173,40 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens,
                            max_tool_calls=max_tool_calls, max_result_chars=max_result_chars, answer_stop=answer_stop)
     start = time.perf_counter()
+    prompts, answers, dropped = _distinct_questions(rows)
     result: dict = {}
     if greedy:
         agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch_size,
                              engine)
-        rollouts = _run(agent, tokenizer, list(rows["prompt"]), batch_size, progress, desc)
+        rollouts = _run(agent, tokenizer, prompts, batch_size, progress, desc)
         texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
-        result = score_texts(texts, rows["answer"], numeric)
+        result = score_texts(texts, answers, numeric)
         n = max(len(rollouts), 1)
         result["tool_calls"] = sum(r.tool_calls for r in rollouts) / n
         result["truncated"] = sum(r.truncated for r in rollouts) / n
         result["texts"] = texts
     if samples > 0:
-        count = len(rows) if sample_questions is None else min(sample_questions, len(rows))
-        prompts = [p for p in list(rows["prompt"])[:count] for _ in range(samples)]
-        answers = [a for a in list(rows["answer"])[:count] for _ in range(samples)]
-        agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=temperature),
-                             batch_size, engine)
+        settings = sampled_settings(temperature, top_p, top_k, min_p, repetition_penalty, generation_options)
+        count = len(prompts) if sample_questions is None else min(sample_questions, len(prompts))
+        sampled_prompts = [p for p in prompts[:count] for _ in range(samples)]
+        sampled_answers = [a for a in answers[:count] for _ in range(samples)]
+        agent = RolloutAgent(model, tokenizer, tools, config, _sampling_of(settings), batch_size, engine)
         with _seeded(seed):  # the same draws for a model evaluated twice
-            sampled = _run(agent, tokenizer, prompts, batch_size, progress, f"{desc} mean@{samples}")
+            sampled = _run(agent, tokenizer, sampled_prompts, batch_size, progress, f"{desc} mean@{samples}")
         sampled_texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in sampled]
-        result.update(mean_at_k(passes(sampled_texts, answers, numeric), samples))
-        result["temperature"] = temperature
+        result.update(mean_at_k(passes(sampled_texts, sampled_answers, numeric), samples))
+        result.update(settings)
+    result["duplicate_questions_dropped"] = dropped
     result["seconds"] = round(time.perf_counter() - start, 1)
     return result
+
+
+def _sampling_of(settings: dict):
+    """The rollout backends' `SamplingSettings` of `sampled_settings`' ``settings``."""
+    from rapo_trl.rollout.backends import SamplingSettings
+
+    knobs = {key: value for key, value in settings.items() if key != "generation_options"}
+    return SamplingSettings(**knobs, extra=dict(settings.get("generation_options", {})))
 
 
 @contextlib.contextmanager

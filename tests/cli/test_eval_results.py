@@ -118,6 +118,42 @@ def test_eval_table_says_mean_at_k_is_over_fewer_questions_than_pass_at_1(tmp_pa
     assert "| model (dataset, eval, n=3, mean@2 at T=1.0) |" in capsys.readouterr().out
 
 
+def test_eval_samples_mean_at_k_with_the_recipes_top_p_and_top_k(tmp_path, capsys):
+    """mean@k samples as the recipe's training does: its top_p and top_k, recorded with the scores and named in the
+    table's title (which names only the temperature while they are at their defaults)."""
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(10)))
+    argv = ["--task", "dataset", "--dataset_path", str(data), "--eval_fraction", "0.3", "--eval_model", "tiny",
+            "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4", "--eval_samples", "2",
+            "--temperature", "0.8", "--top_p", "0.9", "--top_k", "20", "--eval_report", str(tmp_path / "report.json")]
+    evaluate.run(*parse_recipe("eval", argv))
+    assert "| model (dataset, eval, n=3, mean@2 at T=0.8, top_p=0.9, top_k=20) |" in capsys.readouterr().out
+    trained = json.loads((tmp_path / "report.json").read_text())["rows"]["trained"]
+    assert (trained["temperature"], trained["top_p"], trained["top_k"]) == (0.8, 0.9, 20)
+    assert (trained["min_p"], trained["repetition_penalty"]) == (None, 1.0)
+
+
+def test_eval_scores_a_question_repeated_in_the_eval_data_once(tmp_path):
+    """A question the eval file holds twice is scored once: the report's n and question ids are the distinct
+    questions', which its per-question passes pair with."""
+    train, held = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
+    train.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                             for i in range(4)))
+    held.write_text("".join(json.dumps({"question": f"What is {i} + 2?", "answer": str(i + 2)}) + "\n"
+                            for i in (10, 11, 10)))
+    argv = ["--task", "dataset", "--dataset_path", str(train), "--eval_dataset_path", str(held), "--eval_model",
+            "tiny", "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4",
+            "--eval_samples", "2", "--eval_report", str(tmp_path / "report.json")]
+    with pytest.warns(UserWarning, match="1 repeated question of 3 rows dropped"):
+        evaluate.run(*parse_recipe("eval", argv))
+    report = json.loads((tmp_path / "report.json").read_text())
+    trained = report["rows"]["trained"]
+    assert trained["n"] == trained["questions"] == 2 and trained["duplicate_questions_dropped"] == 1
+    assert report["n"] == report["sets"]["eval"]["n"] == 2
+    assert len(report["question_ids"]) == len(set(report["question_ids"])) == len(trained["correct_by_question"])
+
+
 def test_a_dataset_of_numbers_is_scored_by_math_equivalence_unless_told(tmp_path, capsys):
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"

@@ -47,6 +47,7 @@ from rapo_trl.cli.warm_start import SFT_HISTORY_FILE, SFT_ON_STORE_DIR, SFT_SAME
 from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS is re-exported
     NUMERIC_TASKS,
     SCORINGS,
+    distinct_question_rows,
     format_table,
     set_scoring,
 )
@@ -189,7 +190,7 @@ def run(script, rapo_args, model_args) -> dict:
     print(count_line("Evaluating on", script, sets))
     scoring = {name: set_scoring(script.eval_scoring, script.task, rows["answer"]) for name, rows in sets.items()}
     print("pass@1 by " + ", ".join(f"{SCORING_NAMES[way]} on {name}" for name, way in scoring.items()))
-    k, temperature = script.eval_samples, sampling(script, rapo_args)["temperature"]
+    k, settings = script.eval_samples, sampling(script, rapo_args)
     results: dict[str, dict] = {name: {} for name in sets}
     samples: dict[str, dict] = {name: {} for name in sets}
     models = models_to_evaluate(script, model_args, target)
@@ -206,9 +207,11 @@ def run(script, rapo_args, model_args) -> dict:
         for set_name in sets:
             results[set_name][model_name] = metrics_by_set[set_name]
             samples[set_name][model_name] = texts_by_set[set_name]
+    # the rows each question is scored by once (evaluate_policy drops a repeated one), which n and the ids describe
+    scored = {name: distinct_question_rows(rows["prompt"]) for name, rows in sets.items()}
     tables = []
-    for set_name, rows in sets.items():
-        title = table_title(script.task, set_name, len(rows), results[set_name], temperature)
+    for set_name in sets:
+        title = table_title(script.task, set_name, len(scored[set_name]), results[set_name], settings)
         tables.append(format_table(results[set_name], title))
     training = training_steps(models)
     per_step = training_table(training)
@@ -217,13 +220,14 @@ def run(script, rapo_args, model_args) -> dict:
     print("\n\n".join(tables))
     primary = next(iter(sets))
     # the questions asked, by id: which rows a score is over, checkable against the training data
+    question_ids = {name: [rows["question_id"][i] for i in scored[name]] for name, rows in sets.items()}
     payload = {"task": script.task, "tools": tool_names(script), "tool_protocol": "tags", "split": primary,
-               "n": len(sets[primary]), "k": k,
+               "n": len(scored[primary]), "k": k,
                "rows": results[primary], "samples": samples[primary],
-               "question_ids": list(sets[primary]["question_id"]),
-               "sets": {name: {"n": len(rows), "scoring": scoring[name], "rows": results[name],
-                               "samples": samples[name], "question_ids": list(rows["question_id"])}
-                        for name, rows in sets.items()},
+               "question_ids": question_ids[primary],
+               "sets": {name: {"n": len(scored[name]), "scoring": scoring[name], "rows": results[name],
+                               "samples": samples[name], "question_ids": question_ids[name]}
+                        for name in sets},
                "training": training, "eval_seconds": round(time.perf_counter() - start, 1)}
     for name, folder in (("warm_start_sft", WARM_START_DIR), ("sft_on_store_sft", SFT_ON_STORE_DIR),
                          ("sft_same_time_sft", SFT_SAME_TIME_DIR)):
@@ -249,14 +253,28 @@ def run(script, rapo_args, model_args) -> dict:
 SCORING_NAMES = {"math": "math equivalence", "exact": "exact match"}
 
 
-def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, temperature: float) -> str:
+def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, settings: dict) -> str:
     """``"arithmetic, eval, n=32, mean@4 of the first 8 at T=1.0"``: what a table's scores are over; mean@k names
-    its question count where ``eval_sample_size`` kept it below the set's ``n``, which pass@1 is over."""
+    its question count where ``eval_sample_size`` kept it below the set's ``n``, which pass@1 is over, and its
+    sampling ``settings`` (`sampling`'s) by `sampling_label`."""
     sampled = next((m for m in metrics_by_model.values() if "mean@k" in m), None)
     if sampled is None:
         return f"{task}, {set_name}, n={n}"
     questions = f" of the first {sampled['questions']}" if sampled["questions"] < n else ""
-    return f"{task}, {set_name}, n={n}, mean@{sampled['k']}{questions} at T={temperature}"
+    return f"{task}, {set_name}, n={n}, mean@{sampled['k']}{questions} at {sampling_label(settings)}"
+
+
+SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+"""The sampling settings that leave the model's distribution as it is; a title names the others."""
+
+
+def sampling_label(settings: dict) -> str:
+    """``"T=1.0"``, then each setting that reshapes the distribution (``"T=0.8, top_p=0.9"``): a mean@k is comparable
+    with another only where both sampled alike."""
+    changed = [f"{name}={settings[name]}" for name, default in SAMPLING_DEFAULTS.items()
+               if settings.get(name, default) != default]
+    changed += [f"{name}={value}" for name, value in settings.get("generation_options", {}).items()]
+    return ", ".join([f"T={settings['temperature']}", *changed])
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:

@@ -25,11 +25,18 @@ def eval_sets(script, tools) -> dict:
 
 
 def sampling(script, rapo_args) -> dict:
-    """mean@k's settings: k samples (0: greedy pass@1 only) of ``eval_sample_size`` questions at the eval
-    temperature (the recipe's training temperature unless ``eval_temperature`` is set), seeded."""
-    temperature = rapo_args.temperature if script.eval_temperature is None else script.eval_temperature
-    return dict(samples=script.eval_samples, sample_questions=script.eval_sample_size, temperature=temperature,
-                seed=rapo_args.seed)
+    """mean@k's settings: k samples (0: greedy pass@1 only) of ``eval_sample_size`` questions, seeded, sampled as the
+    recipe's training rollouts are (its top_p, top_k, min_p, repetition penalty and ``generation_kwargs``) at the eval
+    temperature (training's unless ``eval_temperature`` is set)."""
+    from rapo_trl.evaluation import sampled_settings
+    from rapo_trl.trainer.backend import sampling_settings
+
+    trained = sampling_settings(rapo_args)  # the trainer's own reading of the recipe, generation_kwargs included
+    temperature = trained.temperature if script.eval_temperature is None else script.eval_temperature
+    settings = sampled_settings(temperature, trained.top_p, trained.top_k, trained.min_p, trained.repetition_penalty,
+                                trained.extra)
+    return dict(samples=script.eval_samples, sample_questions=script.eval_sample_size, seed=rapo_args.seed,
+                **settings)
 
 
 def score_model(script, rapo_args, model_args, name: str, path: str, sets: dict, tools) -> tuple[dict, dict]:

@@ -58,7 +58,8 @@ HELP_GROUPS = {
         ("task", (*TASK, "eval_size", "eval_difficulty", "eval_splits")),
         ("evaluation", ("eval_batch_size", "eval_processes", "eval_scoring", "eval_samples", "eval_temperature",
                         "eval_sample_size", "eval_sampled_splits", "eval_models", "eval_sampled_models", "eval_report",
-                        "max_completion_length", "max_turn_tokens", "temperature", "seed")),
+                        "max_completion_length", "max_turn_tokens", "temperature", "top_p", "top_k", "min_p",
+                        "repetition_penalty", "generation_kwargs", "seed")),
     ),
 }
 HELP_TEXT = {  # where the command's meaning differs from the dataclass's own help
