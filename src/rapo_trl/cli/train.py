@@ -215,6 +215,8 @@ def run(script, rapo_args, model_args) -> dict:
                              run_id=run_id)
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
+        if trainer.is_world_process_zero():
+            drop_replaced_evaluation(rapo_args.output_dir)
         if script.sft_same_time:
             from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
@@ -242,6 +244,17 @@ def run(script, rapo_args, model_args) -> dict:
         del trainer  # the RAPO policy goes before the baseline's loads: never two in memory
         _train_grpo_after_rapo(data, source, warm, rapo_args, steps, run_id)
     return result.metrics
+
+
+EVAL_RESULTS = ("eval_results.json", "eval_results.md")
+"""What ``rapo eval`` writes beside the model it scored."""
+
+
+def drop_replaced_evaluation(output_dir: str) -> None:
+    """Remove ``rapo eval``'s results of the model this run has just replaced in ``output_dir``: left there, the run's
+    plots would draw them as its pass@1 and ``rapo push`` would upload them beside a model they never scored."""
+    for name in EVAL_RESULTS:
+        (Path(output_dir) / name).unlink(missing_ok=True)
 
 
 def _baselines(script) -> list[str]:
