@@ -343,3 +343,21 @@ def test_a_hub_branch_that_moved_keys_a_new_warm_start(tmp_path, monkeypatch):
     assert key() != first
     (tmp_path / "hub" / "models--org--model" / "refs" / "main").write_text("a" * 40)  # and back
     assert key() == first
+
+
+def test_a_changed_chat_template_trains_the_warm_start_again(tiny_model_dir, tmp_path, capsys):
+    # The examples are chat messages that SFT renders with the tokenizer's chat template: a template edited in the
+    # model's folder (its weights untouched) left the warm start trained on the old rendering reused.
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    common = dict(min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, learning_rate=1e-3, steps=1)
+    out = str(tmp_path / "out")
+    warm_start(str(tiny_model_dir), tok, rows, store, out, **common)
+    tok.chat_template = "Chat:\n" + tok.chat_template  # each rendered conversation now begins with a line
+    capsys.readouterr()
+    warm_start(str(tiny_model_dir), tok, rows, store, out, **common)
+    assert "Warm start reused" not in capsys.readouterr().out

@@ -152,7 +152,8 @@ _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
 def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
     """What a warm start depends on, hashed: the base model (its path and its weight files' sizes and times, or for
     a hub id the commit its revision names in the local cache), the SFT examples (the store's trajectories for the
-    demonstrated questions), the settings, and package versions."""
+    demonstrated questions), the settings (the chat template that renders the examples among them), and package
+    versions."""
     from importlib import metadata
 
     weights = _fingerprint(model_path)
@@ -259,6 +260,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                              seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
                              lora=lora.to_dict() if hasattr(lora, "to_dict") else lora or LORA,
                              start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {},
+                             chat_template=getattr(tokenizer, "chat_template", None),  # renders the examples
                              **({"start_adapter_files": _fingerprint(start_adapter)} if start_adapter else {}),
                              **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}))
         if cached_warm_start(target, key):
