@@ -23,3 +23,4 @@ def test_a_run_trained_again_drops_the_evaluation_of_the_model_it_replaced(tiny_
     assert (out / "adapter_model.safetensors").is_file() and (out / "plots").is_dir()
     assert not (out / "eval_results.json").exists() and not (out / "eval_results.md").exists()
     assert "Not evaluated yet" in (out / "README.md").read_text()
+    assert "Removed eval_results.json, eval_results.md" in capsys.readouterr().out

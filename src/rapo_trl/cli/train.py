@@ -216,7 +216,10 @@ def run(script, rapo_args, model_args) -> dict:
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if trainer.is_world_process_zero():
-            drop_replaced_evaluation(rapo_args.output_dir)
+            dropped = drop_replaced_evaluation(rapo_args.output_dir)
+            if dropped:
+                say(f"Removed {', '.join(dropped)}: they scored the model this run replaced (`rapo eval` scores "
+                    "this one).")
         if script.sft_same_time:
             from rapo_trl.cli.warm_start import SFT_SAME_TIME_DIR, warm_start
 
@@ -250,11 +253,14 @@ EVAL_RESULTS = ("eval_results.json", "eval_results.md")
 """What ``rapo eval`` writes beside the model it scored."""
 
 
-def drop_replaced_evaluation(output_dir: str) -> None:
-    """Remove ``rapo eval``'s results of the model this run has just replaced in ``output_dir``: left there, the run's
-    plots would draw them as its pass@1 and ``rapo push`` would upload them beside a model they never scored."""
-    for name in EVAL_RESULTS:
-        (Path(output_dir) / name).unlink(missing_ok=True)
+def drop_replaced_evaluation(output_dir: str) -> list[str]:
+    """Remove ``rapo eval``'s results of the model this run has just replaced in ``output_dir``, returning the names
+    removed: left there, the run's plots would draw them as its pass@1 and ``rapo push`` would upload them beside a
+    model they never scored."""
+    present = [Path(output_dir) / name for name in EVAL_RESULTS if (Path(output_dir) / name).exists()]
+    for path in present:
+        path.unlink()
+    return [path.name for path in present]
 
 
 def _baselines(script) -> list[str]:
