@@ -44,3 +44,14 @@ def test_a_store_built_from_the_rows_prompts_finds_each_rows_own_question(make_s
 def test_a_row_grown_into_the_store_without_an_id_is_stored_under_the_id_its_question_gets():
     row = _rows()[0]
     assert _question_id({"prompt": row["prompt"]}, row["prompt"]) == row["question_id"] == question_id_of(APPLES)
+
+
+def test_a_dataset_row_whose_question_id_is_missing_is_stored_under_the_id_its_question_gets(make_store):
+    questions = Dataset.from_list([{"prompt": APPLES, "question_id": "apples"}, {"prompt": PEARS, "question_id": None},
+                                   {"prompt": "How many pears are left?", "question_id": None}])
+    store = make_store()
+    store.build_from_agent(lambda prompt: f"<think>{prompt}</think><answer>7</answer>", questions,
+                           lambda completions, **_: [1.0] * len(completions), num_samples=1, keep_top_k=1)
+    stored = {m["question_id"] for page in store.iter_batches() for m in page["metadatas"]}
+    # as to_rapo_rows names a row without an id: each question its own id, none merged into one called "None"
+    assert stored == {"apples", question_id_of(PEARS), question_id_of("How many pears are left?")}

@@ -48,7 +48,7 @@ def sample(agent, prompts: list, num_samples: int) -> list[list[str]]:
 
 def _questions_table(questions, question_column: str, id_column: str | None):
     """``(prompts, question_ids, extra_columns)`` from a list of prompts or a ``datasets.Dataset``; a question without
-    an id gets ``question_id_of`` its text, the id ``to_rapo_rows`` gives its row."""
+    an id (or whose id is ``None``) gets ``question_id_of`` its text, the id ``to_rapo_rows`` gives its row."""
     if isinstance(questions, (list, tuple)):
         return list(questions), [question_id_of(prompt_text(q)) for q in questions], {}
     from rapo_trl.store.dataset_io import require_columns
@@ -56,7 +56,10 @@ def _questions_table(questions, question_column: str, id_column: str | None):
     require_columns(questions, [question_column], "question")
     prompts = list(questions[question_column])
     if id_column is not None and id_column in questions.column_names:
-        ids = [str(value) for value in questions[id_column]]
+        # A row without an id (None in the column) is named as to_rapo_rows names it, not "None": one shared string
+        # would merge those questions into one, keeping keep_top_k trajectories among all of them.
+        ids = [question_id_of(prompt_text(prompt)) if value is None else str(value)
+               for value, prompt in zip(questions[id_column], prompts, strict=True)]
     else:
         ids = [question_id_of(prompt_text(prompt)) for prompt in prompts]
     extras = {c: list(questions[c]) for c in questions.column_names if c not in (question_column, id_column)}
