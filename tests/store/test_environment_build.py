@@ -229,3 +229,20 @@ def test_an_environment_factory_that_is_not_callable_is_refused(tiny_model):
 
     with pytest.raises(TypeError, match=r"environment_factory 'broken' must be a class or a callable.*got int"):
         _agent(tiny_model, [GOOD], {"plain": Counter, "broken": 3})
+
+
+def test_a_build_run_again_after_a_kill_skips_the_questions_already_stored(tiny_model, tmp_path):
+    """A killed ``rapo build-store`` is run again: each question stored before the kill keeps its ``keep_top_k``
+    trajectories, not those plus the ones another sampling of it draws."""
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    assert build_from_environment(store, _agent(tiny_model, [GOOD]), ROWS, num_samples=1, keep_top_k=1,
+                                  source="agent:x") == 3
+    other = [call("add", "Adding three.", n=3), call("add", n=2), "Five in all.<|im_end|>"]  # sampled otherwise
+    again, rolled_out = _agent(tiny_model, [other]), []
+    episodes = again.episodes
+    again.episodes = lambda rows: rolled_out.append(rows) or episodes(rows)
+    assert build_from_environment(store, again, ROWS, num_samples=1, keep_top_k=1, source="agent:x") == 0
+    assert len({m["trajectory_id"] for m in store.collection.get(include=["metadatas"])["metadatas"]}) == 1
+    assert rolled_out == []  # not rolled out again
+    # another agent's build is its own: it does not skip this one's questions
+    assert build_from_environment(store, again, ROWS, num_samples=1, keep_top_k=1, source="agent:y") == 3

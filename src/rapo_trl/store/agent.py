@@ -66,7 +66,8 @@ def _questions_table(questions, question_column: str, id_column: str | None):
     return prompts, ids, extras
 
 
-def _done_questions(store, question_ids: list[str], source: str) -> set[str]:
+def done_questions(store, question_ids: list[str], source: str) -> set[str]:
+    """Which of ``question_ids`` already have records from ``source``: what a resumed build skips."""
     found = store.collection.get(
         where={"$and": [{"source": source}, {"question_id": {"$in": question_ids}}]}, include=["metadatas"]
     )
@@ -130,7 +131,7 @@ def build_from_agent(
         for start in range(0, len(prompts), questions_per_batch):
             batch = list(range(start, min(start + questions_per_batch, len(prompts))))
             if resume:
-                done = _done_questions(store, [ids[i] for i in batch], source)
+                done = done_questions(store, [ids[i] for i in batch], source)
                 batch = [i for i in batch if ids[i] not in done]
             if batch:
                 added_now, problems_now = _build_batch(

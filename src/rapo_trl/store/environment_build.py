@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from rapo_trl.awaiting import resolved
 from rapo_trl.question_ids import question_id_of
+from rapo_trl.store.agent import done_questions
 from rapo_trl.store.row_steps import row_step_records
 from rapo_trl.store.steps import prompt_text
 
@@ -42,13 +43,16 @@ def episode_rewards(episodes, rows: Sequence[dict], reward_funcs: Sequence[Calla
 
 def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callable] | Callable = (),
                            num_samples: int = 4, keep_top_k: int = 2, min_reward: float = float("-inf"),
-                           source: str = "agent", reward_weights: Sequence[float] | None = None) -> int:
+                           source: str = "agent", reward_weights: Sequence[float] | None = None,
+                           resume: bool = True) -> int:
     """Fill ``store`` from ``agent`` (an ``EnvironmentAgent``) on ``dataset``'s rows; returns the records added.
 
     A row's ``question_id`` column names its question (default: ``question_id_of`` its prompt's text, as
     ``to_rapo_rows`` and store growth name it), as the trainer's ``retrieve_own_question`` reads it. Each rollout's
     steps are keyed by its own prompt, ``reset``'s observation included, as the policy's rollout on that episode
-    queries. Rollouts with a reward at or below ``min_reward`` are not stored.
+    queries. Rollouts with a reward at or below ``min_reward`` are not stored. ``resume``: skip a row whose question
+    already has records from ``source`` (a killed build run again, a question listed twice), as ``build_from_agent``
+    does; otherwise it is rolled out again and its new best rollouts are stored beside the ones kept before.
     """
     if callable(reward_funcs):
         reward_funcs = [reward_funcs]
@@ -57,10 +61,12 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         raise ValueError("build_from_environment got no rows.")
     added = 0
     for row in rows:
+        question_id = row_question_id(row)
+        if resume and done_questions(store, [question_id], source):
+            continue
         samples = [row] * num_samples
         episodes = agent.episodes(samples)
         rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
-        question_id = row_question_id(row)
         best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
         # An environment may give each episode its own observation: a rollout is keyed by the prompt it answered.
         records = [record for i in best if rewards[i] > min_reward
