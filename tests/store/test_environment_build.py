@@ -246,3 +246,13 @@ def test_a_build_run_again_after_a_kill_skips_the_questions_already_stored(tiny_
     assert rolled_out == []  # not rolled out again
     # another agent's build is its own: it does not skip this one's questions
     assert build_from_environment(store, again, ROWS, num_samples=1, keep_top_k=1, source="agent:y") == 3
+
+
+def test_a_rollout_sampled_twice_counts_once_for_keep_top_k(tiny_model, tmp_path):
+    """As ``build_from_agent`` keeps the best distinct trajectories: two identical rollouts are one trajectory (the
+    same records), so the next best distinct rollout takes the second of ``keep_top_k``'s places."""
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    other = [call("add", "Adding three.", n=3), call("add", n=2), "Five in all.<|im_end|>"]
+    agent = _agent(tiny_model, [GOOD, GOOD, other])  # every rollout totals 5: a three-way tie
+    assert build_from_environment(store, agent, ROWS, num_samples=3, keep_top_k=2) == 6
+    assert len({m["trajectory_id"] for m in store.collection.get(include=["metadatas"])["metadatas"]}) == 2

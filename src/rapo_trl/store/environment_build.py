@@ -67,13 +67,30 @@ def build_from_environment(store, agent, dataset, reward_funcs: Sequence[Callabl
         samples = [row] * num_samples
         episodes = agent.episodes(samples)
         rewards = episode_rewards(episodes, samples, reward_funcs, reward_weights)
-        best = sorted(range(len(episodes)), key=lambda i: -rewards[i])[:keep_top_k]
         # An environment may give each episode its own observation: a rollout is keyed by the prompt it answered.
-        records = [record for i in best if rewards[i] > min_reward
-                   for record in row_step_records(episodes[i].row, agent.tokenizer, prompt_text(episodes[i].prompt),
-                                                  rewards[i], question_id, source, preprocess=store.preprocess)]
+        records = best_distinct((row_step_records(episodes[i].row, agent.tokenizer, prompt_text(episodes[i].prompt),
+                                                  rewards[i], question_id, source, preprocess=store.preprocess)
+                                 for i in best_first(rewards, min_reward)), keep_top_k)
         added += store.add_records(records) if records else 0
     return added
+
+
+def best_first(rewards: Sequence[float], min_reward: float) -> list[int]:
+    """The rollouts rewarded above ``min_reward``, best first (ties: the earlier rollout)."""
+    return [i for i in sorted(range(len(rewards)), key=lambda i: -rewards[i]) if rewards[i] > min_reward]
+
+
+def best_distinct(rollouts_records, keep_top_k: int) -> list:
+    """The records of the first ``keep_top_k`` distinct rollouts of ``rollouts_records`` (each rollout's records, best
+    first, read only as far as needed). A rollout sampled twice is one trajectory with the same record ids: it counts
+    once, as in ``build_from_agent``, and the next distinct rollout takes the place it would fill."""
+    kept: dict[str, list] = {}
+    for records in rollouts_records:
+        if len(kept) == keep_top_k:
+            break
+        if records:
+            kept.setdefault(records[0].trajectory_id, records)
+    return [record for records in kept.values() for record in records]
 
 
 def row_question_id(row: dict) -> str:
