@@ -256,3 +256,13 @@ def test_a_rollout_sampled_twice_counts_once_for_keep_top_k(tiny_model, tmp_path
     agent = _agent(tiny_model, [GOOD, GOOD, other])  # every rollout totals 5: a three-way tie
     assert build_from_environment(store, agent, ROWS, num_samples=3, keep_top_k=2) == 6
     assert len({m["trajectory_id"] for m in store.collection.get(include=["metadatas"])["metadatas"]}) == 2
+
+
+def test_a_turn_that_wrote_nothing_is_no_stored_step(tiny_model, tmp_path):
+    """A rollout whose last turn is only its end of turn (the episode over after a tool result) stores its tool step
+    alone: an empty step would be retrieved as an empty block at the very context a rollout asks from after its call."""
+    store = TraceStore(tmp_path / "store", embedder=HashingEmbedder(64))
+    agent = _agent(tiny_model, [[call("add", n=5), "<|im_end|>"]])
+    assert build_from_environment(store, agent, ROWS, num_samples=1, keep_top_k=1) == 1
+    (metadata,) = store.collection.get(include=["metadatas"])["metadatas"]
+    assert metadata["value"].startswith("<tool_call>") and (metadata["step_index"], metadata["num_steps"]) == (0, 1)

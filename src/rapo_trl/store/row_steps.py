@@ -34,7 +34,8 @@ def turn_results(row: RolloutRow) -> list[list[str]]:
 
 def row_step_records(row: RolloutRow, tokenizer, question: str, reward: float, question_id: str,
                      source: str = "agent", preprocess=None, created_at: str | None = None) -> list[StepRecord]:
-    """One record per policy turn of a JSON-tool rollout (retrieved blocks are not the agent's and are skipped);
+    """One record per policy turn of a JSON-tool rollout (retrieved blocks are not the agent's, and a turn that wrote
+    nothing and was shown no result has no step: both are skipped);
     ``preprocess`` turns a context into a key (``TraceStore.preprocess``, as the store treats queries; default
     ``preprocess_context``)."""
     preprocess = preprocess or preprocess_context
@@ -50,6 +51,8 @@ def row_step_records(row: RolloutRow, tokenizer, question: str, reward: float, q
         value = decode(row.completion_ids[turn.start:turn.end]).strip()
         if shown:
             value += result_block("\n".join(shown)).rstrip()
+        if not value:  # only its end of turn: retrieved, it would insert an empty block where a step belongs
+            continue
         # The agent's own context: a retrieved block (a policy row grown into the store) was never the agent's.
         before = [t for segment in row.segments if segment.end <= turn.start and segment.kind != "retrieved"
                   for t in row.completion_ids[segment.start:segment.end]]
