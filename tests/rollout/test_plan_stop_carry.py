@@ -83,3 +83,18 @@ def test_the_turn_budget_is_carried_across_the_plan_stop(tiny_model, spare):
     _, reference = rollout(tiny_model, ("tool_step",), max_turn_tokens=first_step + spare)
     assert reference.truncated == (spare < 0)
     assert as_tuple(plain) == as_tuple(reference)
+
+
+def test_the_step_after_a_start_retrieval_is_the_whole_turn_across_the_plan_stop(tiny_model):
+    # Seed 1 draws 0.13 then 0.85: at p 0.5 the row retrieves at the start, not at its plan, so its first step runs
+    # on past the plan stop; the start retrieval's 'post' entropy is that whole step's, not its plan's alone.
+    _, tokenizer = tiny_model
+    prompts = prompts_for(tokenizer, 1)
+    backend = StreamBackend(tokenizer, {tuple(p): "".join(TEXTS) for p in prompts})
+    config = RolloutConfig(max_completion_length=256, max_turn_tokens=64, retrieve_prob=0.5,
+                           retrieve_at=("start", "plan"), step_entropy="full")
+    engine = HybridRolloutEngine(tokenizer, backend, [EchoTool()], FixedStore(), config, seed=1)
+    (row,) = engine.run(prompts, hybrid=[True])
+    (event,) = row.retrievals
+    assert event.boundary == "start" and [s.kind for s in row.segments][:3] == ["retrieved", "policy", "tool"]
+    assert event.entropy_post == row.policy_steps[0].entropy

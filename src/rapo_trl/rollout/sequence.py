@@ -40,6 +40,7 @@ def append_policy_step(row: RolloutRow, out: TurnOutput, turn: HeldTurn, estimat
     if turn.sampled > len(out.token_ids):
         step = row.segments[-1]
         step.end, step.entropy = len(row.completion_ids), entropy
+        _fill_post_entropy(row)  # the step grew, and so did the entropy a retrieval before it reads as 'post'
         return step.start
     row.segments.append(Segment("policy", step_start, len(row.completion_ids), entropy))
     _fill_post_entropy(row)
@@ -47,10 +48,10 @@ def append_policy_step(row: RolloutRow, out: TurnOutput, turn: HeldTurn, estimat
 
 
 def _fill_post_entropy(row: RolloutRow) -> None:
-    """The step just sampled is the 'post' step of any retrieval still waiting for one."""
+    """The step just sampled (or extended past a plan stop) is the 'post' step of the retrievals right before it."""
     steps = row.policy_steps
     for event in row.retrievals:
-        if event.entropy_post is None and event.after_step == len(steps) - 2:
+        if event.after_step == len(steps) - 2:
             event.entropy_post = steps[-1].entropy
 
 
