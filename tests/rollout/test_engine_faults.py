@@ -6,7 +6,7 @@ import pytest
 
 from rapo_trl.rollout import RolloutConfig
 from rapo_trl.store import retry
-from tests.helpers.fakes import EchoTool, FixedStore, make_engine
+from tests.helpers.fakes import EchoTool, FixedStore, Found, make_engine
 from tests.helpers.scripted import Turn
 
 
@@ -73,6 +73,22 @@ def test_keyboard_interrupt_in_the_store_stops_the_run(tiny_model, waits):
     engine, prompts, _ = make_engine(tiny_model, [_turns()], store=FlakyStore(KeyboardInterrupt(), failures=1))
     with pytest.raises(KeyboardInterrupt):
         engine.run(prompts, hybrid=[True])
+
+
+
+class HitsOnlyStore(FixedStore):
+    """Leaves out the contexts it found nothing for (here: the first row's question)."""
+
+    def select(self, contexts):
+        self.queries.append(list(contexts))
+        return [Found(f"<think>a step for {context}</think>") for context in contexts if "Q0" not in context]
+
+
+def test_a_store_that_answers_fewer_contexts_than_asked_stops_the_run(tiny_model, waits):
+    # Paired in order, the second row's step would be spliced into the first row and the second would get none.
+    engine, prompts, _ = make_engine(tiny_model, [_turns(), _turns()], store=HitsOnlyStore())
+    with pytest.raises(ValueError, match="1 results for 2 contexts"):
+        engine.run(prompts, query_prefixes=["Q0\n", "Q1\n"], hybrid=[True, True])
 
 
 class SurrogateTool(EchoTool):

@@ -87,8 +87,18 @@ class StepRetrieval:
         selected = self.outage.select(self.store, contexts, question_ids=asked)
         if selected is None:
             return
+        selected = list(selected)
+        self._check_one_per_context(selected, contexts)
         for i, found in zip(chosen, selected):
             self._insert(rows[i], found, boundaries[i])
+
+    def _check_one_per_context(self, selected: list, contexts: list[str]) -> None:
+        """Raises unless the store answered every context: answers are paired with rows in order, so one left out
+        would splice the next row's step into this row."""
+        if len(selected) != len(contexts):
+            raise ValueError(f"{type(self.store).__name__}.select returned {len(selected)} results for "
+                             f"{len(contexts)} contexts; it must return one per context, in order (the fallback "
+                             "text where it finds nothing).")
 
     def _asked_ids(self, own: list[str | None]) -> list[str | None] | None:
         """The question ids to ask the store with: ``None`` when no row has one or the store takes none."""
