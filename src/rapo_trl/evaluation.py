@@ -149,7 +149,8 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
                     top_p: float = 1.0, top_k: int | None = 0, min_p: float | None = None,
                     repetition_penalty: float = 1.0, generation_options: dict | None = None,
                     greedy: bool = True, seed: int = 0, engine: dict | None = None, max_tool_calls: int = 3,
-                    max_result_chars: int | None = 4000, answer_stop: str | None = "</answer>") -> dict:
+                    max_result_chars: int | None = 4000, answer_stop: str | None = "</answer>",
+                    chat_template_kwargs: dict | None = None) -> dict:
     """Rollouts of ``model`` (a loaded model, PEFT or not, in training or not) over ``rows``, without retrieval.
 
     ``rows`` has ``prompt`` and ``answer`` columns; a row whose prompt an earlier row has is dropped with a warning
@@ -162,7 +163,9 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     them beside ``temperature``. Greedy pass@1 decodes plainly, whatever they are.
     ``engine`` holds `TransformersBackend` settings (e.g. ``merged_weights``, ``head_kernel``). ``max_tool_calls``,
     ``max_result_chars`` and ``answer_stop`` as in `RolloutConfig`: a trained policy is scored with the tool budget,
-    result cut and stop text it trained with.
+    result cut and stop text it trained with. ``chat_template_kwargs``: the extra chat template arguments training
+    rendered its prompts with (``GRPOConfig.chat_template_kwargs``), so the policy is scored on the prompt format it
+    trained on.
     ``seed`` seeds the sampled rollouts only: torch's global CPU and CUDA generators are restored afterwards, so an
     evaluation run mid-training leaves the training run's random stream where it was.
     """
@@ -177,8 +180,8 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
     result: dict = {}
     if greedy:
         agent = RolloutAgent(model, tokenizer, tools, config, SamplingSettings(do_sample=False), batch_size,
-                             engine)
-        rollouts = _run(agent, tokenizer, prompts, batch_size, progress, desc)
+                             engine, chat_template_kwargs=chat_template_kwargs)
+        rollouts = _run(agent, prompts, batch_size, progress, desc)
         texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts]
         result = score_texts(texts, answers, numeric)
         n = max(len(rollouts), 1)
@@ -190,9 +193,10 @@ def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int
         count = len(prompts) if sample_questions is None else min(sample_questions, len(prompts))
         sampled_prompts = [p for p in prompts[:count] for _ in range(samples)]
         sampled_answers = [a for a in answers[:count] for _ in range(samples)]
-        agent = RolloutAgent(model, tokenizer, tools, config, _sampling_of(settings), batch_size, engine)
+        agent = RolloutAgent(model, tokenizer, tools, config, _sampling_of(settings), batch_size, engine,
+                             chat_template_kwargs=chat_template_kwargs)
         with _seeded(seed):  # the same draws for a model evaluated twice
-            sampled = _run(agent, tokenizer, sampled_prompts, batch_size, progress, f"{desc} mean@{samples}")
+            sampled = _run(agent, sampled_prompts, batch_size, progress, f"{desc} mean@{samples}")
         sampled_texts = [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in sampled]
         result.update(mean_at_k(passes(sampled_texts, sampled_answers, numeric), samples))
         result.update(settings)
@@ -229,17 +233,16 @@ def _seeded(seed: int):
         yield
 
 
-def _run(agent, tokenizer, prompts: list, batch_size: int, progress: bool, desc: str) -> list:
+def _run(agent, prompts: list, batch_size: int, progress: bool, desc: str) -> list:
     from tqdm.auto import tqdm
 
     from rapo_trl.memory import release_freed_memory
-    from rapo_trl.rollout.agent import render_prompt
 
     rollouts = []
     with tqdm(total=len(prompts), desc=desc, unit="rollout", disable=not progress) as bar:
         for first in range(0, len(prompts), batch_size):
             batch = prompts[first : first + batch_size]
-            rollouts += agent.engine.run([render_prompt(tokenizer, p) for p in batch], retrieval_enabled=False)
+            rollouts += agent.engine.run([agent.prompt_ids(p) for p in batch], retrieval_enabled=False)
             bar.update(len(batch))
             # A batch's KV caches are hundreds of MB in blocks of changing size; glibc keeps what they freed
             # unless asked, and the next batch's differently shaped blocks do not reuse it.

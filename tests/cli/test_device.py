@@ -28,7 +28,8 @@ def eval_rows(n: int = 2):
 
 
 ROLLOUT_ARGS = SimpleNamespace(max_completion_length=16, max_turn_tokens=8, temperature=1.0, use_cpu=False, seed=0,
-                               max_tool_calls=3, max_tool_result_chars=4000, answer_stop="</answer>", reward_weights=None)
+                               max_tool_calls=3, max_tool_result_chars=4000, answer_stop="</answer>", reward_weights=None,
+                               chat_template_kwargs=None)
 
 
 @pytest.fixture

@@ -191,8 +191,9 @@ def test_build_store_model_agent_rolls_out_with_the_recipes_tool_budget(monkeypa
     from rapo_trl.cli import build_store
 
     monkeypatch.setattr(build_store, "_agent_model", lambda *args: ("model", "tokenizer"))
-    monkeypatch.setattr(rapo_trl.rollout.agent, "RolloutAgent", lambda model, tokenizer, tools, config, sampling: config)
+    monkeypatch.setattr(rapo_trl.rollout.agent, "RolloutAgent",
+                        lambda model, tokenizer, tools, config, sampling, **kwargs: config)
     rapo_args = SimpleNamespace(max_completion_length=64, max_turn_tokens=16, max_tool_result_chars=None,
-                                temperature=1.0, max_tool_calls=5, answer_stop=None)
+                                temperature=1.0, max_tool_calls=5, answer_stop=None, chat_template_kwargs=None)
     config = build_store._model_agent(None, rapo_args, None, tools=())
     assert (config.max_tool_calls, config.answer_stop) == (5, None)

@@ -86,7 +86,10 @@ def _model_agent(script, rapo_args, model_args, tools):
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
                            max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
                            max_result_chars=rapo_args.max_tool_result_chars, answer_stop=rapo_args.answer_stop)
-    return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature))
+    # Its prompts rendered as RL renders the policy's: the store is keyed by, and the warm start imitates, what
+    # follows them.
+    return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature),
+                        chat_template_kwargs=rapo_args.chat_template_kwargs)
 
 
 def _check_holds_only(store, rows, source: str, split: str, collection: str) -> None:
@@ -187,26 +190,35 @@ def run(script, rapo_args, model_args) -> dict:
     return result
 
 
-def _fill_from_environment(script, rapo_args, model_args) -> dict:
-    """The store filled by ``script.agent`` acting on the environment, one fresh environment per rollout, scored by
-    ``get_reward`` and any ``--reward_funcs``; keyed as the policy's hybrid rollouts on it query the store."""
-    from rapo_trl.cli.environment import environment_factory, environment_rewards, environment_rows
+def _environment_agent(script, rapo_args, model_args):
+    """``script.agent`` acting on the recipe's environment with the recipe's rollout budget, its prompts and tool
+    results rendered with the recipe's ``chat_template_kwargs``, as RL renders the policy's."""
+    from rapo_trl.cli.environment import environment_factory
     from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
     from rapo_trl.rollout.environment_agent import EnvironmentAgent
+
+    model, tokenizer = _agent_model(script, rapo_args, model_args)
+    config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
+                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
+                           json_tool_timeout=rapo_args.json_tool_timeout,
+                           max_result_chars=rapo_args.max_tool_result_chars,
+                           chat_template_kwargs=dict(rapo_args.chat_template_kwargs or {}))
+    return EnvironmentAgent(model, tokenizer, environment_factory(script),
+                            build_tools(script) if script.tools is not None else (), config,
+                            SamplingSettings(temperature=rapo_args.temperature))
+
+
+def _fill_from_environment(script, rapo_args, model_args) -> dict:
+    """The store filled by ``script.agent`` acting on the environment, one fresh environment per rollout, scored by
+    ``get_reward`` and any ``--reward_funcs``; keyed as the policy's hybrid rollouts on it query the store."""
+    from rapo_trl.cli.environment import environment_rewards, environment_rows
     from rapo_trl.store import build_from_environment
 
     rows = environment_rows(script, "store")
     print(count_line("Building the store from", script, {task_split(script, "store"): rows}))
     reward_funcs, reward_weights = environment_rewards(script, rapo_args.reward_weights)
-    model, tokenizer = _agent_model(script, rapo_args, model_args)
-    config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
-                           max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
-                           json_tool_timeout=rapo_args.json_tool_timeout,
-                           max_result_chars=rapo_args.max_tool_result_chars)
-    agent = EnvironmentAgent(model, tokenizer, environment_factory(script),
-                             build_tools(script) if script.tools is not None else (), config,
-                             SamplingSettings(temperature=rapo_args.temperature))
+    agent = _environment_agent(script, rapo_args, model_args)
     store = open_store(script, must_exist=False)
     added = build_from_environment(store, agent, rows, reward_funcs, num_samples=script.num_samples,
                                    keep_top_k=script.keep_top_k, source=f"agent:{script.agent}",

@@ -64,14 +64,15 @@ def score_model(script, rapo_args, model_args, name: str, path: str, sets: dict,
 def score_loaded(model, tokenizer, rows, tools, rapo_args, batch_size: int, numeric: bool, desc: str,
                  **settings) -> dict:
     """A loaded model's scores on ``rows`` with the recipe's rollout budget (its token budgets, tool calls, result
-    cut and stop text, as training rolled out); see `rapo_trl.evaluation.evaluate_policy`."""
+    cut and stop text, as training rolled out) and its prompts rendered as training rendered them (the recipe's
+    ``chat_template_kwargs``); see `rapo_trl.evaluation.evaluate_policy`."""
     from rapo_trl.evaluation import evaluate_policy
 
     return evaluate_policy(
         model, tokenizer, rows, tools, max_completion_length=rapo_args.max_completion_length,
         max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
         max_result_chars=rapo_args.max_tool_result_chars, answer_stop=rapo_args.answer_stop, numeric=numeric,
-        batch_size=batch_size, desc=desc, **settings,
+        batch_size=batch_size, desc=desc, chat_template_kwargs=rapo_args.chat_template_kwargs, **settings,
     )
 
 

@@ -62,23 +62,25 @@ def retrieval_splices(steps: list[str], tool_tags=TOOL_TAGS) -> list[RetrievedSp
 
 
 class ExampleTokenizer:
-    """Token ids and labels of warm-start examples, each ``prompt + completion`` as a hybrid rollout holds it."""
+    """Token ids and labels of warm-start examples, each ``prompt + completion`` as a hybrid rollout holds it; the
+    chat template renders with ``chat_template_kwargs``, the extra arguments RL renders its prompts with."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(chat_template_kwargs or {})
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
 
     def _prompt_ids(self, prompt) -> list[int]:
         return list(self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True,
-                                                       return_dict=True)["input_ids"])
+                                                       return_dict=True, **self.template_kwargs)["input_ids"])
 
     def _turn_end(self, prompt) -> list[int]:
         """What the chat template writes after an assistant message's content (an end-of-turn marker)."""
         marker = "\x00assistant content\x00"
         rendered = self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": marker}],
-                                                      tokenize=False)
+                                                      tokenize=False, **self.template_kwargs)
         return self._encode(rendered.split(marker, 1)[1])
 
     def example(self, prompt, completion: str | RetrievedSplice) -> dict:
@@ -96,12 +98,12 @@ class ExampleTokenizer:
 
 
 def with_retrieved_examples(questions: list[tuple[object, list[str]]], tokenizer, share: float,
-                            seed: int, tool_tags=TOOL_TAGS) -> list[dict]:
+                            seed: int, tool_tags=TOOL_TAGS, chat_template_kwargs: dict | None = None) -> list[dict]:
     """Tokenized SFT examples: each ``(prompt, steps)`` whole, and for a ``share`` of them (drawn with ``seed``)
     one more with a step retrieved at one of the trajectory's boundaries (drawn among them; ``tool_tags`` as
-    ``retrieval_splices`` takes them)."""
+    ``retrieval_splices`` takes them); rendered with ``chat_template_kwargs`` (`ExampleTokenizer`)."""
     rng = random.Random(seed)
-    encode = ExampleTokenizer(tokenizer)
+    encode = ExampleTokenizer(tokenizer, chat_template_kwargs)
     examples = []
     for prompt, steps in questions:
         examples.append(encode.example(prompt, STEP_SEPARATOR.join(steps)))

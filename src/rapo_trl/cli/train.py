@@ -183,7 +183,7 @@ def run(script, rapo_args, model_args) -> dict:
                min_reward=SFT_MIN_REWARD, use_cpu=rapo_args.use_cpu,
                seed=rapo_args.seed if script.sft_seed is None else script.sft_seed, bf16=rapo_args.bf16,
                fp16=rapo_args.fp16, batch_size=script.sft_batch_size, model_init_kwargs=source.init_kwargs,
-               lora=peft_config, run_id=run_id)
+               lora=peft_config, run_id=run_id, chat_template_kwargs=rapo_args.chat_template_kwargs)
     if script.sft_warmup_steps > 0:
         from rapo_trl.cli.warm_start import warm_start
 

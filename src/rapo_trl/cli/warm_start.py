@@ -69,11 +69,12 @@ def check_sft_source(rows, store, min_reward: float, stage: str, questions: str,
 
 
 def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieved_share: float = 0.0,
-                        seed: int = 0) -> list[dict]:
+                        seed: int = 0, chat_template_kwargs: dict | None = None) -> list[dict]:
     """SFT examples: each row's best trajectory in ``store`` (the collection of the demonstrated questions,
     `rapo_trl.cli.common.warm_start_collection`); rows without one are left out. As ``prompt`` and ``completion``;
     with ``retrieved_share`` > 0, tokenized (``input_ids``, ``labels``) with that share of the questions given a
-    second example that carries a retrieved step (`rapo_trl.cli.retrieved_examples`)."""
+    second example that carries a retrieved step (`rapo_trl.cli.retrieved_examples`). Either way rendered with
+    ``chat_template_kwargs`` (the recipe's, which RL renders its prompts with)."""
     by_question = trajectory_steps_from_store(store, min_reward)
     chosen = [(row["prompt"], by_question[row["question_id"]]) for row in rows if row["question_id"] in by_question]
     if not chosen:
@@ -81,9 +82,17 @@ def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieve
         raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory with reward >= "
                          f"{min_reward:g} of any of these {len(rows)} questions, so there is nothing to imitate")
     if retrieved_share > 0:
-        return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed, store.tool_tags)
-    return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}]}
+        return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed, store.tool_tags,
+                                       chat_template_kwargs)
+    return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}],
+             **rendered_with(chat_template_kwargs)}
             for prompt, steps in chosen]
+
+
+def rendered_with(chat_template_kwargs: dict | None) -> dict:
+    """The column that has TRL's SFT render a chat example with ``chat_template_kwargs``; none where they are unset,
+    so that such examples (and the warm start's cache key over them) stay what they were."""
+    return {"chat_template_kwargs": dict(chat_template_kwargs)} if chat_template_kwargs else {}
 
 
 class _StopAfter:
@@ -226,7 +235,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                min_reward: float, use_cpu: bool, seed: int, bf16: bool | None = None, fp16: bool = False,
                max_seconds: float | None = None, folder: str = WARM_START_DIR, batch_size: int = 4,
                merge: bool = False, model_init_kwargs: dict | None = None, lora: dict | None = None,
-               start_adapter: str | None = None, retrieved_share: float = 0.0, run_id: str | None = None) -> str:
+               start_adapter: str | None = None, retrieved_share: float = 0.0, run_id: str | None = None,
+               chat_template_kwargs: dict | None = None) -> str:
     """SFT a LoRA on stored trajectories and save it in ``output_dir/folder``; return its path.
 
     Trains ``steps`` steps, or until ``max_seconds`` of wall time when that is given (the equal-time SFT
@@ -238,6 +248,8 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     The loss per step goes to ``sft_history.json`` beside the model.
     ``bf16``/``fp16`` are the RAPO run's precision (``None``: from the hardware, as `RAPOConfig` does).
     ``model_init_kwargs`` load the model (the recipe's ModelConfig flags).
+    ``chat_template_kwargs``: the recipe's extra chat template arguments, which render the examples as RL renders
+    its prompts.
     The folder is stamped with ``run_id``, the ``rapo train`` run's (`rapo_trl.cli.run_record.stamp_baseline`), once
     finished or reused.
     """
@@ -252,7 +264,7 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
 
     from rapo_trl.memory import with_freed_memory_release
 
-    examples = warm_start_examples(rows, store, min_reward, tokenizer, retrieved_share, seed)
+    examples = warm_start_examples(rows, store, min_reward, tokenizer, retrieved_share, seed, chat_template_kwargs)
     target = Path(output_dir) / folder
     key = None
     if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused
@@ -262,7 +274,9 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
                              start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {},
                              chat_template=getattr(tokenizer, "chat_template", None),  # renders the examples
                              **({"start_adapter_files": _fingerprint(start_adapter)} if start_adapter else {}),
-                             **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}))
+                             **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}),
+                             # they render the examples too; keyed only when set: an unset run keeps its key
+                             **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}))
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
             say(f"Warm start reused from {target} (same model, examples, settings and package versions).")

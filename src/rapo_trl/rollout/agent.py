@@ -48,11 +48,13 @@ def load_policy(path: str, device: str | None = None, dtype=None, quantization_c
     return model, tokenizer
 
 
-def render_prompt(tokenizer, prompt) -> list[int]:
-    """Token ids of a prompt: chat messages through the chat template, a string as is."""
+def render_prompt(tokenizer, prompt, chat_template_kwargs: dict | None = None) -> list[int]:
+    """Token ids of a prompt: chat messages through the chat template (with ``chat_template_kwargs``, the extra
+    template arguments RL renders its prompts with, e.g. ``enable_thinking``), a string as is."""
     if isinstance(prompt, str):
         return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+    return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False,
+                                              **(chat_template_kwargs or {})))
 
 
 class RolloutAgent:
@@ -66,12 +68,16 @@ class RolloutAgent:
         sampling: sampling settings (``do_sample=False`` for greedy evaluation).
         batch_size: rows generated together.
         engine: further `TransformersBackend` settings (``merged_weights``, ``head_kernel``, ...).
+        chat_template_kwargs: extra chat template arguments for the prompts (``GRPOConfig.chat_template_kwargs``),
+            so that the agent sees prompts in the format RL trains on.
     """
 
     def __init__(self, model, tokenizer, tools=(), config: RolloutConfig | None = None,
-                 sampling: SamplingSettings | None = None, batch_size: int = 8, engine: dict | None = None):
+                 sampling: SamplingSettings | None = None, batch_size: int = 8, engine: dict | None = None,
+                 chat_template_kwargs: dict | None = None):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
+        self.chat_template_kwargs = chat_template_kwargs
         backend = TransformersBackend(model, tokenizer, sampling, **(engine or {}))
         self.engine = HybridRolloutEngine(tokenizer, backend, list(tools), None, config or RolloutConfig())
 
@@ -90,11 +96,15 @@ class RolloutAgent:
         """The tags of the tools this agent calls: where the store cuts its trajectories into steps."""
         return list(self.engine.tools)
 
+    def prompt_ids(self, prompt) -> list[int]:
+        """``prompt`` rendered as this agent's rollouts begin from it (`render_prompt`)."""
+        return render_prompt(self.tokenizer, prompt, self.chat_template_kwargs)
+
     def rollouts(self, prompts: list) -> list[RolloutRow]:
         rows: list[RolloutRow] = []
         for start in range(0, len(prompts), self.batch_size):
             batch = prompts[start : start + self.batch_size]
-            rows.extend(self.engine.run([render_prompt(self.tokenizer, p) for p in batch], retrieval_enabled=False))
+            rows.extend(self.engine.run([self.prompt_ids(p) for p in batch], retrieval_enabled=False))
         return rows
 
     def complete(self, prompts: list) -> list[str]:

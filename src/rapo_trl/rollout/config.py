@@ -68,7 +68,8 @@ class RolloutConfig:
     chat_template: str | None = None
     """With ``"json"``: the template tool results are rendered with (``None``: the tokenizer's own)."""
     chat_template_kwargs: dict = field(default_factory=dict)
-    """With ``"json"``: extra ``apply_chat_template`` arguments for rendering tool results."""
+    """With ``"json"``: extra ``apply_chat_template`` arguments for rendering tool results (and an
+    `EnvironmentAgent`'s prompts)."""
 
     def __post_init__(self):
         self.retrieve_at = checked_boundaries(self.retrieve_at)

@@ -114,13 +114,17 @@ class EnvironmentAgent:
             environments = [self._environment(row) for row in batch]
             prompts = [observed_prompt(env, self._reset_columns(row)) for env, row in zip(environments, batch)]
             tables = [{**self.tools, **(environment_tools(env) if env is not None else {})} for env in environments]
-            prompt_ids = [list(self.tokenizer.apply_chat_template(prompt, tools=list(table.values()) or None,
-                                                                  add_generation_prompt=True, tokenize=True,
-                                                                  return_dict=False))
-                          for prompt, table in zip(prompts, tables)]
+            prompt_ids = [self._prompt_ids(prompt, table) for prompt, table in zip(prompts, tables)]
             rolled = self.engine.run(prompt_ids, retrieval_enabled=False, row_tools=tables)
             done += [Episode(p, r, e) for p, r, e in zip(prompts, rolled, environments)]
         return done
+
+    def _prompt_ids(self, prompt: list[dict], tools: dict) -> list[int]:
+        """``prompt`` rendered for generation with the schemas of ``tools``, with the chat template arguments the
+        engine renders tool results with (``RolloutConfig.chat_template_kwargs``): one format for the whole episode."""
+        return list(self.tokenizer.apply_chat_template(prompt, tools=list(tools.values()) or None,
+                                                       add_generation_prompt=True, tokenize=True, return_dict=False,
+                                                       **(self.engine.config.chat_template_kwargs or {})))
 
     @property
     def _named(self) -> bool:
