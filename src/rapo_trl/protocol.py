@@ -71,6 +71,13 @@ def result_block(output: str, template: str = RESULT_TEMPLATE, limit: int | None
     return template.format(output=text)
 
 
+def step_own_text(text: str, result_template: str = RESULT_TEMPLATE) -> str:
+    """A stored step's own text: what its agent wrote, before the step's tool result block (all of it without one)."""
+    result_head = result_template.partition("{output}")[0].strip()
+    own = text.find(result_head) if result_head else -1
+    return text[:own] if own >= 0 else text
+
+
 def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIEVE_TEMPLATE,
                            result_template: str = RESULT_TEMPLATE) -> tuple[list[int], tuple[int, int] | None]:
     """The retrieved block's ids, and which of them (start, end) spell the stored step's own text: the part an agent
@@ -80,9 +87,8 @@ def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIE
     text = text.encode("utf-8", "replace").decode("utf-8")
     block = retrieve_template.format(text=text)
     head = retrieve_template.partition("{text}")[0].replace("{{", "{").replace("}}", "}")
-    result_head = result_template.partition("{output}")[0].strip()
-    own = text.find(result_head) if result_head else -1
-    char_start, char_end = len(head), len(head) + (own if own >= 0 else len(text))
+    char_start = len(head)
+    char_end = char_start + len(step_own_text(text, result_template))
     try:
         # A special token's text in a stored step (an end-of-turn marker) is text here: a retrieved block must
         # never end the policy's turn or open a message of the template.

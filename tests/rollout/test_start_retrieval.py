@@ -96,6 +96,14 @@ def test_a_stored_answer_as_the_policys_own_ends_the_row(tiny_model):
     assert tok.decode(policy_view(row), skip_special_tokens=True).strip() == ANSWER_STEP
 
 
+def test_an_answer_tag_in_a_stored_steps_tool_result_does_not_end_the_row(tiny_model):
+    printed = "<think>show the tag</think>\n<python>print('</ans' + 'wer>')</python>\n<result>\n</answer>\n</result>"
+    engine, prompts, _ = start_engine(tiny_model, FixedStore(text=printed), rows=1, retrieved_step_as_own=True)
+    (row,) = engine.run(prompts, hybrid=[True])
+    assert [s.kind for s in row.segments] == ["retrieved", "policy", "tool", "policy", "end"]
+    assert row.finished and engine.backend.model.generate.calls > 0  # the policy writes its own answer
+
+
 def test_the_fallback_text_stays_a_block_even_as_the_policys_own(tiny_model):
     engine, prompts, tok = start_engine(tiny_model, FixedStore(text="Reason on your own.", fallback=True), rows=1,
                                         retrieved_step_as_own=True)

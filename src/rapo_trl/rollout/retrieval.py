@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from rapo_trl.core.retrieval_rule import rows_that_retrieve
 from rapo_trl.core.rows import RetrievalEvent, RolloutRow
-from rapo_trl.protocol import OWN_STEP_TEMPLATE, encode_retrieved_block
+from rapo_trl.protocol import OWN_STEP_TEMPLATE, encode_retrieved_block, step_own_text
 from rapo_trl.rollout.config import RolloutConfig
 from rapo_trl.rollout.sequence import append_forced, close_episode
 from rapo_trl.store.outage import StoreOutage
@@ -156,7 +156,13 @@ class StepRetrieval:
                 as_own=as_own,
             )
         )
-        if as_own and cfg.answer_stop and cfg.answer_stop in found.text:
+        if as_own and self._closes_answer(found.text):
             # A turn of the policy's own that closes the answer ends its row (``answer_stop``); so does this one.
             row.finished = True
             close_episode(row, self.tokenizer.eos_token_id, cfg.max_completion_length)
+
+    def _closes_answer(self, text: str) -> bool:
+        """Whether a stored step closes the answer in its own text: a tool's output (code printing the tag, a search
+        hit quoting it) is no answer of the agent's, as the policy's turn is read only up to its tool call."""
+        cfg = self.config
+        return bool(cfg.answer_stop) and cfg.answer_stop in step_own_text(text, cfg.result_template)
