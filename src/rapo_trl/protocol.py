@@ -89,11 +89,21 @@ def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIE
     head = retrieve_template.partition("{text}")[0].replace("{{", "{").replace("}}", "}")
     char_start = len(head)
     char_end = char_start + len(step_own_text(text, result_template))
+    ids, offsets = encode_with_offsets(tokenizer, block)
+    if offsets is None:
+        return ids, None
+    inside = [k for k, (a, b) in enumerate(offsets) if a >= char_start and b <= char_end and b > a]
+    return ids, ((inside[0], inside[-1] + 1) if inside else None)
+
+
+def encode_with_offsets(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
+    """``text``'s ids, special tokens' text kept as text, and each id's character offsets (``None`` when the tokenizer
+    gives none). A special token's text in a stored step (an end-of-turn marker) must never end the policy's turn or
+    open a message of the template, with or without offsets."""
     try:
-        # A special token's text in a stored step (an end-of-turn marker) is text here: a retrieved block must
-        # never end the policy's turn or open a message of the template.
-        encoded = tokenizer(block, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True)
-    except (NotImplementedError, TypeError, ValueError):  # slow tokenizers have no offsets
-        return list(tokenizer(block, add_special_tokens=False)["input_ids"]), None
-    inside = [k for k, (a, b) in enumerate(encoded["offset_mapping"]) if a >= char_start and b <= char_end and b > a]
-    return list(encoded["input_ids"]), ((inside[0], inside[-1] + 1) if inside else None)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, split_special_tokens=True)
+    except (NotImplementedError, TypeError, ValueError):  # a tokenizer that refuses to give offsets
+        encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True)
+    # A Python-backend ("slow") tokenizer ignores return_offsets_mapping and answers without them.
+    offsets = encoded.get("offset_mapping")
+    return list(encoded["input_ids"]), (None if offsets is None else list(offsets))
