@@ -92,15 +92,15 @@ def _model_agent(script, rapo_args, model_args, tools):
                         chat_template_kwargs=rapo_args.chat_template_kwargs)
 
 
-def _check_holds_only(store, rows, source: str, split: str, collection: str) -> None:
+def _check_holds_only(store, rows, source: str, split: str) -> None:
     """Refuse a collection that already holds this agent's traces of questions outside ``rows``: a resume would add
     to it, and retrieval (or the warm start) would find an earlier build's questions, e.g. the demonstrated stories'
-    of a store made before store_split."""
+    of a store made before store_split. Every build path runs it, an environment's too, before its agent rolls out."""
     from rapo_trl.store.agent import stored_question_ids
 
     others = stored_question_ids(store, source) - set(rows["question_id"])  # the ids build_from_agent stores
     if others:
-        raise UsageError(f"collection '{collection}' at {store.location} already holds {source}'s traces of "
+        raise UsageError(f"collection '{store.collection_name}' at {store.location} already holds {source}'s traces of "
                          f"{len(others)} questions that are not of split {split!r} (an earlier build from another "
                          "split or size?); delete the store folder or set another store_path")
 
@@ -110,9 +110,8 @@ def _fill(script, rapo_args, agent, rows, reward, store, split: str, what: str, 
     holds."""
     from rapo_trl.store.agent import stored_question_ids
 
-    collection = store.collection_name
     source = f"agent:{script.agent}"
-    _check_holds_only(store, rows, source, split, collection)
+    _check_holds_only(store, rows, source, split)
     added = store.build_from_agent(
         agent(rows), rows, reward, num_samples=script.num_samples, keep_top_k=script.keep_top_k,
         source=source, seed=rapo_args.seed, tool_tags=tool_tags,  # a step per call of any tool training runs
@@ -215,14 +214,16 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     from rapo_trl.cli.environment import environment_rewards, environment_rows
     from rapo_trl.store import build_from_environment
 
+    split = task_split(script, "store")
     rows = environment_rows(script, "store")
-    print(count_line("Building the store from", script, {task_split(script, "store"): rows}))
+    print(count_line("Building the store from", script, {split: rows}))
     reward_funcs, reward_weights = environment_rewards(script, rapo_args.reward_weights)
-    agent = _environment_agent(script, rapo_args, model_args)
     store = open_store(script, must_exist=False)
+    source = f"agent:{script.agent}"
+    _check_holds_only(store, rows, source, split)  # before the agent's model loads
+    agent = _environment_agent(script, rapo_args, model_args)
     added = build_from_environment(store, agent, rows, reward_funcs, num_samples=script.num_samples,
-                                   keep_top_k=script.keep_top_k, source=f"agent:{script.agent}",
-                                   reward_weights=reward_weights)
+                                   keep_top_k=script.keep_top_k, source=source, reward_weights=reward_weights)
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
           f"questions at {store.location}.")
