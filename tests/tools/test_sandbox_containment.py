@@ -356,3 +356,27 @@ def test_a_prefix_that_links_to_the_root_is_never_bound(tmp_path, monkeypatch):
     prefixes = _sandbox_child._prefixes()
     assert str(root_link) not in prefixes and "/" not in prefixes
     assert os.path.realpath(sys.prefix) in prefixes  # the real prefixes are still there
+
+
+@minimal_view
+def test_an_installed_rapo_trl_is_hidden_from_the_code():
+    """Installed from a wheel, rapo_trl sits in the interpreter's site-packages, which the view shows: its held-out
+    stories (``data/stories``) and the task generators that draw eval questions with their answers must not be
+    readable by the policy's code."""
+    real = Path(tempfile.mkdtemp(prefix="rapo-venv-", dir="/tmp"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(real / "venv")], check=True)
+        (site,) = (real / "venv" / "lib").glob("python*/site-packages")
+        stories = site / "rapo_trl" / "data" / "stories"
+        stories.mkdir(parents=True)
+        (stories / "templates.yaml").write_text("held_out: a story eval asks\n")
+        (site / "rapo_trl" / "__init__.py").write_text("")
+        (site / "rapo_probe.py").write_text("VALUE = 42\n")
+        tool = PythonTool(python=str(real / "venv" / "bin" / "python"))
+        out = tool.run(f"import os, rapo_probe\nprint(rapo_probe.VALUE, os.path.exists({str(stories)!r}), "
+                       f"os.listdir({str(site / 'rapo_trl')!r}))")
+        assert out.split() == ["42", "False", "[]"]
+    finally:
+        import shutil
+
+        shutil.rmtree(real, ignore_errors=True)

@@ -49,6 +49,9 @@ _ETC = (
 )  # fmt: skip
 _DEV = ("null", "zero", "full", "random", "urandom")
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+# Packages an installed interpreter's site-packages may hold that the view shows empty: rapo_trl's data holds the
+# held-out stories, and its tasks draw eval questions with their answers.
+_HIDDEN_PACKAGES = ("rapo_trl",)
 FILENAME = "<code>"
 LINUX = sys.platform.startswith("linux")
 
@@ -244,6 +247,26 @@ def _under(path: str, roots) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
+def _hidden_package_dirs() -> list[str]:
+    """The folders of :data:`_HIDDEN_PACKAGES` on ``sys.path``, by the path the interpreter names them by and by their
+    real path: the view may show a virtualenv at both, each its own mount."""
+    found = set()
+    for entry in sys.path:
+        for name in _HIDDEN_PACKAGES:
+            folder = os.path.join(entry, name) if entry else ""
+            if folder and os.path.isdir(folder):
+                found.update((os.path.abspath(folder), os.path.realpath(folder)))
+    return sorted(found)
+
+
+def _hide_packages(staging: str, folders, visible) -> None:
+    """An empty tmpfs over each of ``folders`` the view shows (below one of ``visible``), made read-only later with
+    every other mount."""
+    for folder in folders:
+        if _under(folder, visible) and os.path.isdir(staging + folder):
+            _mount("tmpfs", staging + folder, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+
+
 def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
     """chroot into a new root that shows only the interpreter, the system's libraries and a private
     ``/tmp`` (a tmpfs of ``size_mb`` owned by ``owner``, also the working dir); everything but
@@ -257,6 +280,7 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
     paths = _view_paths((*_SYSTEM_DIRS, *_prefixes(), *(f"/etc/{n}" for n in _ETC), *(f"/dev/{n}" for n in _DEV)))
     # A system link is recreated as is; any other path is bound to what it resolves to (O_PATH follows links).
     sources = [(p, None if os.path.islink(p) and p in _SYSTEM_DIRS else os.open(p, os.O_PATH)) for p in paths]
+    hidden = _hidden_package_dirs()  # found before the host's /tmp is covered, where a virtualenv may live
     staging = "/tmp"
     _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     # The private /tmp goes in first: an interpreter that lives below the host's /tmp (a virtualenv in a
@@ -277,6 +301,7 @@ def _minimal_root(size_mb: int, owner: int) -> tuple[list[str], list[str]]:
         _mount(f"/proc/self/fd/{descriptor}", target, None, MS_BIND | MS_REC)
         os.close(descriptor)
         visible.append(path)
+    _hide_packages(staging, hidden, visible)
     os.mkdir(f"{staging}/proc")
     _mount("proc", f"{staging}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.makedirs(f"{staging}/dev/shm")
