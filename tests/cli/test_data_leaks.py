@@ -65,6 +65,21 @@ def test_train_refuses_a_store_built_with_another_task_seed(tmp_path):
         train.run(*_recipe(tmp_path, "train", "--task_seed", "1"))
 
 
+@pytest.mark.parametrize("variant", ["What is {i} * 3? ", "what is {i}  *  3?\n"], ids=["trailing-space", "case"])
+def test_train_refuses_a_store_of_eval_questions_spaced_or_cased_otherwise(tmp_path, variant):
+    """A store built before the eval file was given holds every question of the training file; an eval file that
+    asks four of them again, spaced or cased otherwise (exported again), leaves them out of training but gives them
+    other ids, and retrieval would show their stored solutions."""
+    other = tmp_path / "other_eval.jsonl"
+    other.write_text(json.dumps({"question": "What is 1000 * 3?", "answer": "3000"}) + "\n")
+    _store_as_build_store_fills_it(_recipe(tmp_path, "build-store", "--eval_dataset_path", str(other))[0])
+    held = tmp_path / "eval.jsonl"
+    held.write_text("".join(json.dumps({"question": variant.format(i=i), "answer": str(3 * i)}) + "\n"
+                            for i in range(8, 12)))
+    with pytest.raises(UsageError, match="holds trajectories of 4 questions of the eval set 'eval'"):
+        train.run(*_recipe(tmp_path, "train", "--eval_dataset_path", str(held)))
+
+
 def test_a_store_built_with_the_same_settings_passes(tmp_path):
     script = _recipe(tmp_path, "build-store", "--eval_fraction", "0.3", "--eval_size", "2")[0]
     _store_as_build_store_fills_it(script)

@@ -98,18 +98,37 @@ def check_store_holds_no_eval_question(script, stores: dict) -> None:
     """Refuse, in one line, a collection (``name -> store``) holding a trajectory of an eval question: build-store run
     with other data settings (``eval_fraction``, ``task_seed``, GSM8K's ``eval_size``, another dataset) draws its
     questions from this recipe's eval set, and retrieval or SFT would then show the policy their solutions."""
-    from rapo_trl.store.agent import stored_question_ids
-    from rapo_trl.tasks.held_out import question_ids
-
-    held_out = _eval_question_ids(script, question_ids)
+    held_out = _eval_rows(script)
     for name, store in stores.items():
-        leaked = stored_question_ids(store) & set(held_out)
+        leaked = _stored_eval_questions(store, held_out)
         if leaked:
-            split = held_out[next(iter(leaked))]
+            split = next(iter(leaked.values()))
             raise UsageError(f"collection {name!r} at {store.location} holds trajectories of {len(leaked)} questions "
                              f"of the eval set {split!r}: rapo build-store ran with other data settings than this "
                              "recipe (eval_fraction, task_seed, eval_size, dataset), so training would see held-out "
                              "solutions; build the store again with this recipe's data settings")
+
+
+def _stored_eval_questions(store, eval_rows: dict) -> dict[str, str]:
+    """``question_id -> eval set`` of the eval questions ``store`` holds trajectories of: found by id, or by text up to
+    spacing and case (an eval file that asks a training question again, exported otherwise, gives it another id)."""
+    from rapo_trl.store.agent import stored_first_keys, stored_question_ids
+    from rapo_trl.store.steps import preprocess_context
+    from rapo_trl.tasks.held_out import question_ids, same_question_key
+
+    ids = stored_question_ids(store)
+    texts = {same_question_key(key) for key in stored_first_keys(store)}
+
+    def stored(question_id: str, question: str) -> bool:
+        key = preprocess_context(question, store.config.key_max_chars, store.config.system_prompt)
+        return question_id in ids or same_question_key(key) in texts
+
+    leaked: dict[str, str] = {}
+    for split, rows in eval_rows.items():
+        for question_id, question in zip(question_ids(rows), rows["question"]):
+            if stored(question_id, question):
+                leaked.setdefault(question_id, split)
+    return leaked
 
 
 def check_sft_sources(script, rows, demo_rows, store, demo_store) -> None:
@@ -129,14 +148,13 @@ def check_sft_sources(script, rows, demo_rows, store, demo_store) -> None:
                          "sft_store_steps to 0")
 
 
-def _eval_question_ids(script, question_ids) -> dict[str, str]:
-    """``question_id -> eval set`` of every question the recipe holds out; for your own data every held-out row, not
-    the first ``eval_size`` alone (a later ``rapo eval`` with a larger ``eval_size`` asks them too)."""
+def _eval_rows(script) -> dict:
+    """``eval set -> rows`` of every question the recipe holds out; for your own data every held-out row, not the first
+    ``eval_size`` alone (a later ``rapo eval`` with a larger ``eval_size`` asks them too)."""
     import dataclasses
 
     whole = dataclasses.replace(script, eval_size=None) if script.task in USER_TASKS else script
-    return {question_id: split for split in eval_splits(script)
-            for question_id in question_ids(load_questions(whole, split))}
+    return {split: load_questions(whole, split) for split in eval_splits(script)}
 
 
 def run(script, rapo_args, model_args) -> dict:

@@ -83,6 +83,15 @@ def stored_question_ids(store, source: str | None = None) -> set[str]:
     return found
 
 
+def stored_first_keys(store) -> set[str]:
+    """The keys of ``store``'s first steps: each stored question's text as a key reads it (`preprocess_context`), which
+    tells a question stored under another id (its text spaced or cased otherwise) for the same question."""
+    found = set()
+    for page in store.iter_batches(include=("metadatas", "documents")):
+        found.update(key for key, metadata in zip(page["documents"], page["metadatas"]) if metadata["step_index"] == 0)
+    return found
+
+
 def build_from_agent(
     store,
     agent,
