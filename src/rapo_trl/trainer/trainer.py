@@ -531,9 +531,17 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
             if term.key not in inputs:  # evaluation batches carry no term
                 continue
             extra = term.loss(forward.logps, inputs[term.key], self._token_mean_normalizer(inputs))
-            self._metrics["train"][term.metric].append(self.accelerator.gather(extra.detach()).mean().item())
+            self._metrics["train"][term.metric].append(self._step_scale_value(extra))
             loss = loss + extra
         return loss
+
+    def _step_scale_value(self, micro_batch_term: torch.Tensor) -> float:
+        """A loss term of this micro-batch as the figure of the whole optimizer step: its share of the step's term
+        (normalised over the accumulation window, like TRL's loss) times the window's micro-batches, since the log
+        averages the micro-batches' figures rather than summing them; the mean over processes, as DDP averages
+        their gradients."""
+        share = self.accelerator.gather(micro_batch_term.detach()).mean()
+        return share.item() * self.current_gradient_accumulation_steps
 
     def _token_mean_normalizer(self, inputs) -> torch.Tensor:
         """The DAPO token mean's denominator for this micro-batch, whatever the loss type, so an extra term's token
