@@ -98,14 +98,10 @@ def test_all_the_lazy_table_and_the_type_checking_imports_name_the_same_things()
     assert typed == rapo_trl._LAZY
 
 
-def test_the_readme_and_the_notebook_import_only_names_that_exist_and_are_exported():
+def test_the_readme_and_the_notebook_import_only_names_that_are_exported():
+    # That every documented import resolves (docs/ may import from deeper modules) is tests/test_docs_examples.py's.
     imports = rapo_trl_imports(python_blocks(README)) + rapo_trl_imports(notebook_code())
     assert ("rapo_trl", "RAPOTrainer") in imports  # the parsing found them
-    documented = [found for path in docs() for found in rapo_trl_imports(python_blocks(path))]
-    for module, name in imports + documented:  # docs/ may import from deeper modules
-        imported = importlib.import_module(module)
-        if name:
-            assert hasattr(imported, name), f"from {module} import {name}"
     for _, name in imports:
         assert name in rapo_trl.__all__, f"{name} (used in the README or notebook) is not in rapo_trl.__all__"
 
