@@ -76,7 +76,7 @@ def eval_pass(model_path: str, recipe: str, questions: int, batch: int):
         prefill[0], prefill[1] = 0.0, 0
         KVCacheDecoder._forward = timed_forward
         try:
-            rollouts = _run(agent, tokenizer, prompts, batch, False, "eval")
+            rollouts = _run(agent, prompts, batch, False, "eval")
         finally:
             KVCacheDecoder._forward = forward
         return [tokenizer.decode(r.completion_ids, skip_special_tokens=True) for r in rollouts], prefill[0], prefill[1]
