@@ -162,3 +162,52 @@ def test_a_store_holding_a_shipped_tasks_eval_question_is_refused(tmp_path):
         store.add_from_dataset(leaked, source="agent:test", tool_tags=["python"])
         with pytest.raises(UsageError, match="holds trajectories of 1 questions of the eval set 'reward_only_fresh'"):
             train.check_store_holds_no_eval_question(script, {"traces": store})
+
+
+class _TrainingStopped(Exception):
+    pass
+
+
+def _train_until_the_record_is_written(monkeypatch, script, rapo_args, model_args):
+    """`rapo train` up to its run record, which it writes before training: the model and trainer are stubs."""
+    from types import SimpleNamespace
+
+    class Trainer:
+        tool_protocol = "tags"
+
+        def is_world_process_zero(self):
+            return True
+
+        def train(self, resume_from_checkpoint=None):
+            raise _TrainingStopped
+
+    source = SimpleNamespace(path="tiny", peft_config=None, tokenizer=None, init_kwargs={})
+    monkeypatch.setattr(train, "load_policy_source", lambda *args: source)
+    monkeypatch.setattr(train, "build_trainer", lambda *args: Trainer())
+    with pytest.raises(_TrainingStopped):
+        train.run(script, rapo_args, model_args)
+
+
+def test_eval_refuses_questions_whose_stored_solutions_training_retrieved(tmp_path, tiny_model_dir, monkeypatch):
+    """build-store with a larger train_size than `rapo train` stores solutions of questions RL never asked, which
+    retrieval still showed the policy: an eval set of them is not held out either."""
+    import shutil
+
+    from rapo_trl.cli import evaluate, model_scoring
+    from rapo_trl.cli.common import load_questions
+
+    builder = _recipe(tmp_path, "build-store", "--train_size", "20")[0]
+    _store_as_build_store_fills_it(builder)
+    script, rapo_args, model_args = _recipe(tmp_path, "train", "--train_size", "4", "--retrieve_prob", "1.0")
+    _train_until_the_record_is_written(monkeypatch, script, rapo_args, model_args)
+    trained = set(load_questions(script, "train")["question"])
+    stored = training_rows(builder, "store", tools=[])
+    only_stored = [(q, a) for q, a in zip(stored["question"], stored["answer"]) if q not in trained]
+    held = tmp_path / "eval.jsonl"
+    held.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in only_stored[:3]))
+    shutil.copytree(tiny_model_dir, tmp_path / "model", dirs_exist_ok=True)
+    monkeypatch.setattr(model_scoring, "load_policy", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(UsageError, match=r"eval set 'eval' holds 3 of its 3 questions whose solutions the store "
+                                         r"collection\(s\) 'traces' .* held"):
+        evaluate.run(*_recipe(tmp_path, "eval", "--eval_dataset_path", str(held), "--eval_model",
+                              str(tmp_path / "model"), "--eval_base", "false"))

@@ -79,6 +79,9 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     # what `rapo eval` evaluates by default: the tools and protocol the run trained with
     record = json.loads((out / "rapo_run.json").read_text())
     trained_on = record.pop("trained_question_hashes")
+    # the store it retrieved from: its questions are not held out either
+    assert record.pop("store_collections") and record.pop("store_key_max_chars")
+    assert set(record.pop("store_question_hashes")) & set(trained_on)
     assert re.fullmatch(r"[0-9a-f]{32}", record.pop("run_id"))  # a new run: an id of its own
     assert record == {
         "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,

@@ -22,13 +22,16 @@ logger = logging.getLogger("rapo_trl.cli")
 
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
                      task: str, base_model: str | None = None, trained_questions: Iterable[str] = (),
-                     baselines: Iterable[str] | None = None, run_id: str | None = None) -> None:
+                     baselines: Iterable[str] | None = None, run_id: str | None = None,
+                     stored_questions: dict | None = None) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
     paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; ``base_model``, what
     a pushed adapter names as its base (``rapo push`` reads it); the questions it trained on, as hashes of their
     text (``rapo eval`` refuses an eval set holding one); and the ``baselines`` it makes beside the model (names of
     ``rapo eval``'s models: it scores no other folder, such as one an earlier run left in the same output_dir); and the
-    ``run_id`` its baselines are stamped with (`stamp_baseline`: ``rapo eval`` scores no baseline another run made)."""
+    ``run_id`` its baselines are stamped with (`stamp_baseline`: ``rapo eval`` scores no baseline another run made);
+    and ``stored_questions``, the questions of the store collections it retrieved from or imitated
+    (`stored_questions_record`), which ``rapo eval`` refuses too."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
               "environment_factory": environment_factory, "base_model": base_model}
@@ -39,6 +42,8 @@ def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, envi
     hashes = question_hashes(trained_questions)
     if hashes:
         record["trained_question_hashes"] = sorted(hashes)
+    if stored_questions and stored_questions.get("store_question_hashes"):
+        record.update(stored_questions)
     (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
 
@@ -89,14 +94,40 @@ def _hash_forms(question: str) -> set[str]:
     return question_hashes([question]) | {stable_hash(question)}
 
 
+def stored_questions_record(stores: dict) -> dict:
+    """The run record's fields naming the questions of ``stores`` (``collection name -> store``), the collections a
+    run retrieves from or imitates: their names, the hashes of their questions as their keys read them
+    (`stored_first_keys`), and the lengths those keys are cut to, for ``rapo eval`` to read an eval question the
+    same way. Empty where ``stores`` is."""
+    from rapo_trl.store.agent import stored_first_keys
+
+    if not stores:
+        return {}
+    keys = set().union(*(stored_first_keys(store) for store in stores.values()))
+    return {"store_collections": sorted(stores),
+            "store_key_max_chars": sorted({int(store.config.key_max_chars) for store in stores.values()}),
+            "store_question_hashes": sorted(question_hashes(keys))}
+
+
+def _stored_hash_forms(question: str, key_max_chars: Iterable[int]) -> set[str]:
+    """The hashes a run record names ``question`` by among the store's questions: as a key cut to each length reads it
+    (a long question's key keeps its last characters alone), or as training's questions are named."""
+    from rapo_trl.store.steps import preprocess_context
+
+    keys = [preprocess_context(question, max_chars) for max_chars in key_max_chars]
+    return question_hashes(keys) | _hash_forms(question)
+
+
 def refuse_trained_questions(target: str, sets: dict) -> None:
     """Refuse, in one line, an eval set (``name -> rows`` with a ``question`` column) holding a question the run at
-    ``target`` trained on: eval settings other than training's (a larger GSM8K ``eval_size``, another
-    ``task_seed`` or ``eval_fraction``, another dataset) can draw the eval set from the training questions, and its
-    scores would not be held out."""
-    trained = set((read_run_record(target) or {}).get("trained_question_hashes") or [])
-    if not trained:
-        return
+    ``target`` trained on, or one whose stored solutions it retrieved or imitated: eval settings other than
+    training's (a larger GSM8K ``eval_size``, another ``task_seed`` or ``eval_fraction``, another dataset), or a store
+    built with a larger ``train_size``, can draw the eval set from those questions, and its scores would not be held
+    out. A record written before runs listed their store's questions is checked for the trained ones alone."""
+    record = read_run_record(target) or {}
+    trained = set(record.get("trained_question_hashes") or [])
+    stored = set(record.get("store_question_hashes") or [])
+    key_max_chars = record.get("store_key_max_chars") or []
     for name, rows in sets.items():
         seen = [question for question in rows["question"] if _hash_forms(question) & trained]
         if seen:
@@ -104,6 +135,15 @@ def refuse_trained_questions(target: str, sets: dict) -> None:
                              f"trained on (first: {seen[0][:60]!r}); its scores would not be held out: evaluate with "
                              "the data settings the run trained with (eval_size, eval_fraction, task_seed, dataset), "
                              "or drop from your data the questions its train and test splits share")
+        seen = [question for question in rows["question"] if _stored_hash_forms(question, key_max_chars) & stored]
+        if seen:
+            collections = ", ".join(map(repr, record.get("store_collections") or []))
+            raise UsageError(f"eval set {name!r} holds {len(seen)} of its {len(rows)} questions whose solutions the "
+                             f"store collection(s) {collections} that {target} trained with held (first: "
+                             f"{seen[0][:60]!r}): training retrieved or imitated them, so its scores would not be "
+                             "held out: evaluate with the data settings rapo build-store ran with (train_size, "
+                             "eval_size, eval_fraction, task_seed, dataset), or build the store without these "
+                             "questions")
 
 
 def read_run_record(model_folder: str) -> dict | None:

@@ -26,7 +26,7 @@ from rapo_trl.cli.environment import check_environment
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
 from rapo_trl.cli.rewards import training_rewards
-from rapo_trl.cli.run_record import run_id_for, write_run_record
+from rapo_trl.cli.run_record import run_id_for, stored_questions_record, write_run_record
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import build_trainer, load_policy_source, load_training_data
 
@@ -187,6 +187,7 @@ def run(script, rapo_args, model_args) -> dict:
     if store is not None:  # an environment's store too: build-store keys it by the same question ids
         check_store_holds_no_eval_question(script, {store.collection_name: store,
                                                     demo_store.collection_name: demo_store})
+    trained_from = _stores_trained_from(script, rapo_args, store, demo_store if demo_rows is not None else None)
     check_sft_sources(script, rows, demo_rows, store, demo_store)
     # Only now, every input checked: the model.
     source = load_policy_source(rapo_args, model_args)
@@ -230,7 +231,7 @@ def run(script, rapo_args, model_args) -> dict:
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
                              trained_questions=_questions(rows, demo_rows), baselines=_baselines(script),
-                             run_id=run_id)
+                             run_id=run_id, stored_questions=stored_questions_record(trained_from))
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if trainer.is_world_process_zero():
@@ -286,6 +287,18 @@ def _baselines(script) -> list[str]:
     made = {"warm_start": script.sft_warmup_steps > 0, "sft_on_store": script.sft_store_steps > 0,
             "sft_same_time": script.sft_same_time, "grpo_same_rollouts": script.grpo_same_rollouts}
     return [name for name, on in made.items() if on]
+
+
+def _stores_trained_from(script, rapo_args, store, demo_store) -> dict:
+    """``collection name -> store`` of the collections whose solutions the run shows the policy: the store when RL
+    retrieves from it or SFT on the store imitates it, and the warm start's collection (``demo_store``, ``None``
+    without a warm start). Their questions are no more held out than the trained ones."""
+    used = {}
+    if store is not None and (_retrieves(rapo_args) or script.sft_store_steps > 0):
+        used[store.collection_name] = store
+    if demo_store is not None:
+        used[demo_store.collection_name] = demo_store
+    return used
 
 
 def _questions(*row_sets) -> list[str]:
