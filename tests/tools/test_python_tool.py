@@ -236,6 +236,14 @@ def test_a_signal_the_code_sends_itself_ends_it(code, name):
 
 
 @linux_only
+def test_a_sigkill_the_code_sends_itself_is_not_blamed_on_the_limits_alone():
+    """The caller sees a SIGKILL the code sent itself as it sees the CPU limit's hard kill (or a memory kill that no
+    cgroup counted): the message names every cause it may be, not the limits alone."""
+    error = _error_of(TOOL, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert "Process killed by the CPU or memory limit, or by the code itself (SIGKILL)." in error
+
+
+@linux_only
 def test_code_that_exits_normally_still_returns_its_output_and_status():
     assert TOOL.run("import os\nprint('bye')\nos._exit(0)") == "bye\n"
     assert _error_of(TOOL, "import sys\nsys.exit(143)") == "Process exited with status 143."

@@ -258,7 +258,9 @@ class PythonTool:
             name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else -returncode
             reason = {
                 "SIGXCPU": f"CPU time limit of {self.cpu_seconds or self.timeout:g} s exceeded",
-                "SIGKILL": "killed (CPU or memory limit)",
+                # The CPU limit's hard kill, a memory kill no cgroup counted and the code's own os.kill reach the
+                # caller as the same bare SIGKILL: name each rather than blame the limits for the code's own.
+                "SIGKILL": "killed by the CPU or memory limit, or by the code itself",
                 "SIGXFSZ": f"file size limit of {self.max_file_mb} MB exceeded",
             }.get(str(name), "terminated by a signal")
             parts.append(f"Process {reason} ({name}).")
