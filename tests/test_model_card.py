@@ -117,6 +117,24 @@ def test_eval_table_says_what_mean_at_k_is_over_as_eval_sampled_it(tmp_path):
     assert "training temperature" not in text
 
 
+def test_eval_table_names_the_sampling_settings_mean_at_k_left_off_their_defaults(tmp_path):
+    # a recipe sampling with top_p 0.9 and a generation option: its mean@k is not comparable with a plain T=0.6 one
+    sampled = {"trained": {"pass@1": 0.5, "mean@k": 0.4, "k": 4, "questions": 32, "temperature": 0.6, "top_p": 0.9,
+                           "top_k": 0, "min_p": None, "repetition_penalty": 1.0,
+                           "generation_options": {"typical_p": 0.95}}}
+    payload = {"task": "arithmetic", "split": "eval", "n": 32, "k": 4, "rows": sampled}
+    text = add_evaluation(tmp_path, payload).read_text()
+    assert "(mean@k: 4 samples per question at T=0.6, top_p=0.9, typical_p=0.95)." in text
+
+
+def test_eval_table_names_only_the_temperature_of_mean_at_k_at_default_settings(tmp_path):
+    sampled = {"trained": {"pass@1": 0.5, "mean@k": 0.4, "k": 4, "questions": 32, "temperature": 1.0, "top_p": 1.0,
+                           "top_k": 0, "min_p": None, "repetition_penalty": 1.0}}
+    payload = {"task": "arithmetic", "split": "eval", "n": 32, "k": 4, "rows": sampled}
+    text = add_evaluation(tmp_path, payload).read_text()
+    assert "(mean@k: 4 samples per question at T=1.0)." in text
+
+
 def test_eval_table_is_appended_to_a_card_without_one(tmp_path):
     (tmp_path / "README.md").write_text("---\nlibrary_name: peft\n---\n# Some adapter\n")
     add_evaluation(tmp_path, EVALUATION)

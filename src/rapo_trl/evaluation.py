@@ -143,6 +143,20 @@ def sampled_settings(temperature: float = 1.0, top_p: float = 1.0, top_k: int | 
     return settings
 
 
+SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+"""The sampling settings that leave the model's distribution as it is; a label names the others."""
+
+
+def sampling_label(settings: dict) -> str:
+    """``"T=1.0"``, then each setting that reshapes the distribution (``"T=0.8, top_p=0.9"``): a mean@k is comparable
+    with another only where both sampled alike. ``rapo eval``'s table titles and the model card's
+    note both name the settings so."""
+    changed = [f"{name}={settings[name]}" for name, default in SAMPLING_DEFAULTS.items()
+               if settings.get(name, default) != default]
+    changed += [f"{name}={value}" for name, value in settings.get("generation_options", {}).items()]
+    return ", ".join([f"T={settings['temperature']}", *changed])
+
+
 def evaluate_policy(model, tokenizer, rows, tools, *, max_completion_length: int, max_turn_tokens: int,
                     numeric: bool = True, batch_size: int = 32, progress: bool = True, desc: str = "eval",
                     samples: int = 0, sample_questions: int | None = None, temperature: float = 1.0,

@@ -171,16 +171,19 @@ def _set_table(evaluation: dict) -> str:
 
 def _sampling_note(results: dict, evaluation: dict) -> str:
     """What a set's mean@k is over, read from its sampled rows as ``rapo eval``'s table title reads it: the questions
-    (``eval_sample_size`` may keep them below the set's n) and the temperature (``eval_temperature`` may differ from
-    training's); ``""`` where no model of the set was sampled (``eval_sampled_splits`` left it greedy)."""
+    (``eval_sample_size`` may keep them below the set's n) and the sampling settings by `sampling_label` (the
+    temperature, ``eval_temperature``'s where set, and each setting off its default); ``""`` where no model of the set
+    was sampled (``eval_sampled_splits`` left it greedy)."""
+    from rapo_trl.evaluation import sampling_label
+
     sampled = next((m for m in results.values() if isinstance(m.get("mean@k"), (int, float))), None)
     k = (sampled or {}).get("k", evaluation.get("k"))
     if sampled is None or not k:
         return ""
     questions, n = sampled.get("questions"), evaluation.get("n")
     over = f" of the first {questions}" if isinstance(questions, int) and isinstance(n, int) and questions < n else ""
-    temperature = sampled.get("temperature")
-    at = f"T={temperature}" if temperature is not None else "the training temperature"  # files that did not record it
+    # Files that did not record the temperature did not record the other settings either.
+    at = sampling_label(sampled) if sampled.get("temperature") is not None else "the training temperature"
     return f" (mean@k: {k} samples per question{over} at {at})"
 
 

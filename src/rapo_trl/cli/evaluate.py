@@ -44,11 +44,13 @@ from rapo_trl.cli.run_record import (
 )
 from rapo_trl.cli.training_report import training_steps, training_table
 from rapo_trl.cli.warm_start import SFT_HISTORY_FILE, SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR
-from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS is re-exported
+from rapo_trl.evaluation import (  # noqa: F401 - NUMERIC_TASKS and SAMPLING_DEFAULTS are re-exported
     NUMERIC_TASKS,
+    SAMPLING_DEFAULTS,
     SCORINGS,
     distinct_question_rows,
     format_table,
+    sampling_label,
     set_scoring,
 )
 from rapo_trl.plots import STATE_FILE
@@ -262,19 +264,6 @@ def table_title(task: str, set_name: str, n: int, metrics_by_model: dict, settin
         return f"{task}, {set_name}, n={n}"
     questions = f" of the first {sampled['questions']}" if sampled["questions"] < n else ""
     return f"{task}, {set_name}, n={n}, mean@{sampled['k']}{questions} at {sampling_label(settings)}"
-
-
-SAMPLING_DEFAULTS = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
-"""The sampling settings that leave the model's distribution as it is; a title names the others."""
-
-
-def sampling_label(settings: dict) -> str:
-    """``"T=1.0"``, then each setting that reshapes the distribution (``"T=0.8, top_p=0.9"``): a mean@k is comparable
-    with another only where both sampled alike."""
-    changed = [f"{name}={settings[name]}" for name, default in SAMPLING_DEFAULTS.items()
-               if settings.get(name, default) != default]
-    changed += [f"{name}={value}" for name, value in settings.get("generation_options", {}).items()]
-    return ", ".join([f"T={settings['temperature']}", *changed])
 
 
 def _update_card_and_plots(target: str, payload: dict) -> None:
