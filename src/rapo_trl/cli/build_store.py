@@ -77,8 +77,8 @@ def _agent_model(script, rapo_args, model_args):
 def _model_agent(script, rapo_args, model_args, tools):
     """The off-policy agent ``script.agent`` names, loaded with the recipe's ModelConfig flags."""
     from rapo_trl.rollout.agent import RolloutAgent
-    from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
+    from rapo_trl.trainer.backend import sampling_settings
 
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     # The recipe's whole rollout budget, as training and eval roll out: a question needing more tool calls than
@@ -87,8 +87,9 @@ def _model_agent(script, rapo_args, model_args, tools):
                            max_turn_tokens=rapo_args.max_turn_tokens, max_tool_calls=rapo_args.max_tool_calls,
                            max_result_chars=rapo_args.max_tool_result_chars, answer_stop=rapo_args.answer_stop)
     # Its prompts rendered as RL renders the policy's: the store is keyed by, and the warm start imitates, what
-    # follows them.
-    return RolloutAgent(model, tokenizer, tools, config, SamplingSettings(temperature=rapo_args.temperature),
+    # follows them. Sampled as the trainer samples (top_p, top_k, ..., generation_kwargs): the steps the store holds
+    # come from the distribution the policy trains with.
+    return RolloutAgent(model, tokenizer, tools, config, sampling_settings(rapo_args),
                         chat_template_kwargs=rapo_args.chat_template_kwargs)
 
 
@@ -190,12 +191,12 @@ def run(script, rapo_args, model_args) -> dict:
 
 
 def _environment_agent(script, rapo_args, model_args):
-    """``script.agent`` acting on the recipe's environment with the recipe's rollout budget, its prompts and tool
-    results rendered with the recipe's ``chat_template_kwargs``, as RL renders the policy's."""
+    """``script.agent`` acting on the recipe's environment with the recipe's rollout budget and sampling settings, its
+    prompts and tool results rendered with the recipe's ``chat_template_kwargs``, as RL renders the policy's."""
     from rapo_trl.cli.environment import environment_factory
-    from rapo_trl.rollout.backends import SamplingSettings
     from rapo_trl.rollout.engine import RolloutConfig
     from rapo_trl.rollout.environment_agent import EnvironmentAgent
+    from rapo_trl.trainer.backend import sampling_settings
 
     model, tokenizer = _agent_model(script, rapo_args, model_args)
     config = RolloutConfig(max_completion_length=rapo_args.max_completion_length,
@@ -205,7 +206,7 @@ def _environment_agent(script, rapo_args, model_args):
                            chat_template_kwargs=dict(rapo_args.chat_template_kwargs or {}))
     return EnvironmentAgent(model, tokenizer, environment_factory(script),
                             build_tools(script) if script.tools is not None else (), config,
-                            SamplingSettings(temperature=rapo_args.temperature))
+                            sampling_settings(rapo_args))  # as the model agent: as the trainer samples
 
 
 def _fill_from_environment(script, rapo_args, model_args) -> dict:
