@@ -67,3 +67,17 @@ def test_an_environment_build_resumes_a_store_of_its_own_questions(tmp_path, mon
     monkeypatch.setattr("rapo_trl.store.build_from_environment", lambda store, *args, **kwargs: filled.append(1) or 0)
     assert build_store.run(script, rapo_args, model_args)["questions"] == 1
     assert filled
+
+
+def test_an_environment_build_that_stored_nothing_is_refused_beside_another_sources_records(tmp_path, monkeypatch):
+    # Another agent's traces in the folder are no records of this agent for these questions: the empty build is
+    # refused, as a tool-task build is, rather than counted by the store's every record.
+    script, rapo_args, model_args = _environment_recipe(tmp_path)
+    trajectories = Dataset.from_dict({"trajectory": ["<answer>\\boxed{5}</answer>"], "reward": [1.0],
+                                      "question_id": [OTHER_QUESTION], "question": ["Count to five."]})
+    with open_store(script, must_exist=False) as store:
+        store.add_from_dataset(trajectories, source="agent:another-model", tool_tags=["python"])
+    monkeypatch.setattr(build_store, "_environment_agent", lambda *args: object())
+    monkeypatch.setattr("rapo_trl.store.build_from_environment", lambda store, *args, **kwargs: 0)
+    with pytest.raises(UsageError, match="the store got no step records from agent 'tiny' on \\d+ questions"):
+        build_store.run(script, rapo_args, model_args)

@@ -109,8 +109,6 @@ def _check_holds_only(store, rows, source: str, split: str) -> None:
 def _fill(script, rapo_args, agent, rows, reward, store, split: str, what: str, tool_tags) -> dict:
     """``store`` (a collection) filled with ``agent(rows)``'s best trajectories of ``rows``; returns what it added and
     holds."""
-    from rapo_trl.store.agent import stored_question_ids
-
     source = f"agent:{script.agent}"
     _check_holds_only(store, rows, source, split)
     added = store.build_from_agent(
@@ -120,9 +118,18 @@ def _fill(script, rapo_args, agent, rows, reward, store, split: str, what: str, 
     stats = store.stats()
     print(f"Added {added} step records; {what} now holds {stats['records']} records "
           f"from {stats['questions']} questions at {store.location}.")
-    if not stored_question_ids(store, source) & set(rows["question_id"]):  # neither this build nor an earlier one
-        raise UsageError(_nothing_stored(script, what, len(rows)))
+    _check_stored_some(script, store, rows, source, what)
     return {"added": added, **stats}
+
+
+def _check_stored_some(script, store, rows, source: str, what: str) -> None:
+    """Refuse a build after which ``store`` holds no record of ``source`` for any of ``rows``' questions (neither this
+    build nor an earlier one it resumed stored one). Another source's records, or this agent's of other questions,
+    do not count: training would still retrieve only the fallback text for these questions."""
+    from rapo_trl.store.agent import stored_question_ids
+
+    if not stored_question_ids(store, source) & set(rows["question_id"]):
+        raise UsageError(_nothing_stored(script, what, len(rows)))
 
 
 def _nothing_stored(script, what: str, questions: int) -> str:
@@ -228,6 +235,5 @@ def _fill_from_environment(script, rapo_args, model_args) -> dict:
     stats = store.stats()
     print(f"Added {added} step records; the store now holds {stats['records']} records from {stats['questions']} "
           f"questions at {store.location}.")
-    if not stats["records"]:
-        raise UsageError(_nothing_stored(script, "the store", len(rows)))
+    _check_stored_some(script, store, rows, source, "the store")
     return {"added": added, **stats}
