@@ -404,6 +404,24 @@ def card_loading_repo(text: str, repo: str) -> str:
     return _QUICK_START_MODEL.sub(lambda found: f'{found.group(1)}"{repo}"', text)
 
 
+_FINE_TUNED_FROM = re.compile(r"(fine-tuned version of )(?:\[[^\]]*\]\(https://huggingface\.co/[^)]*\)"
+                              r"|a local model \(`[^`]*`, no Hub id\))")
+"""The card's sentence naming the base (TRL's template, or ``build_model_card``'s words for a local base)."""
+
+
+def card_naming_base(text: str, base: str) -> str:
+    """The card naming ``base`` as the model it fine-tunes, in its metadata (the Hub links the base from there) and
+    its opening sentence: a push may give the adapter another base than the one the card was written with. A base
+    with no Hub id (a local folder) is left out of the metadata, which takes Hub ids only."""
+    from huggingface_hub import ModelCard
+
+    hub_id = base if _HUB_ID.match(base) and not Path(base).exists() else None
+    card = ModelCard(text, ignore_metadata_errors=True)
+    card.data.base_model = hub_id
+    named = f"[{hub_id}](https://huggingface.co/{hub_id})" if hub_id else f"a local model (`{Path(base).name}`, no Hub id)"
+    return _FINE_TUNED_FROM.sub(lambda found: found.group(1) + named, str(card), count=1)
+
+
 def card_with_folded_adapter(text: str, config: dict, rapo_rank: int) -> str:
     """The card with its LoRA row describing the pushed adapter (``config``): the SFT warm start's LoRA folded with
     RAPO's (rank ``rapo_rank``), of their summed rank, where the card written at training time describes RAPO's."""

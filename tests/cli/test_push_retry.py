@@ -102,3 +102,41 @@ def test_a_repo_the_hub_would_reject_is_refused_before_training(tmp_path, capsys
     (run / "config.json").write_text("{}")
     assert main(["push", str(run)]) == 2
     assert "the run folder's name (the default hub_model_id) 'my run' is no Hub model repo" in capsys.readouterr().err
+
+
+def _lora_run(tiny_model_dir, run: Path, trained_base: str | None) -> Path:
+    """A LoRA run folder as `rapo train` saves it: the adapter and the card, which names ``trained_base`` (None: a
+    local base, no Hub id)."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rapo_trl.config import RAPOConfig
+    from rapo_trl.trainer import RAPOTrainer
+    from tests.helpers.fakes import EchoTool
+    from tests.helpers.trainers import common_args, dataset, sevens
+
+    trainer = RAPOTrainer(AutoModelForCausalLM.from_pretrained(tiny_model_dir), sevens,
+                          args=RAPOConfig(**common_args(run)), train_dataset=dataset(),
+                          processing_class=AutoTokenizer.from_pretrained(tiny_model_dir), tools=[EchoTool()],
+                          peft_config=LoraConfig(r=2, target_modules=["q_proj"]))
+    trainer.base_model_id = trained_base
+    trainer.save_model()
+    return run
+
+
+@pytest.mark.parametrize("trained_base", [None, "org/trained-base"])
+def test_the_pushed_card_names_the_base_the_pushed_adapter_names(tiny_model_dir, tmp_path, trained_base):
+    """`rapo push --base_model_name X` makes the adapter name X; the card written at training time named another
+    base (or none), and the Hub reads the base from the card: the pushed card names X too."""
+    from huggingface_hub import ModelCard
+
+    run = _lora_run(tiny_model_dir, tmp_path / "my-run", trained_base)
+    remote = tmp_path / "remote"
+    api = types.SimpleNamespace(create_repo=lambda repo_id, **kw: types.SimpleNamespace(repo_id=repo_id),
+                                upload_folder=lambda **kw: shutil.copytree(kw["folder_path"], remote))
+    assert push_run(run, "me/pushed", "org/given-base", api=api) == ("me/pushed", "org/given-base")
+    assert json.loads((remote / "adapter_config.json").read_text())["base_model_name_or_path"] == "org/given-base"
+    card = ModelCard.load(remote / "README.md")
+    assert card.data.base_model == "org/given-base"
+    assert "fine-tuned version of [org/given-base](https://huggingface.co/org/given-base)" in card.text
+    assert "no Hub id" not in card.text and "trained-base" not in card.text

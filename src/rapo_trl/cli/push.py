@@ -17,7 +17,7 @@ from pathlib import Path
 from rapo_trl.cli.common import GRPO_SAME_ROLLOUTS_DIR
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.warm_start import SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR, WARM_START_DIR, WARM_START_LORA
-from rapo_trl.model_card import card_loading_repo, card_with_folded_adapter
+from rapo_trl.model_card import card_loading_repo, card_naming_base, card_with_folded_adapter
 from rapo_trl.saved_checkpoints import EARLIER_RUN_PREFIX
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
@@ -35,8 +35,8 @@ def base_model_name(given: str | None, model_name_or_path: str | None, model_pat
 def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, include_warm_start: bool = False) -> Path:
     """``output_dir`` as it is pushed, written to ``target``: less checkpoints (an earlier run's set aside
     included), ``_*`` files (as TRL leaves them out), the GRPO baseline, and the warm-start and equal-time SFT
-    folders (unless ``include_warm_start``); its adapter names ``base_name`` and, after a warm start, carries the warm
-    start's LoRA."""
+    folders (unless ``include_warm_start``); its adapter (and its card) names ``base_name`` and, after a warm start,
+    carries the warm start's LoRA."""
     source, target = Path(output_dir), Path(target)
     sft_folders = (WARM_START_DIR, SFT_ON_STORE_DIR, SFT_SAME_TIME_DIR)
     left_out = {"checkpoint-*", f"{EARLIER_RUN_PREFIX}*", "_*", GRPO_SAME_ROLLOUTS_DIR,
@@ -56,6 +56,8 @@ def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, inclu
         _rewrite_card(target / "README.md", lambda text: card_with_folded_adapter(text, config, rapo_rank))
     config["base_model_name_or_path"] = base_name
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True))
+    if base_name:  # the card, written at training time, may name another base (or none): the Hub reads it there
+        _rewrite_card(target / "README.md", lambda text: card_naming_base(text, base_name))
     return target
 
 
