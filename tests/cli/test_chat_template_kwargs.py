@@ -145,3 +145,33 @@ def test_a_warm_start_made_under_other_kwargs_is_trained_again(marked, tiny_mode
     assert "Warm start reused" not in capsys.readouterr().out
     warm_start(str(tiny_model_dir), tokenizer, rows, store, out, chat_template_kwargs=KWARGS, **common)
     assert "Warm start reused" in capsys.readouterr().out
+
+
+@pytest.fixture
+def marked_dir(marked, tmp_path):
+    """The marked model and tokenizer saved to a folder, as ``from_pretrained`` loads them."""
+    model, tokenizer = marked
+    folder = tmp_path / "marked"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_model_agent_from_pretrained_renders_with_the_kwargs(marked_dir):
+    from rapo_trl.rollout.agent import RolloutAgent
+
+    agent = RolloutAgent.from_pretrained(str(marked_dir), device="cpu", dtype="fp32", chat_template_kwargs=KWARGS,
+                                         engine={"reuse_kv": False})
+    assert agent.tokenizer.decode(agent.prompt_ids(PROMPT)).startswith(NO_THINKING)
+    assert agent.engine.backend.decoder is None  # the backend settings are passed on too
+
+
+def test_an_environment_agent_from_pretrained_renders_with_the_kwargs(marked_dir):
+    from rapo_trl.rollout.environment_agent import EnvironmentAgent
+    from tests.helpers.environments import Counter
+
+    agent = EnvironmentAgent.from_pretrained(str(marked_dir), Counter, max_completion_length=8, max_turn_tokens=8,
+                                             device="cpu", dtype="fp32", chat_template_kwargs=KWARGS)
+    (episode,) = agent.episodes([{"prompt": PROMPT}])
+    assert agent.tokenizer.decode(episode.row.prompt_ids).startswith(NO_THINKING)
+    assert agent.engine.config.chat_template_kwargs == KWARGS  # its tool results are rendered with them too

@@ -84,12 +84,14 @@ class RolloutAgent:
     @classmethod
     def from_pretrained(cls, path: str, tools=(), max_completion_length: int = 1024, max_turn_tokens: int = 512,
                         temperature: float = 1.0, do_sample: bool = True, batch_size: int = 8,
-                        device: str | None = None, dtype=None) -> RolloutAgent:
-        """An agent for the model at ``path`` on ``device`` in ``dtype`` (default: from the hardware)."""
+                        device: str | None = None, dtype=None, engine: dict | None = None,
+                        chat_template_kwargs: dict | None = None) -> RolloutAgent:
+        """An agent for the model at ``path`` on ``device`` in ``dtype`` (default: from the hardware); ``engine`` and
+        ``chat_template_kwargs`` as the constructor takes them."""
         model, tokenizer = load_policy(path, device=device, dtype=dtype)
         config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens)
         return cls(model, tokenizer, tools, config, SamplingSettings(temperature=temperature, do_sample=do_sample),
-                   batch_size)
+                   batch_size, engine=engine, chat_template_kwargs=chat_template_kwargs)
 
     @property
     def tool_tags(self) -> list[str]:

@@ -97,12 +97,15 @@ class EnvironmentAgent:
                         tools: Sequence[Callable] = (), max_completion_length: int = 1024,
                         max_turn_tokens: int = 512, temperature: float = 1.0,
                         batch_size: int = 8, device: str | None = None, dtype=None,
-                        json_tool_timeout: float | None = DEFAULT_TIMEOUT_S) -> EnvironmentAgent:
+                        json_tool_timeout: float | None = DEFAULT_TIMEOUT_S,
+                        chat_template_kwargs: dict | None = None) -> EnvironmentAgent:
+        """An agent for the model at ``path`` on ``device`` in ``dtype`` (default: from the hardware), its prompts
+        and tool results rendered with ``chat_template_kwargs`` (``RolloutConfig.chat_template_kwargs``)."""
         from rapo_trl.rollout.agent import load_policy
 
         model, tokenizer = load_policy(path, device=device, dtype=dtype)
         config = RolloutConfig(max_completion_length=max_completion_length, max_turn_tokens=max_turn_tokens,
-                               json_tool_timeout=json_tool_timeout)
+                               json_tool_timeout=json_tool_timeout, chat_template_kwargs=dict(chat_template_kwargs or {}))
         return cls(model, tokenizer, environment_factory, tools, config, SamplingSettings(temperature=temperature),
                    batch_size)
 
