@@ -16,7 +16,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trl.chat_template_utils import parse_response
+from trl.chat_template_utils import (
+    get_training_chat_template,
+    is_chat_template_prefix_preserving,
+    parse_response,
+)
 
 from rapo_trl.protocol import cap_text
 from rapo_trl.tools.base import ToolError
@@ -50,6 +54,16 @@ def tool_table(tools: Sequence[Callable] | Mapping[str, Callable] | None) -> dic
             raise ValueError(f"Two JSON tools share the name {name!r}; give each function its own name.")
         table[name] = tool
     return table
+
+
+def training_chat_template(tokenizer) -> str | None:
+    """The template GRPOTrainer given tools renders prompts and tool results with: TRL's prefix-preserving training
+    template where the tokenizer's own is not (Qwen3's drops earlier turns' thinking once a tool message follows, so
+    its tool results could not be appended as forced ids), else ``None``, the tokenizer's own. Whoever renders for a
+    JSON-tool policy outside RL renders with it, so the policy sees the format it trains on."""
+    if is_chat_template_prefix_preserving(tokenizer):
+        return None
+    return get_training_chat_template(tokenizer)
 
 
 def environment_tools(environment) -> dict[str, Callable]:

@@ -66,7 +66,8 @@ class RolloutConfig:
     JSON tool calls in the model's own chat template, a turn ending at its end-of-turn token (TRL's ``tools=`` and
     ``environment_factory``; ``rollout/chat_tools.py``)."""
     chat_template: str | None = None
-    """With ``"json"``: the template tool results are rendered with (``None``: the tokenizer's own)."""
+    """With ``"json"``: the template tool results are rendered with (``None``: the tokenizer's own; an
+    `EnvironmentAgent` takes the one GRPOTrainer given tools renders with, ``chat_tools.training_chat_template``)."""
     chat_template_kwargs: dict = field(default_factory=dict)
     """With ``"json"``: extra ``apply_chat_template`` arguments for rendering tool results (and an
     `EnvironmentAgent`'s prompts)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from rapo_trl.core.rows import RolloutRow
 from rapo_trl.rollout.backends import SamplingSettings, TransformersBackend
-from rapo_trl.rollout.chat_tools import environment_tools, tool_table
+from rapo_trl.rollout.chat_tools import environment_tools, tool_table, training_chat_template
 from rapo_trl.rollout.engine import HybridRolloutEngine, RolloutConfig
 from rapo_trl.tools.timed_call import DEFAULT_TIMEOUT_S
 
@@ -71,7 +71,8 @@ class EnvironmentAgent:
     """Rollouts of a model on fresh environments from ``environment_factory``.
 
     Args:
-        model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results).
+        model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results; where
+            it is not prefix-preserving, TRL's training template for it, as GRPOTrainer given tools renders them).
         environment_factory: a class or callable returning an environment (``reset``, tool methods, optionally
             ``get_reward``), or a dict of them by name, each row naming its own in an ``environment`` column (not
             passed to ``reset``), as GRPOTrainer takes it; ``None`` for ``tools`` alone (a store for a trainer given
@@ -90,6 +91,8 @@ class EnvironmentAgent:
         self.tools = tool_table(tools)
         self.batch_size = batch_size
         config = replace(config or RolloutConfig(), tool_protocol="json")
+        if config.chat_template is None and (self.tools or self.factories is not None):
+            config = replace(config, chat_template=training_chat_template(tokenizer))
         self.engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer, sampling), (), None, config)
 
     @classmethod
@@ -123,11 +126,14 @@ class EnvironmentAgent:
         return done
 
     def _prompt_ids(self, prompt: list[dict], tools: dict) -> list[int]:
-        """``prompt`` rendered for generation with the schemas of ``tools``, with the chat template arguments the
-        engine renders tool results with (``RolloutConfig.chat_template_kwargs``): one format for the whole episode."""
+        """``prompt`` rendered for generation with the schemas of ``tools``, with the template and its arguments the
+        engine renders tool results with (``RolloutConfig.chat_template`` and ``chat_template_kwargs``): one format
+        for the whole episode, the one RL renders the policy's with."""
+        config = self.engine.config
         return list(self.tokenizer.apply_chat_template(prompt, tools=list(tools.values()) or None,
-                                                       add_generation_prompt=True, tokenize=True, return_dict=False,
-                                                       **(self.engine.config.chat_template_kwargs or {})))
+                                                       chat_template=config.chat_template, add_generation_prompt=True,
+                                                       tokenize=True, return_dict=False,
+                                                       **(config.chat_template_kwargs or {})))
 
     @property
     def _named(self) -> bool:
