@@ -194,6 +194,8 @@ def test_build_store_model_agent_rolls_out_with_the_recipes_tool_budget(monkeypa
     monkeypatch.setattr(rapo_trl.rollout.agent, "RolloutAgent",
                         lambda model, tokenizer, tools, config, sampling, **kwargs: config)
     rapo_args = SimpleNamespace(max_completion_length=64, max_turn_tokens=16, max_tool_result_chars=None,
-                                temperature=1.0, max_tool_calls=5, answer_stop=None, chat_template_kwargs=None)
+                                temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0,
+                                step_entropy_top_k=10, generation_kwargs=None, max_tool_calls=5, answer_stop=None,
+                                chat_template_kwargs=None)
     config = build_store._model_agent(None, rapo_args, None, tools=())
     assert (config.max_tool_calls, config.answer_stop) == (5, None)
