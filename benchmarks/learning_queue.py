@@ -101,8 +101,8 @@ LINES = {line.name: line for line in (
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
          ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), ("rapo_paper_scored_blocks", 0)),
     ), rebuilt_lanes=(
-        ((J, 3), ("grpo", 3), (J, 4), ("grpo", 4)),
-        ((E, 3), ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4), (E, 2), ("sft_then_grpo", 2)),
+        ((J, 3), ("grpo", 3), (J, 4), ("grpo", 4), (E, 2), ("sft_then_grpo", 2)),
+        ((E, 3), ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4)),
     ), warm_start_threads=1),
     Line("fp32", FP32_COMMIT, (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
