@@ -72,10 +72,29 @@ def result_block(output: str, template: str = RESULT_TEMPLATE, limit: int | None
 
 
 def step_own_text(text: str, result_template: str = RESULT_TEMPLATE) -> str:
-    """A stored step's own text: what its agent wrote, before the step's tool result block (all of it without one)."""
-    result_head = result_template.partition("{output}")[0].strip()
-    own = text.find(result_head) if result_head else -1
-    return text[:own] if own >= 0 else text
+    """A stored step's own text: what its agent wrote, before the step's tool result block (all of it without one).
+
+    The result block is the one the step ends with (``rapo_trl.store.steps.split_steps``), opened right after the
+    call's closing tag. The agent's text may spell the opening tag itself (code printing it, reasoning that names it,
+    a result it forged), so the block is not the first opening tag: it is the first one after every earlier closed
+    block (a tool's output never closes one: ``result_block`` escapes its closing tag) that follows a closing tag.
+    A step ending in a closed block whose opening follows no closing tag (a stop token that ran past the call's tag)
+    ends at the first opening after the earlier blocks."""
+    head, _, tail = result_template.partition("{output}")
+    head, closing = head.strip(), tail.strip()
+    if not head:
+        return text
+    body = text.rstrip()
+    ends_closed = bool(closing) and body.endswith(closing)
+    searched_from = 0
+    if closing:
+        earlier_close = body.rfind(closing, 0, len(body) - len(closing) if ends_closed else len(body))
+        searched_from = earlier_close + len(closing) if earlier_close >= 0 else 0
+    after_call = re.compile(rf"</{TAG_PATTERN}>\s*({re.escape(head)})").search(text, searched_from)
+    if after_call is not None:
+        return text[:after_call.start(1)]
+    first = text.find(head, searched_from) if ends_closed else -1
+    return text[:first] if first >= 0 else text
 
 
 def encode_retrieved_block(tokenizer, text: str, retrieve_template: str = RETRIEVE_TEMPLATE,
