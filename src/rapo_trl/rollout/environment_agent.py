@@ -72,7 +72,8 @@ class EnvironmentAgent:
 
     Args:
         model: a causal LM; tokenizer: its tokenizer (its chat template renders the tools and their results; where
-            it is not prefix-preserving, TRL's training template for it, as GRPOTrainer given tools renders them).
+            it is not prefix-preserving and there are tools, TRL's training template for it, as GRPOTrainer given
+            tools renders them).
         environment_factory: a class or callable returning an environment (``reset``, tool methods, optionally
             ``get_reward``), or a dict of them by name, each row naming its own in an ``environment`` column (not
             passed to ``reset``), as GRPOTrainer takes it; ``None`` for ``tools`` alone (a store for a trainer given
@@ -91,7 +92,7 @@ class EnvironmentAgent:
         self.tools = tool_table(tools)
         self.batch_size = batch_size
         config = replace(config or RolloutConfig(), tool_protocol="json")
-        if config.chat_template is None and (self.tools or self.factories is not None):
+        if config.chat_template is None and self._has_tools():
             config = replace(config, chat_template=training_chat_template(tokenizer))
         self.engine = HybridRolloutEngine(tokenizer, TransformersBackend(model, tokenizer, sampling), (), None, config)
 
@@ -134,6 +135,13 @@ class EnvironmentAgent:
                                                        chat_template=config.chat_template, add_generation_prompt=True,
                                                        tokenize=True, return_dict=False,
                                                        **(config.chat_template_kwargs or {})))
+
+    def _has_tools(self) -> bool:
+        """Whether the policy has tools to call, as GRPOTrainer decides it when it is made (it swaps the template only
+        then): standalone tools, or the tool methods of one instance of any environment. An environment's methods are
+        known only from an instance (a factory may be any callable), so each factory is called once, as the trainer
+        calls it."""
+        return bool(self.tools) or any(environment_tools(factory()) for factory in (self.factories or {}).values())
 
     @property
     def _named(self) -> bool:
