@@ -276,6 +276,32 @@ def test_a_tuple_argument_is_checked_item_by_item(text, message):
     assert str(caught.value) == message
 
 
+def pair_tools(
+    xy: tuple[int, int],
+    named: list[tuple[str, float]],
+    either: tuple[int, int] | list[int],
+    maybe: tuple[int, str] | None = None,
+) -> str:
+    """Take pairs.
+
+    Args:
+        xy: The column and the row.
+        named: Names with their weights.
+        either: A pair or a list.
+        maybe: An optional pair.
+    """
+    return "ok"
+
+
+def test_a_tuple_argument_is_described_by_its_items():
+    # get_json_schema writes a tuple as an array with one "prefixItems" entry per position: the prompt names them.
+    text = FunctionTool(pair_tools).describe()
+    assert "- xy (array [integer, integer]): The column and the row." in text
+    assert "- named (array of array [string, number]): Names with their weights." in text
+    assert "- either (array [integer, integer] or array of integer): A pair or a list." in text
+    assert "- maybe (array [integer, string] or null, optional, default null): An optional pair." in text
+
+
 def test_a_tuple_argument_of_the_right_shape_is_coerced_like_a_list():
     # Passed as the list JSON gives, as before: a successful call's output stays the same.
     assert FunctionTool(point).run('{"xy": [1, 2]}') == "[1, 2]"

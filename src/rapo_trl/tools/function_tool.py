@@ -107,12 +107,16 @@ def _types(spec: dict) -> list[str]:
 
 
 def describe_type(spec: dict) -> str:
-    """A short human-readable type from a JSON-schema property (``"array of integer"``, ``"any"``)."""
+    """A short human-readable type from a JSON-schema property (``"array of integer"``, ``"array [integer, string]"``
+    for a tuple, ``"any"``)."""
     if "enum" in spec:
         return "one of " + ", ".join(json.dumps(value) for value in spec["enum"])
-    names = []
+    # get_json_schema writes a union holding a list or a tuple as "anyOf" (its members keep their "items").
+    names = [describe_type(member) for member in spec.get("anyOf", ()) if isinstance(member, dict)]
     for kind in _types(spec):
-        if kind == "array" and isinstance(spec.get("items"), dict) and "type" in spec["items"]:
+        if kind == "array" and isinstance(spec.get("prefixItems"), list):  # a tuple: one type per position
+            names.append(f"array [{', '.join(describe_type(item) for item in spec['prefixItems'])}]")
+        elif kind == "array" and isinstance(spec.get("items"), dict) and "type" in spec["items"]:
             names.append(f"array of {describe_type(spec['items'])}")
         elif kind == "object" and isinstance(spec.get("additionalProperties"), dict):
             names.append(f"object of {describe_type(spec['additionalProperties'])}")
