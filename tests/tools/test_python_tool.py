@@ -244,6 +244,20 @@ def test_a_sigkill_the_code_sends_itself_is_not_blamed_on_the_limits_alone():
 
 
 @linux_only
+@pytest.mark.parametrize("isolate", [True, False])
+def test_code_that_stops_itself_is_reported_as_stopped_at_once(isolate):
+    # A stopped process never ends on its own: waiting for it would hold the call until its time limit, then
+    # blame the code's running time.
+    tool = PythonTool(timeout=30.0, isolate=isolate)
+    start = time.monotonic()
+    error = _error_of(tool, "import os, signal\nprint('before')\nos.kill(os.getpid(), signal.SIGSTOP)\nprint('after')")
+    assert time.monotonic() - start < 10
+    assert error.startswith("before\nProcess stopped (SIGSTOP)") and "after" not in error and "TimeoutError" not in error
+    assert _live_sandboxes() == 0
+    assert tool.run("1 + 1") == "2\n"
+
+
+@linux_only
 def test_code_that_exits_normally_still_returns_its_output_and_status():
     assert TOOL.run("import os\nprint('bye')\nos._exit(0)") == "bye\n"
     assert _error_of(TOOL, "import sys\nsys.exit(143)") == "Process exited with status 143."

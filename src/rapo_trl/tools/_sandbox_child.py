@@ -160,6 +160,13 @@ def _become_pid_namespace_init(config: dict) -> None:
     _, status = os.waitpid(pid, 0)
     passed_on = os.read(status_read, 32)  # nothing if pid 1 itself was killed (timeout, caller gone)
     status = int(passed_on) if passed_on else status
+    if os.WIFSTOPPED(status):
+        # The caller watches this process for stops as well as its end (``PythonTool``): stopping too shows it the
+        # code's stop at once. Pid 1 has exited and ended the code; dying with the caller needs no cleanup now, and
+        # a stopped process would not run the SIGTERM handler.
+        _die_with_parent()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(1)
     if os.WIFSIGNALED(status):
         # Die of the same signal so the caller sees the real cause (e.g. SIGXCPU); never dump core.
         number = os.WTERMSIG(status)
@@ -175,7 +182,8 @@ def _run_under_init(status_fd: int) -> None:
 
     The kernel drops a signal that pid 1 of a namespace sends itself without a handler for it
     (``os.kill(os.getpid(), SIGTERM)``, ``os.abort()``): code running as pid 1 would live on. Pid 1 reaps
-    the orphans the code leaves and passes the code's wait status on; its exit ends the namespace.
+    the orphans the code leaves and passes the code's wait status on, a stop included (nothing would resume
+    it); its exit ends the namespace.
     """
     code_pid = os.fork()
     if code_pid == 0:
@@ -183,7 +191,7 @@ def _run_under_init(status_fd: int) -> None:
         return
     # A signal the code sends pid 1 (one with a Python handler, SIGINT) stays pending instead of raising here.
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    while (ended := os.wait())[0] != code_pid:
+    while (ended := os.waitpid(-1, os.WUNTRACED))[0] != code_pid:
         pass
     os.write(status_fd, str(ended[1]).encode())
     os._exit(0)

@@ -108,9 +108,10 @@ def _parses(code: str) -> bool:
 class PythonTool:
     """Runs the content of ``<python>...</python>`` in a sandboxed subprocess and returns its output.
 
-    Success returns stdout (capped). A syntax error, an exception, a non-zero exit, a timeout or a
-    resource limit raises ``ToolError`` with the partial output and the tail of stderr, so the model
-    sees what went wrong and the call counts as a failure. Safe to call from many threads at once.
+    Success returns stdout (capped). A syntax error, an exception, a non-zero exit, a timeout, a
+    resource limit or the code stopping itself (``SIGSTOP``) raises ``ToolError`` with the partial output
+    and the tail of stderr, so the model sees what went wrong and the call counts as a failure. Safe to
+    call from many threads at once.
     """
 
     tag: ClassVar[str] = "python"
@@ -196,7 +197,7 @@ class PythonTool:
             }
             command = [self.python, "-I", "-B", "-X", "utf8", _CHILD, json.dumps(config)]
             start = time.monotonic()
-            timed_out = False
+            timed_out, stop_signal = False, None
             try:
                 process = subprocess.Popen(
                     command,
@@ -215,7 +216,7 @@ class PythonTool:
             finally:
                 os.close(report_write)
             try:
-                process.wait(timeout=self.timeout)
+                stop_signal = _wait_for_end_or_stop(process, self.timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
@@ -230,10 +231,10 @@ class PythonTool:
         seconds = time.monotonic() - start
         if stdout_cut:  # on a failure too: the error text leads with this output
             stdout += f"\n... [output truncated: showing the first {self.max_output_chars} characters]"
-        if returncode == 0 and not timed_out:
+        if returncode == 0 and not timed_out and stop_signal is None:
             return {"ok": True, "stdout": stdout, "isolation": isolation, "seconds": seconds}
         oom = cgroup is not None and cgroup.oom_killed()
-        error = self._describe_failure(returncode, timed_out, stdout, stderr, isolation, oom)
+        error = self._describe_failure(returncode, timed_out, stdout, stderr, isolation, oom, stop_signal)
         return {"ok": False, "error": error, "isolation": isolation, "seconds": seconds}
 
     def _kill_tree(self, process: subprocess.Popen, uid: int | None) -> None:
@@ -246,9 +247,13 @@ class PythonTool:
         if uid is not None:
             kill_all_of(uid)
 
-    def _describe_failure(self, returncode, timed_out, stdout, stderr, isolation, oom=False) -> str:
+    def _describe_failure(self, returncode, timed_out, stdout, stderr, isolation, oom=False, stop_signal=None) -> str:
         parts = []
-        if timed_out:
+        if stop_signal is not None:
+            name = signal.Signals(stop_signal).name if stop_signal in signal.valid_signals() else stop_signal
+            parts.append(f"Process stopped ({name}); the call was ended rather than left waiting for its "
+                         f"{self.timeout:g} s time limit.")
+        elif timed_out:
             parts.append(f"TimeoutError: the code ran longer than the {self.timeout:g} s time limit.")
         elif oom:
             parts.append(f"MemoryError: the call used more than its {self.memory_mb} MB of memory and was killed.")
@@ -271,6 +276,28 @@ class PythonTool:
         if not parts:  # a bare exit status (sys.exit(3)): without it the output alone would read as the error
             parts.append(f"Process exited with status {returncode}.")
         return "\n".join(([stdout.rstrip()] if stdout.strip() else []) + parts)
+
+
+def _wait_for_end_or_stop(process: subprocess.Popen, timeout: float) -> int | None:
+    """Wait up to ``timeout`` seconds for ``process`` to end or stop; the signal that stopped it, if one did.
+
+    A stopped process never ends on its own: ``Popen.wait`` would wait for it until the time limit. The sandbox
+    bootstrap stops itself when the code stops (``_sandbox_child``). Polls as ``Popen.wait`` does with a timeout,
+    leaving the process to it to reap. Raises ``subprocess.TimeoutExpired`` past ``timeout``.
+    """
+    if not hasattr(os, "waitid"):  # macOS: a stop is seen when the time limit ends it
+        process.wait(timeout=timeout)
+        return None
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    flags = os.WEXITED | os.WSTOPPED | os.WNOHANG | os.WNOWAIT
+    while (state := os.waitid(os.P_PID, process.pid, flags)) is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise subprocess.TimeoutExpired(process.args, timeout)
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)
+    return state.si_status if state.si_code == os.CLD_STOPPED else None
 
 
 _SWEPT = False
