@@ -83,6 +83,13 @@ def test_exception_reports_traceback_tail_and_partial_output():
     assert "_sandbox_child" not in error  # the bootstrap's own frame is hidden
 
 
+def test_stderr_reaches_the_model_only_with_a_failure():
+    code = "import sys, warnings\nwarnings.warn('rounded')\nprint('note', file=sys.stderr)\nprint(42)"
+    assert TOOL.run(code) == "42\n"
+    error = _error_of(TOOL, code + "\n1 / 0")
+    assert error.startswith("42\n") and "UserWarning: rounded" in error and "note" in error
+
+
 def test_empty_code_is_an_error():
     assert "No code to run" in _error_of(TOOL, "  \n")
 

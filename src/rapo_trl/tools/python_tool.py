@@ -112,6 +112,10 @@ class PythonTool:
     resource limit or the code stopping itself (``SIGSTOP``) raises ``ToolError`` with the partial output
     and the tail of stderr, so the model sees what went wrong and the call counts as a failure. Safe to
     call from many threads at once.
+
+    stderr, the warnings Python prints included, reaches the model only with a failure: a successful
+    call's result is what the code printed to stdout and nothing else, as in the scripted expert's
+    traces (``tasks.trajectory.run_python_locally`` keeps stdout alone), whose answer is the last line printed.
     """
 
     tag: ClassVar[str] = "python"
