@@ -267,6 +267,32 @@ def test_train_checks_the_script_arguments_once(recipe_file, monkeypatch):
     assert calls == ["train"]
 
 
+@pytest.mark.parametrize("entry", ["rapo train", "train.run"])
+def test_train_runs_its_checks_once(recipe_file, monkeypatch, entry):
+    """The command's check (the store opened, the model looked up) runs once, before TRL loads, on the command line;
+    a Python caller of `train.run` gets it too."""
+    from rapo_trl.cli import main, parse_recipe, train
+
+    class ModelLoads(Exception):
+        pass
+
+    def model_loads(*args, **kwargs):
+        raise ModelLoads
+
+    checked = []
+    check = train.check
+    monkeypatch.setattr(train, "check", lambda *args: checked.append(args) or check(*args))
+    monkeypatch.setattr(train, "load_policy_source", model_loads)  # every check comes before the model loads
+    monkeypatch.setenv("RAPO_TRACEBACK", "1")  # the stop raised as it is, not reported as an error line
+    argv = ["--config", str(recipe_file), "--retrieve_prob", "0"]
+    with pytest.raises(ModelLoads):
+        if entry == "rapo train":
+            main(["train", *argv])
+        else:
+            train.run(*parse_recipe("train", argv))
+    assert len(checked) == 1
+
+
 def test_eval_without_output_dir_looks_where_train_saves_by_default(tmp_path):
     """No output_dir: TrainingArguments' default ("trainer_output", set only in its __post_init__) is the model."""
     run = rapo("eval", "--model_name_or_path", "tiny", cwd=tmp_path)

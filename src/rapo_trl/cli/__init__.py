@@ -50,7 +50,7 @@ def _run_recipe(command: str, argv: list[str]):
     # Everything that can be checked without TRL, torch or a model (the recipe, the store, the model's
     # whereabouts) is, first: a mistake answers in a second, not after the imports and a model load.
     module.check(*read_recipe(command, argv))
-    return module.run(*parse_checked_recipe(command, argv))
+    return module.run(*parse_checked_recipe(command, argv), checked=True)
 
 
 def _wants_traceback() -> bool:

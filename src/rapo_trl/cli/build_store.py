@@ -140,8 +140,11 @@ def _nothing_stored(script, what: str, questions: int) -> str:
             "(its tool tags and <answer>) and the reward")
 
 
-def run(script, rapo_args, model_args) -> dict:
-    check(script, rapo_args, model_args)  # before a model agent loads
+def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
+    """``checked``: `check` has passed these inputs already, as the ``rapo`` command checks them before TRL imports;
+    checking again would look the store and the agent model up a second time."""
+    if not checked:
+        check(script, rapo_args, model_args)  # before a model agent loads
     if script.environment_factory is not None:
         return _fill_from_environment(script, rapo_args, model_args)
     tools = build_tools(script)

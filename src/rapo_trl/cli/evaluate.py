@@ -178,8 +178,11 @@ def check(script, rapo_args, model_args) -> None:
     check_quantization(model_args)
 
 
-def run(script, rapo_args, model_args) -> dict:
-    check(script, rapo_args, model_args)
+def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
+    """``checked``: `check` has passed these inputs already, as the ``rapo`` command checks them before TRL imports;
+    checking again would look the models up a second time."""
+    if not checked:
+        check(script, rapo_args, model_args)
     target = _target(script, rapo_args)
     smoke_test = target in MODEL_ALIASES  # `tiny`: an untrained tiny model, a smoke test of the whole command
     if smoke_test:

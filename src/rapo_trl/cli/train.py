@@ -157,11 +157,14 @@ def _eval_rows(script) -> dict:
     return {split: load_questions(whole, split) for split in eval_splits(script)}
 
 
-def run(script, rapo_args, model_args) -> dict:
+def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
+    """``checked``: `check` has passed these inputs already, as the ``rapo`` command checks them before TRL imports;
+    checking again would open the store and look the model up a second time."""
     from rapo_trl.hardware import check_trainer_device
 
     check_trainer_device(script.device, rapo_args.use_cpu)
-    check(script, rapo_args, model_args)
+    if not checked:
+        check(script, rapo_args, model_args)
     resume = resume_from(rapo_args.resume_from_checkpoint, rapo_args.output_dir)  # before anything loads
     # Stamped in each baseline this run finishes and written in its record: rapo eval scores no earlier run's baseline
     # beside this run's model. A resumed run keeps its run's id.
