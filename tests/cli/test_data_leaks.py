@@ -211,3 +211,22 @@ def test_eval_refuses_questions_whose_stored_solutions_training_retrieved(tmp_pa
                                          r"collection\(s\) 'traces' .* held"):
         evaluate.run(*_recipe(tmp_path, "eval", "--eval_dataset_path", str(held), "--eval_model",
                               str(tmp_path / "model"), "--eval_base", "false"))
+
+
+def test_train_reads_a_collections_questions_once(tmp_path, monkeypatch):
+    """The check that the store holds no eval question and the run record's list of the store's questions use the
+    same keys of its first steps: one pass through the collection gives both."""
+    from rapo_trl.cli.run_record import question_hashes, read_run_record
+    from rapo_trl.store import agent
+
+    _store_as_build_store_fills_it(_recipe(tmp_path, "build-store")[0])
+    script, rapo_args, model_args = _recipe(tmp_path, "train", "--retrieve_prob", "1.0")
+    read = []
+    stored_first_keys = agent.stored_first_keys
+    monkeypatch.setattr(agent, "stored_first_keys",
+                        lambda store: read.append(store.collection_name) or stored_first_keys(store))
+    _train_until_the_record_is_written(monkeypatch, script, rapo_args, model_args)
+    assert read == ["traces"]
+    with open_store(script, must_exist=True) as store:
+        every_question = sorted(question_hashes(stored_first_keys(store)))
+    assert read_run_record(str(tmp_path / "model"))["store_question_hashes"] == every_question

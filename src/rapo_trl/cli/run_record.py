@@ -94,16 +94,14 @@ def _hash_forms(question: str) -> set[str]:
     return question_hashes([question]) | {stable_hash(question)}
 
 
-def stored_questions_record(stores: dict) -> dict:
+def stored_questions_record(stores: dict, first_keys: dict) -> dict:
     """The run record's fields naming the questions of ``stores`` (``collection name -> store``), the collections a
     run retrieves from or imitates: their names, the hashes of their questions as their keys read them
-    (`stored_first_keys`), and the lengths those keys are cut to, for ``rapo eval`` to read an eval question the
-    same way. Empty where ``stores`` is."""
-    from rapo_trl.store.agent import stored_first_keys
-
+    (``first_keys``: ``collection name -> stored_first_keys``), and the lengths those keys are cut to, for
+    ``rapo eval`` to read an eval question the same way. Empty where ``stores`` is."""
     if not stores:
         return {}
-    keys = set().union(*(stored_first_keys(store) for store in stores.values()))
+    keys = set().union(*(first_keys[name] for name in stores))
     return {"store_collections": sorted(stores),
             "store_key_max_chars": sorted({int(store.config.key_max_chars) for store in stores.values()}),
             "store_question_hashes": sorted(question_hashes(keys))}

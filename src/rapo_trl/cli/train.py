@@ -94,13 +94,17 @@ def check_store_collections(script, rapo_args) -> None:
         open_store(script, must_exist=True, collection=warm_start_collection(script)).close()
 
 
-def check_store_holds_no_eval_question(script, stores: dict) -> None:
+def check_store_holds_no_eval_question(script, stores: dict, first_keys: dict | None = None) -> None:
     """Refuse, in one line, a collection (``name -> store``) holding a trajectory of an eval question: build-store run
     with other data settings (``eval_fraction``, ``task_seed``, GSM8K's ``eval_size``, another dataset) draws its
-    questions from this recipe's eval set, and retrieval or SFT would then show the policy their solutions."""
+    questions from this recipe's eval set, and retrieval or SFT would then show the policy their solutions.
+    ``first_keys`` (``name -> stored_first_keys``) spares reading a collection's keys again where they were read."""
+    from rapo_trl.store.agent import stored_first_keys
+
     held_out = _eval_rows(script)
     for name, store in stores.items():
-        leaked = _stored_eval_questions(store, held_out)
+        keys = first_keys[name] if first_keys is not None else stored_first_keys(store)
+        leaked = _stored_eval_questions(store, keys, held_out)
         if leaked:
             split = next(iter(leaked.values()))
             raise UsageError(f"collection {name!r} at {store.location} holds trajectories of {len(leaked)} questions "
@@ -109,15 +113,16 @@ def check_store_holds_no_eval_question(script, stores: dict) -> None:
                              "solutions; build the store again with this recipe's data settings")
 
 
-def _stored_eval_questions(store, eval_rows: dict) -> dict[str, str]:
+def _stored_eval_questions(store, first_keys: set[str], eval_rows: dict) -> dict[str, str]:
     """``question_id -> eval set`` of the eval questions ``store`` holds trajectories of: found by id, or by text up to
-    spacing and case (an eval file that asks a training question again, exported otherwise, gives it another id)."""
-    from rapo_trl.store.agent import stored_first_keys, stored_question_ids
+    spacing and case (an eval file that asks a training question again, exported otherwise, gives it another id);
+    ``first_keys`` are the store's `stored_first_keys`."""
+    from rapo_trl.store.agent import stored_question_ids
     from rapo_trl.store.steps import preprocess_context
     from rapo_trl.tasks.held_out import question_ids, same_question_key
 
     ids = stored_question_ids(store)
-    texts = {same_question_key(key) for key in stored_first_keys(store)}
+    texts = {same_question_key(key) for key in first_keys}
 
     def stored(question_id: str, question: str) -> bool:
         key = preprocess_context(question, store.config.key_max_chars, store.config.system_prompt)
@@ -187,9 +192,13 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     demo_store = store
     if demo_rows is not None and warm_start_collection(script) != script.store_collection:
         demo_store = open_store(script, must_exist=True, collection=warm_start_collection(script))
-    if store is not None:  # an environment's store too: build-store keys it by the same question ids
-        check_store_holds_no_eval_question(script, {store.collection_name: store,
-                                                    demo_store.collection_name: demo_store})
+    from rapo_trl.store.agent import stored_first_keys
+
+    stores = {} if store is None else {store.collection_name: store, demo_store.collection_name: demo_store}
+    # Read once for the check and the run record: each read goes through every record of the collection.
+    first_keys = {name: stored_first_keys(opened) for name, opened in stores.items()}
+    if stores:  # an environment's store too: build-store keys it by the same question ids
+        check_store_holds_no_eval_question(script, stores, first_keys)
     trained_from = _stores_trained_from(script, rapo_args, store, demo_store if demo_rows is not None else None)
     check_sft_sources(script, rows, demo_rows, store, demo_store)
     # Only now, every input checked: the model.
@@ -234,7 +243,7 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
                              trained_questions=_questions(rows, demo_rows), baselines=_baselines(script),
-                             run_id=run_id, stored_questions=stored_questions_record(trained_from))
+                             run_id=run_id, stored_questions=stored_questions_record(trained_from, first_keys))
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if trainer.is_world_process_zero():
