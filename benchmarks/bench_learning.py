@@ -198,7 +198,8 @@ def prepare_starts(args, workdir: Path, tools) -> dict[str, dict]:
             plans[name] = dict(path=path, sft_rows=sft_rows, rl_rows=rl_rows, store=store, sft_store=sft_store,
                                eval_sets=eval_sets,
                                initial=initial_eval(workdir, name, path, eval_sets, tools, rollout_budgets(args),
-                                                    start_samples(args, name), args.device))
+                                                    start_samples(args, name), args.device,
+                                                    temperature=args.temperature))
     return plans
 
 
@@ -276,7 +277,8 @@ def run_one(args, workdir: Path, start: str, arm: str, seed: int, model_path: st
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     tracker = HeldOutEval(args.eval_every, tokenizer, eval_sets, tools, rollout_budgets(args), initial,
-                          start_samples(args, start), max_seconds=args.max_train_seconds)
+                          start_samples(args, start), temperature=args.temperature,
+                          max_seconds=args.max_train_seconds)
     g = args.num_generations
     rewards, weights = [rapo_outcome_reward], [1.0]
     if args.reward == "closeness":
@@ -361,7 +363,7 @@ def run_sft(args, workdir: Path, start: str, seed: int, model_path: str, sft_row
     started = time.perf_counter()
     k = start_samples(args, start)
     detail = {name: [initial[name], scores(evaluate(model, tokenizer, rows, tools, rollout_budgets(args),
-                                                   samples=sampled(k, name)))]
+                                                   samples=sampled(k, name), temperature=args.temperature))]
               for name, rows in eval_sets.items()}
     eval_seconds = time.perf_counter() - started
     del model
@@ -404,8 +406,8 @@ class HeldOutEval:
     """A TrainerCallback: greedy pass@1 on each evaluation set every ``every`` steps; times the steps without
     the evals. ``eval_sets`` maps a name (``heldout`` first) to rows; ``initial`` maps it to pass@1 before RL."""
 
-    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0,
-                 max_seconds: float | None = None):
+    def __init__(self, every, tokenizer, eval_sets, tools, budgets, initial, samples: int = 0, *,
+                 temperature: float, max_seconds: float | None = None):
         from transformers import TrainerCallback
 
         outer = self
@@ -429,7 +431,7 @@ class HeldOutEval:
                     outer.steps.append(state.global_step)
                     for name, rows in eval_sets.items():
                         result = scores(evaluate(model, tokenizer, rows, tools, budgets,
-                                                 samples=sampled(samples, name)))
+                                                 samples=sampled(samples, name), temperature=temperature))
                         outer.pass1[name].append(result["pass@1"])
                         outer.detail[name].append(result)
                         print(f"  step {state.global_step}: {name} {result}", flush=True)
@@ -438,16 +440,19 @@ class HeldOutEval:
         self.callback = Callback()
 
 
-def evaluate(model, tokenizer, rows, tools, budgets, desc=None, samples: int = 0) -> dict:
+def evaluate(model, tokenizer, rows, tools, budgets, desc=None, samples: int = 0, *, temperature: float) -> dict:
+    """Greedy pass@1 of ``rows`` and, with ``samples = k``, mean@k sampled at ``temperature``: training's, so mean@k
+    scores the policy as it samples (evaluate_policy's default would be 1.0 whatever training sampled at)."""
     from rapo_trl.evaluation import evaluate_policy
 
     return evaluate_policy(model, tokenizer, rows, tools, numeric=True, progress=desc is not None,
-                           desc=desc or "eval", samples=samples, **budgets)
+                           desc=desc or "eval", samples=samples, temperature=temperature, **budgets)
 
 
 def scores(result: dict) -> dict:
-    """What a record keeps of an evaluation: greedy pass@1 and, when sampled, mean@k with its interval."""
-    keep = ("pass@1", "pass@1_ci95", "n", "mean@k", "mean@k_ci95", "k", "questions", "design_effect")
+    """What a record keeps of an evaluation: greedy pass@1 and, when sampled, mean@k with its interval and the
+    temperature it sampled at."""
+    keep = ("pass@1", "pass@1_ci95", "n", "mean@k", "mean@k_ci95", "k", "questions", "design_effect", "temperature")
     return {k: result[k] for k in keep if k in result}
 
 
@@ -471,23 +476,32 @@ def rollout_budgets(args) -> dict:
 
 
 def initial_eval(workdir: Path, start: str, model_path: str, eval_sets, tools, budgets, samples: int = 0,
-                 device: str = "cpu") -> dict:
-    """pass@1 of a start on each evaluation set before RL (cached: every arm and seed of a start shares it)."""
+                 device: str = "cpu", *, temperature: float) -> dict:
+    """pass@1 of a start on each evaluation set before RL, and mean@k at ``temperature`` where sampled (cached: every
+    arm and seed of a start shares it; a set sampled at another temperature is scored again)."""
     cache = workdir / f"eval0-{start}.json"
     found = json.loads(cache.read_text()) if cache.exists() else {}
     if "pass@1" in found:  # the cache of an older run: held-out only
         found = {"heldout": found["pass@1"]}
-    missing = [name for name in eval_sets if name not in found]
+    missing = [name for name in eval_sets
+               if name not in found or (sampled(samples, name) and sampled_temperature(found[name]) != temperature)]
     if missing:
         from rapo_trl.rollout.agent import load_policy
 
         model, tokenizer = load_policy(model_path, device=device)
         for name in missing:
             result = evaluate(model, tokenizer, eval_sets[name], tools, budgets, f"eval {start} start, {name}",
-                              sampled(samples, name))
+                              sampled(samples, name), temperature=temperature)
             found[name] = scores(result) if samples else result["pass@1"]
         cache.write_text(json.dumps(found))
     return found
+
+
+def sampled_temperature(score) -> float | None:
+    """The temperature a cached score's mean@k sampled at; ``None`` for a greedy score alone."""
+    if not isinstance(score, dict) or "mean@k" not in score:
+        return None
+    return score.get("temperature", 1.0)  # a score cached before scores kept it sampled at evaluate_policy's 1.0
 
 
 # ------------------------------------------------------------------ shared setup (cached in --workdir)

@@ -131,3 +131,47 @@ def test_stories_start_retrieves_from_rl_questions_and_imitates_the_demonstrated
     # a store whose RL collection holds the demonstrated stories, not the RL questions' traces, is not reused
     with pytest.raises(SystemExit, match="not this start's"):
         bench.stories_stores(tmp_path, sft_rows, sft_rows, [PythonTool()])
+
+
+def _sampled_at(monkeypatch) -> list[float]:
+    """Stands in for `evaluate_policy`: returns the temperatures mean@k is asked to sample at, one per call."""
+    temperatures = []
+
+    def evaluate_policy(model, tokenizer, rows, tools, *, samples, temperature, **kwargs):
+        temperatures.append(temperature)
+        return {"pass@1": 0.5, "n": 2, **({"mean@k": 0.25, "k": samples, "temperature": temperature} if samples else {})}
+
+    monkeypatch.setattr("rapo_trl.evaluation.evaluate_policy", evaluate_policy)
+    return temperatures
+
+
+def test_mean_at_k_samples_at_the_training_temperature(monkeypatch):
+    from types import SimpleNamespace
+
+    bench = _bench()
+    args = bench.parse_args(["--starts", "stories", "--temperature", "0.7"])
+    temperatures = _sampled_at(monkeypatch)
+    tracker = bench.HeldOutEval(1, None, {"heldout": []}, [], {}, {"heldout": {"pass@1": 0.0}},
+                                bench.start_samples(args, "stories"), temperature=args.temperature)
+    state, control = SimpleNamespace(global_step=1, max_steps=1), SimpleNamespace(should_training_stop=False)
+    tracker.callback.on_step_begin(None, state, control)
+    tracker.callback.on_step_end(None, state, control, model=None)
+    assert temperatures == [0.7]
+    assert tracker.detail["heldout"][-1]["temperature"] == 0.7  # the record says what mean@k sampled at
+
+
+def test_the_start_is_scored_again_where_its_cached_mean_at_k_sampled_at_another_temperature(tmp_path, monkeypatch):
+    import json
+
+    bench = _bench()
+    # a cache written before scores kept the temperature: mean@k sampled at evaluate_policy's default, 1.0
+    (tmp_path / "eval0-stories.json").write_text(json.dumps({"heldout": {"pass@1": 0.5, "mean@k": 0.4, "k": 4},
+                                                             "heldout_shapes": 0.3}))
+    monkeypatch.setattr("rapo_trl.rollout.agent.load_policy", lambda path, device: (None, None))
+    temperatures = _sampled_at(monkeypatch)
+    eval_sets = {"heldout": [], "heldout_shapes": []}
+    kept = bench.initial_eval(tmp_path, "stories", "model", eval_sets, [], {}, 4, temperature=1.0)
+    assert temperatures == [] and kept["heldout"]["mean@k"] == 0.4
+    again = bench.initial_eval(tmp_path, "stories", "model", eval_sets, [], {}, 4, temperature=0.7)
+    assert temperatures == [0.7]  # the held-out set alone: heldout_shapes is greedy only
+    assert again["heldout"]["temperature"] == 0.7 and again["heldout_shapes"] == 0.3
