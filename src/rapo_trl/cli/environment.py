@@ -15,9 +15,13 @@ def check_environment(script: RAPOScriptArguments, command: str) -> None:
     if script.environment_factory is None:
         return
     check_import_path(script.environment_factory, "environment_factory")
-    if script.sft_warmup_steps > 0:
-        raise UsageError("sft_warmup_steps imitates tagged trajectories; it does not run with environment_factory "
-                         "(set sft_warmup_steps 0)")
+    # The SFT stages render a stored trajectory as tag text in one assistant message: an environment's rollouts are
+    # JSON calls in the chat template, each result a tool message, so they would teach a format RL never shows.
+    stages = ("sft_warmup_steps", "sft_store_steps") if command == "train" else ("sft_warmup_steps",)
+    for stage in stages:
+        if getattr(script, stage) > 0:
+            raise UsageError(f"{stage} imitates tagged trajectories; it does not run with environment_factory "
+                             f"(set {stage} 0)")
     if command == "build-store" and script.agent == "expert":
         raise UsageError("the scripted expert solves the demo tasks' tags, not an environment: give build-store a "
                          "model as the agent (--agent org/name or a folder)")
