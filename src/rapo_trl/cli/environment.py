@@ -27,6 +27,26 @@ def check_environment(script: RAPOScriptArguments, command: str) -> None:
                          "model as the agent (--agent org/name or a folder)")
 
 
+def check_tool_protocol(script: RAPOScriptArguments, tool_protocol: str) -> None:
+    """RAPOTrainer's refusals of a ``tool_protocol`` the recipe's tools cannot run under, before a warm start trains
+    or a model loads: every tool the commands build is a tag tool (``build_tools``), and an environment's methods are
+    JSON tool calls (``rapo_trl.trainer.tool_protocol.resolve_tool_protocol``)."""
+    from rapo_trl.cli.common import tool_names
+
+    if script.environment_factory is None:
+        if tool_protocol == "json" and tool_names(script):
+            raise UsageError(f"tool_protocol json calls plain typed functions in the chat template; the recipe's tools "
+                             f"({', '.join(tool_names(script))}) run as <tag> calls: set tool_protocol to tags or auto "
+                             "(JSON tool calls come from --environment_factory)")
+        return
+    if tool_protocol == "tags":
+        raise UsageError("environment_factory's methods are JSON tool calls in the chat template: it needs "
+                         "tool_protocol json or auto, not tags")
+    if script.tools is not None:
+        raise UsageError("tools run as <tag> calls and environment_factory's methods as JSON tool calls, which one "
+                         "rollout cannot mix: drop tools (the environment's methods are its tools)")
+
+
 def environment_factory(script: RAPOScriptArguments):
     factory = import_object(script.environment_factory, "environment_factory")
     if not callable(factory):

@@ -22,7 +22,7 @@ from rapo_trl.cli.common import (
     warm_start_collection,
 )
 from rapo_trl.cli.console import say
-from rapo_trl.cli.environment import check_environment
+from rapo_trl.cli.environment import check_environment, check_tool_protocol
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
 from rapo_trl.cli.rewards import training_rewards
@@ -56,6 +56,7 @@ def check(script, rapo_args, model_args) -> None:
     check_batch_shape(rapo_args)
     check_report_to(rapo_args)
     check_environment(script, "train")
+    check_tool_protocol(script, rapo_args.tool_protocol)
     check_model(model_args.model_name_or_path, model_args.model_revision)
     check_quantization(model_args)
     if getattr(rapo_args, "push_to_hub", False):
