@@ -302,6 +302,80 @@ def test_a_tuple_argument_is_described_by_its_items():
     assert "- maybe (array [integer, string] or null, optional, default null): An optional pair." in text
 
 
+def one_or_many(xs: int | list[int], key: tuple[int, int] | list[str] | None = None) -> str:
+    """Echo a union's values with their Python types.
+
+    Args:
+        xs: One integer or a list of them.
+        key: A pair of integers or a list of names.
+    """
+    return json.dumps([[value, type(value).__name__] for value in (xs, key)])
+
+
+def count(items: int | list[int]) -> int:
+    """Count integers.
+
+    Args:
+        items: One integer or a list of them.
+    """
+    return len(items) if isinstance(items, list) else 1
+
+
+def nested(rows: list[int | list[int]]) -> str:
+    """Take integers and lists of integers.
+
+    Args:
+        rows: Integers or lists of them.
+    """
+    return json.dumps(rows)
+
+
+@pytest.mark.parametrize(
+    ("function", "text", "message"),
+    [
+        # get_json_schema writes a union holding a list or a tuple as "anyOf": a value no member takes is refused.
+        (one_or_many, '{"xs": "many"}', "one_or_many: argument 'xs' must be an integer or a JSON array of integer, "
+                                        'got "many"'),
+        (one_or_many, '{"xs": {"a": 1}}', "one_or_many: argument 'xs' must be an integer or a JSON array of integer, "
+                                          'got {"a": 1}'),
+        # the one member that takes an array says which item is wrong
+        (one_or_many, '{"xs": [1, "x"]}', "one_or_many: argument 'xs' item 1 must be an integer, got \"x\""),
+        (one_or_many, '{"xs": 1, "key": [true, 2]}', "one_or_many: argument 'key' must be a JSON array [integer, "
+                                                     "integer] or a JSON array of string or null, got [true, 2]"),
+        (one_or_many, '{"xs": 1, "key": 7}', "one_or_many: argument 'key' must be a JSON array [integer, integer] or "
+                                             "a JSON array of string or null, got 7"),
+        (nested, '{"rows": [1, [2, "x"]]}', "nested: argument 'rows' item 1 item 1 must be an integer, got \"x\""),
+        (nested, '{"rows": [1, "y"]}', "nested: argument 'rows' item 1 must be an integer or a JSON array of integer, "
+                                       'got "y"'),
+        # a one-parameter function's union takes no object, so an object is the arguments, named wrong
+        (count, '{"item": [1]}', "count: unknown argument 'item'; its arguments are: items"),
+    ],
+)
+def test_a_union_argument_is_checked_against_its_members(function, text, message):
+    with pytest.raises(ToolError) as caught:
+        FunctionTool(function).run(text)
+    assert str(caught.value) == message
+
+
+def test_a_union_argument_keeps_a_value_a_member_takes_as_written_and_coerces_one_otherwise():
+    tool = FunctionTool(one_or_many)
+    assert json.loads(tool.run('{"xs": 3}')) == [[3, "int"], [None, "NoneType"]]
+    assert json.loads(tool.run('{"xs": "3"}')) == [[3, "int"], [None, "NoneType"]]
+    assert json.loads(tool.run('{"xs": [1, "2"], "key": null}')) == [[[1, 2], "list"], [None, "NoneType"]]
+    # names that look like numbers are the list of strings as written, not a pair coerced to integers
+    assert json.loads(tool.run('{"xs": 1, "key": ["1", "2"]}'))[1] == [["1", "2"], "list"]
+    assert json.loads(tool.run('{"xs": 1, "key": [1, 2]}'))[1] == [[1, 2], "list"]
+    assert json.loads(tool.run('{"xs": 1, "key": ["1", 2]}'))[1] == [[1, 2], "list"]
+    assert FunctionTool(nested).run("[1, [2, 3.0], \"4\"]") == "[1, [2, 3], 4]"
+    assert FunctionTool(count).run("[1, 2]") == "2"
+
+
+def test_a_list_of_a_union_is_described_by_its_items():
+    assert "- rows (array of (integer or array of integer)): Integers or lists of them." in FunctionTool(nested).describe()
+    text = FunctionTool(one_or_many).describe()
+    assert "- xs (integer or array of integer): One integer or a list of them." in text
+
+
 def test_a_tuple_argument_of_the_right_shape_is_coerced_like_a_list():
     # Passed as the list JSON gives, as before: a successful call's output stays the same.
     assert FunctionTool(point).run('{"xy": [1, 2]}') == "[1, 2]"

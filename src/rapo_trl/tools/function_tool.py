@@ -106,20 +106,31 @@ def _types(spec: dict) -> list[str]:
     return [kind] if isinstance(kind, str) else list(kind)
 
 
+def _union_members(spec: dict) -> list[dict]:
+    """The members of a union get_json_schema writes as "anyOf" (one holding a list, a tuple or a Literal)."""
+    return [member for member in spec.get("anyOf", ()) if isinstance(member, dict)]
+
+
+def _grouped(name: str) -> str:
+    """A union's description in parentheses, so that what it describes stays one type: ``array of (integer or
+    array of integer)``, where ``array of integer or array of integer`` would read as two kinds of array."""
+    return f"({name})" if " or " in name else name
+
+
 def describe_type(spec: dict) -> str:
     """A short human-readable type from a JSON-schema property (``"array of integer"``, ``"array [integer, string]"``
     for a tuple, ``"any"``)."""
     if "enum" in spec:
         return "one of " + ", ".join(json.dumps(value) for value in spec["enum"])
     # get_json_schema writes a union holding a list or a tuple as "anyOf" (its members keep their "items").
-    names = [describe_type(member) for member in spec.get("anyOf", ()) if isinstance(member, dict)]
+    names = [describe_type(member) for member in _union_members(spec)]
     for kind in _types(spec):
         if kind == "array" and isinstance(spec.get("prefixItems"), list):  # a tuple: one type per position
             names.append(f"array [{', '.join(describe_type(item) for item in spec['prefixItems'])}]")
-        elif kind == "array" and isinstance(spec.get("items"), dict) and "type" in spec["items"]:
-            names.append(f"array of {describe_type(spec['items'])}")
+        elif kind == "array" and isinstance(spec.get("items"), dict) and describe_type(spec["items"]) != "any":
+            names.append(f"array of {_grouped(describe_type(spec['items']))}")
         elif kind == "object" and isinstance(spec.get("additionalProperties"), dict):
-            names.append(f"object of {describe_type(spec['additionalProperties'])}")
+            names.append(f"object of {_grouped(describe_type(spec['additionalProperties']))}")
         else:
             names.append(kind)
     if spec.get("nullable") and "null" not in names:
@@ -193,16 +204,24 @@ def coerce(value: Any, spec: dict, where: str) -> Any:
 
     ``where`` names the value in the error (``"argument 'a'"``). Raises ``ToolError``.
     """
+    return _coerce(value, spec, where, convert=True)
+
+
+def _coerce(value: Any, spec: dict, where: str, convert: bool) -> Any:
+    """``coerce``; with ``convert=False`` only a value that already has the type (all through) passes."""
+    members = _union_members(spec)
     kinds = _types(spec)
-    if value is None and (spec.get("nullable") or "null" in kinds or not kinds):
+    if value is None and (spec.get("nullable") or "null" in kinds or not (kinds or members)):
         return None
+    if members:
+        return _coerce_to_union(value, members, spec, where, convert)
     if kinds:
         result, found = None, False
         for kind in kinds:  # a value that already has one of the types keeps it
             if _exact(value, kind):
                 result, found = (float(value) if kind == "number" else value), True
                 break
-        for kind in kinds if not found else ():
+        for kind in kinds if not found and convert else ():
             try:
                 result, found = _convert(value, kind), True
                 break
@@ -213,12 +232,12 @@ def coerce(value: Any, spec: dict, where: str) -> Any:
             raise ToolError(f"{where} must be {wanted}, got {_show(value)}")
         value = result
         if isinstance(value, list) and isinstance(spec.get("prefixItems"), list):
-            value = _coerce_fixed_items(value, spec["prefixItems"], where)
+            value = _coerce_fixed_items(value, spec["prefixItems"], where, convert)
         elif isinstance(value, list) and isinstance(spec.get("items"), dict):
-            value = [coerce(item, spec["items"], f"{where} item {i}") for i, item in enumerate(value)]
+            value = [_coerce(item, spec["items"], f"{where} item {i}", convert) for i, item in enumerate(value)]
         elif isinstance(value, dict) and isinstance(spec.get("additionalProperties"), dict):
             value = {
-                key: coerce(item, spec["additionalProperties"], f"{where} key {json.dumps(key)}")
+                key: _coerce(item, spec["additionalProperties"], f"{where} key {json.dumps(key)}", convert)
                 for key, item in value.items()
             }
     if "enum" in spec and value not in spec["enum"]:
@@ -226,14 +245,47 @@ def coerce(value: Any, spec: dict, where: str) -> Any:
     return value
 
 
-def _coerce_fixed_items(value: list, item_specs: list, where: str) -> list:
+def _coerce_to_union(value: Any, members: list[dict], spec: dict, where: str, convert: bool) -> Any:
+    """A union get_json_schema writes as "anyOf" (``int | list[int]``, ``tuple[int, int] | list[int]``): the
+    first member that takes the value as written, else the first it can be coerced to, as for a plain type."""
+    for member in members:
+        try:
+            return _coerce(value, member, where, convert=False)
+        except ToolError:
+            continue
+    errors = []
+    for member in members if convert else ():
+        try:
+            return _coerce(value, member, where, convert=True)
+        except ToolError as error:
+            errors.append((member, error))
+    # Where one member has the value's JSON type, its own error says what is wrong inside (an item, a length).
+    same_kind = [error for member, error in errors if any(_exact(value, kind) for kind in _types(member))]
+    if len(same_kind) == 1:
+        raise same_kind[0]
+    wanted = [_accepted(member) for member in members] + (["null"] if spec.get("nullable") else [])
+    raise ToolError(f"{where} must be {' or '.join(wanted)}, got {_show(value)}")
+
+
+def _accepted(spec: dict) -> str:
+    """``describe_type`` as an error names a value (``"an integer"``, ``"a JSON array of integer"``)."""
+    name = describe_type(spec)
+    if name in _ARTICLE:
+        return _ARTICLE[name]
+    return f"a JSON {name}" if name.startswith(("array", "object")) else name
+
+
+def _coerce_fixed_items(value: list, item_specs: list, where: str, convert: bool) -> list:
     """A ``tuple[int, str]`` argument (JSON schema ``prefixItems``): exactly one value per position, each coerced
     to its own type. Kept a list, as JSON gives it, so a call that already worked passes the same value."""
     if len(value) != len(item_specs):
         kinds = ", ".join(describe_type(item) for item in item_specs)
         count = f"{len(value)} item{'s' if len(value) != 1 else ''}"
         raise ToolError(f"{where} must be a JSON array of {len(item_specs)} items ({kinds}), got {count}: {_show(value)}")
-    return [coerce(item, item_spec, f"{where} item {i}") for i, (item, item_spec) in enumerate(zip(value, item_specs))]
+    return [
+        _coerce(item, item_spec, f"{where} item {i}", convert)
+        for i, (item, item_spec) in enumerate(zip(value, item_specs))
+    ]
 
 
 @dataclass
@@ -347,7 +399,8 @@ class FunctionTool:
                     f"invalid JSON: {error.msg} (char {error.pos})"
                 ) from None
             value = text  # plain text for a one-parameter function
-        single_kinds = _types(self.properties.get(single.name, {})) if single else []
+        single_spec = self.properties.get(single.name, {}) if single else {}
+        single_kinds = [kind for spec in [single_spec, *_union_members(single_spec)] for kind in _types(spec)]
         as_mapping = isinstance(value, dict) and (
             single is None or set(value) <= set(names) or (single_kinds and "object" not in single_kinds)
         )
