@@ -1,6 +1,6 @@
 """A turn's tool calls, read and run, their results appended as forced tokens: the two tool protocols.
 
-Tags (the paper): the turn stopped at a tool's closing tag; its call is the text since the matching opening tag, and
+Tags (the paper): the turn stopped at a tool's closing tag; its call is the text since the last opening tag, and
 the tool's output comes back in ``RolloutConfig.result_template``. JSON (TRL's ``tools=`` and
 ``environment_factory``): the turn ended at the chat template's end-of-turn token; its calls are parsed from the
 template's JSON, and their results come back as the template renders tool messages (``rollout/chat_tools.py``).
@@ -27,7 +27,12 @@ TurnCall = tuple[int, str, str | list[dict] | None]
 
 
 def extract_tool_call(text: str, stop_string: str) -> tuple[str, str | None]:
-    """``(tag, content)`` of the call a turn ended with; content ``None`` when it has no opening tag."""
+    """``(tag, content)`` of the call a turn ended with; content ``None`` when it has no opening tag.
+
+    The turn stopped at its first closing tag, so it holds one call at most, and the call is what follows the last
+    opening tag: an earlier one is the reasoning naming the tag, or a call written again before it closed. Code that
+    spells the opening tag itself is cut there, and the policy sees the error of what follows: rarer in a math or
+    search task than reasoning that names the tag, and the format reward fails both."""
     tag = stop_string[2:-1]
     end = text.rfind(stop_string)
     start = text.rfind(f"<{tag}>", 0, end)
