@@ -64,27 +64,55 @@ def test_a_conversation_with_an_assistant_turn_is_refused_not_put_in_the_questio
         load_questions(script, "train")
 
 
-def test_a_system_turn_left_out_of_the_question_is_named_once_per_split(tmp_path, caplog):
+def test_a_system_turn_is_kept_after_the_recipes_system_prompt(tmp_path):
+    """The data's instructions reach the policy, and the recipe's prompt still teaches its tools, as from Python a
+    conversational prompt's system turn is kept (RAPOTrainer trains on a row's prompt as it is)."""
+    from rapo_trl.tasks import system_prompt_for
+    from rapo_trl.tools import PythonTool
+
     system = {"role": "system", "content": "Answer in French."}
     folder = _trl_dataset(tmp_path / "system", question=lambda i: [
         *([system] if i % 2 else []), {"role": "user", "content": f"What is {i} + {i}?"}])
     script, _, _ = parse_recipe("train", _argv(folder))
-    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
-        rows = training_rows(script, "train", [])
-    warnings = [r.getMessage() for r in caplog.records if "system turn" in r.getMessage()]
-    assert len(warnings) == 2, warnings  # the train split and the test split, once each
-    assert "split 'train'): 3 of 6 conversations have a system turn" in warnings[0]
-    assert "RAPO's system prompt for the recipe's tools (rapo_trl.tasks.system_prompt_for)" in warnings[0]
-    assert "to_rapo_rows(..., system_prompt=...)" in warnings[0]
-    assert rows[1]["prompt"][-1] == {"role": "user", "content": "What is 3 + 3?"}  # the prompt built as before
-    assert all(message["content"] != "Answer in French." for row in rows for message in row["prompt"])
+    rows = training_rows(script, "train", [PythonTool()])
+    protocol = system_prompt_for([PythonTool()])
+    assert rows[1]["prompt"] == [{"role": "system", "content": f"{protocol}\n\nAnswer in French."},
+                                 {"role": "user", "content": "What is 3 + 3?"}]
+    assert rows[0]["prompt"][0] == {"role": "system", "content": protocol}  # a row without one: the recipe's alone
+    assert load_questions(script, "train")["question"][1] == "What is 3 + 3?"  # the question is the user's text
+    assert "system_turn" not in rows.column_names  # its text is in the prompt, not a column rewards are passed
+    eval_rows = training_rows(script, "eval", [PythonTool()])
+    assert eval_rows[1]["prompt"][0]["content"].endswith("\n\nAnswer in French.")  # evaluated as it trained
 
 
-def test_conversations_without_a_system_turn_warn_of_none(tmp_path, caplog):
+def test_a_system_turn_is_the_system_message_with_an_environment(tmp_path):
+    from rapo_trl.cli.environment import environment_rows
+
+    folder = _trl_dataset(tmp_path / "system", question=lambda i: [
+        {"role": "system", "content": "Answer in French."}, {"role": "user", "content": f"What is {i} + {i}?"}])
+    script, _, _ = parse_recipe("train", _argv(folder))
+    assert environment_rows(script, "train")[0]["prompt"] == [{"role": "system", "content": "Answer in French."},
+                                                              {"role": "user", "content": "What is 2 + 2?"}]
+
+
+def test_conversations_without_a_system_turn_get_the_recipes_prompt_alone(tmp_path):
     script, _, _ = parse_recipe("train", _argv(_trl_dataset(tmp_path / "trl")))
-    with caplog.at_level("WARNING", logger="rapo_trl.cli.user_data"):
+    assert "system_turn" not in load_questions(script, "train").column_names
+    assert [message["role"] for message in training_rows(script, "train", [])[0]["prompt"]] == ["system", "user"]
+
+
+def test_a_column_named_as_the_system_turns_is_refused_not_overwritten(tmp_path):
+    folder = tmp_path / "clash"
+    rows = [{"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"{i} + {i}?"}],
+             "solution": str(2 * i), "system_turn": "mine"} for i in range(4)]
+    DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(folder)
+    script, _, _ = parse_recipe("train", _argv(str(folder)))
+    with pytest.raises(UsageError, match="has a column 'system_turn', the name RAPO gives the system turns"):
         load_questions(script, "train")
-    assert "system turn" not in caplog.text
+    jsonl = tmp_path / "clash.jsonl"
+    jsonl.write_text(json.dumps({"question": "1 + 1?", "answer": "2", "system_turn": "mine"}) + "\n")
+    with pytest.raises(UsageError, match=r"dataset_path '.*clash.jsonl' has a column 'system_turn'"):
+        parse_recipe("train", ["--task", "dataset", "--dataset_path", str(jsonl)])  # its early checks refuse it
 
 
 def test_eval_strategy_evaluates_the_held_out_split_during_training(tmp_path, tiny_model_dir):

@@ -78,6 +78,24 @@ def test_the_prompt_is_for_the_tools_you_name_and_naming_none_is_an_error():
     assert to_rapo_rows(QA, system_prompt="Be brief.")[0]["prompt"][0]["content"] == "Be brief."
 
 
+def test_a_rows_own_instructions_follow_the_system_prompt_and_leave_the_columns():
+    data = Dataset.from_list([{"question": "Why?", "answer": "because", "system": "Answer in French."},
+                              {"question": "How?", "answer": "so", "system": None}])
+    rows = to_rapo_rows(data, tools=[], system_column="system")
+    assert rows[0]["prompt"][0] == {"role": "system", "content": f"{NO_TOOLS_SYSTEM_PROMPT}\n\nAnswer in French."}
+    assert rows[1]["prompt"][0] == {"role": "system", "content": NO_TOOLS_SYSTEM_PROMPT}
+    assert "system" not in rows.column_names  # in the prompt now, not a column the rewards are passed
+    alone = to_rapo_rows(data, system_prompt=None, system_column="system")
+    assert alone["prompt"] == [[{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Why?"}],
+                               [{"role": "user", "content": "How?"}]]
+    plain = to_rapo_rows(data, tools=[], system_column="system", conversational=False)
+    assert plain[0]["prompt"] == f"{NO_TOOLS_SYSTEM_PROMPT}\n\nAnswer in French.\n\nQuestion: Why?\n"
+    with pytest.raises(ValueError, match=r"missing column 'sys' \(system\)"):
+        to_rapo_rows(data, tools=[], system_column="sys")
+    with pytest.raises(ValueError, match="row 0: column 'n' must hold the row's instructions as text"):
+        to_rapo_rows(Dataset.from_list([{"question": "Why?", "answer": "x", "n": 3}]), tools=[], system_column="n")
+
+
 def test_custom_columns_and_existing_ids():
     data = Dataset.from_list([{"q": "Why?", "gold": "because", "question_id": 7, "prompt": "old"}])
     rows = to_rapo_rows(data, question_column="q", answer_column="gold", tools=[])

@@ -228,10 +228,19 @@ def load_questions(script: RAPOScriptArguments, split: str):
 def training_rows(script: RAPOScriptArguments, split: str, tools: list | None = None):
     """Prompted rows whose system prompt teaches exactly ``tools`` (default: `build_tools`), as
     ``to_rapo_rows(tools=...)`` does from Python; python-only recipes get the short python prompt (a third of the
-    tokens to prefill)."""
+    tokens to prefill). A conversation's own system turn follows it (`system_turn_column`)."""
     from rapo_trl.tasks import to_rapo_rows
 
-    return to_rapo_rows(load_questions(script, split), tools=build_tools(script) if tools is None else tools)
+    questions = load_questions(script, split)
+    return to_rapo_rows(questions, tools=build_tools(script) if tools is None else tools,
+                        system_column=system_turn_column(questions))
+
+
+def system_turn_column(questions) -> str | None:
+    """The column of the questions' own system turns (a TRL conversational prompt's), None when none has one."""
+    from rapo_trl.cli.user_data import SYSTEM_TURN_COLUMN
+
+    return SYSTEM_TURN_COLUMN if SYSTEM_TURN_COLUMN in questions.column_names else None
 
 
 def count_line(verb: str, script: RAPOScriptArguments, sets: dict) -> str:

@@ -55,11 +55,13 @@ def environment_factory(script: RAPOScriptArguments):
 
 
 def environment_rows(script: RAPOScriptArguments, split: str):
-    """The questions as conversations without a system prompt: the chat template renders the tools."""
-    from rapo_trl.cli.common import load_questions
+    """The questions as conversations without a system prompt of RAPO's (the chat template renders the tools); a
+    conversation's own system turn is kept."""
+    from rapo_trl.cli.common import load_questions, system_turn_column
     from rapo_trl.tasks import to_rapo_rows
 
-    return to_rapo_rows(load_questions(script, split), tools=[], system_prompt=None)
+    questions = load_questions(script, split)
+    return to_rapo_rows(questions, tools=[], system_prompt=None, system_column=system_turn_column(questions))
 
 
 def environment_rewards(script: RAPOScriptArguments, reward_weights):

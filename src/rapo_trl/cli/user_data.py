@@ -60,6 +60,7 @@ def check_user_data(script: RAPOScriptArguments) -> tuple[str, ...]:
             if not Path(path).is_file():
                 raise UsageError(f"{name} {path!r} is not a file; give a JSONL file, one JSON object a line")
             rows = _read_jsonl(script, path)  # parsed here, in a fraction of a second; read again when the rows load
+            _refuse_system_turn_column(f"{name} {path!r}", [key for row in rows for key in row])
             if name == "dataset_path":
                 keys = tuple(dict.fromkeys(key for row in rows for key in row))
     if script.dataset_name:
@@ -301,6 +302,7 @@ def _question_answer(script: RAPOScriptArguments, rows, split: str):
     """``rows`` with the question and answer columns named ``question`` and ``answer`` (a conversational prompt's user
     text as the question); a null answer or a question that is no text refused."""
     _require_columns(script, split, rows.column_names)
+    _refuse_system_turn_column(f"dataset {script.dataset_name!r} (split {split!r})", rows.column_names)
     question_column, answer_column = question_answer_columns(script, rows.column_names)
     empty = next((index for index, answer in enumerate(rows[answer_column]) if is_blank_answer(answer)), None)
     if empty is not None:
@@ -314,8 +316,12 @@ def _question_answer(script: RAPOScriptArguments, rows, split: str):
 
 
 QUESTION_ROLES = ("system", "user")
-"""The turns a conversation may hold: its question is the user's text; a system turn gives way to the prompt the
-recipe builds (`_warn_of_system_turns` says so)."""
+"""The turns a conversation may hold: its question is the user's text; its system turn is kept, after the prompt the
+recipe builds (`SYSTEM_TURN_COLUMN`)."""
+
+SYSTEM_TURN_COLUMN = "system_turn"
+"""The column holding each conversation's system turn, which the training prompt's system message carries after the
+recipe's own (``to_rapo_rows(system_column=...)``)."""
 
 
 def _refuse_replies(script: RAPOScriptArguments, split: str, column: str, conversations) -> None:
@@ -336,7 +342,8 @@ def _refuse_replies(script: RAPOScriptArguments, split: str, column: str, conver
 
 def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
     """``rows`` with ``column`` as text: a conversation (TRL's conversational ``prompt``) becomes its user messages'
-    text; anything else that is not a string is refused in one line."""
+    text, and its system turn the ``SYSTEM_TURN_COLUMN``; anything else that is not a string is refused in one
+    line."""
     from rapo_trl.store.steps import prompt_text
 
     values = rows[column]
@@ -349,28 +356,36 @@ def _question_text(script: RAPOScriptArguments, rows, split: str, column: str):
     if all(isinstance(value, str) for value in values):
         return rows
     _refuse_replies(script, split, column, values)
-    _warn_of_system_turns(script, split, values)
     texts = [value if isinstance(value, str) else prompt_text(value) for value in values]
-    return rows.remove_columns([column]).add_column(column, texts)
+    rows = rows.remove_columns([column]).add_column(column, texts)
+    system_turns = [None if isinstance(value, str) else _system_turn(value) for value in values]
+    if not any(system_turns):
+        return rows
+    logger.info("dataset %r (split %r): %d of %d conversations have a system turn, kept in the training prompt "
+                "after %s.", script.dataset_name, split, sum(map(bool, system_turns)), len(values),
+                _system_prompt_in_words(script))
+    return rows.add_column(SYSTEM_TURN_COLUMN, system_turns)
 
 
-def _warn_of_system_turns(script: RAPOScriptArguments, split: str, conversations) -> None:
-    """Warn, once for the split, of conversations whose system turn is left out: instructions put there never reach
-    the policy, which trains under the prompt the recipe builds instead."""
-    with_system = sum(1 for conversation in conversations if not isinstance(conversation, str)
-                      and any(message.get("role") == "system" for message in conversation))
-    if with_system:
-        logger.warning("dataset %r (split %r): %d of %d conversations have a system turn, which is left out: the "
-                       "question is the user's text, and training prompts carry %s instead. The recipe takes no "
-                       "system prompt of your own; to train with yours, build the rows in Python with "
-                       "rapo_trl.tasks.to_rapo_rows(..., system_prompt=...), or put the instructions in the user "
-                       "turn.", script.dataset_name, split, with_system, len(conversations),
-                       _system_prompt_in_words(script))
+def _refuse_system_turn_column(source: str, columns) -> None:
+    """Refuse data with a column of the name RAPO gives the conversations' system turns: its text would be put in
+    the system message, or the conversations' turns in its place."""
+    if SYSTEM_TURN_COLUMN in columns:
+        raise UsageError(f"{source} has a column {SYSTEM_TURN_COLUMN!r}, the name RAPO gives the system turns of "
+                         "conversational prompts, which the training prompt carries; rename that column")
+
+
+def _system_turn(conversation) -> str | None:
+    """The text of a conversation's system messages (None for none)."""
+    from rapo_trl.store.steps import prompt_text
+
+    system = [{"content": message["content"]} for message in conversation if message.get("role") == "system"]
+    return prompt_text(system).strip() or None
 
 
 def _system_prompt_in_words(script: RAPOScriptArguments) -> str:
-    """What stands in a training prompt's system turn: nothing with an environment (its chat template shows the
-    tools), else the protocol for the recipe's tools."""
+    """What comes before a conversation's system turn in a training prompt's system message: nothing with an
+    environment (its chat template shows the tools), else the protocol for the recipe's tools."""
     if script.environment_factory is not None:
-        return "no system prompt (with environment_factory the chat template shows the tools)"
+        return "no system prompt of RAPO's (with environment_factory the chat template shows the tools)"
     return "RAPO's system prompt for the recipe's tools (rapo_trl.tasks.system_prompt_for)"

@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from rapo_trl.jsonl_qa import answers_of_one_type, read_qa_jsonl
 from rapo_trl.question_ids import question_id_of
-from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for
+from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for, with_instructions
 
 
 def _require_columns(dataset: Dataset, columns: dict[str, str]) -> None:
@@ -45,6 +45,7 @@ def to_rapo_rows(
     system_prompt: str | None = _UNSET,
     conversational: bool = True,
     tools=_UNSET,
+    system_column: str | None = None,
 ) -> Dataset:
     """RAPO training/eval rows from any dataset with a question and an answer column.
 
@@ -63,14 +64,22 @@ def to_rapo_rows(
     function-tool section appended, and with ``system_prompt=None`` the section alone is the system
     prompt. Without ``tools``, a ``system_prompt`` you give is used as is (you say what it teaches).
 
+    ``system_column`` names a column of each row's own instructions (text, or None for none), such as the system
+    turn of a TRL conversational prompt: they follow the system prompt in the row's system message (``with_instructions``;
+    with no system prompt they are it), and the column is dropped, its text being in the prompt.
+
     A store's keys and queries leave a conversation's system message out but read a plain-text prompt whole: with
     ``conversational=False``, build the store from these same rows, or open it with
     ``StoreConfig(system_prompt=<the system prompt>)`` (docs/store.md).
     """
     if not isinstance(dataset, Dataset):
         raise TypeError(f"to_rapo_rows takes a datasets.Dataset (one split), got {type(dataset).__name__}")
-    _require_columns(dataset, {"question": question_column, "answer": answer_column})
+    _require_columns(dataset, {"question": question_column, "answer": answer_column,
+                               **({"system": system_column} if system_column is not None else {})})
     system_prompt = _system_prompt(tools, system_prompt)
+    system_prompts = [system_prompt] * len(dataset) if system_column is None else [
+        with_instructions(system_prompt, instructions)
+        for instructions in _instructions(dataset[system_column], system_column)]
 
     questions = list(dataset[question_column])
     for index, question in enumerate(questions):
@@ -79,10 +88,10 @@ def to_rapo_rows(
                 f"row {index}: column '{question_column}' must be a non-empty string, got {question!r}"
             )
     if conversational:
-        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        prompts = [system + [{"role": "user", "content": q}] for q in questions]
+        prompts = [([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": q}]
+                   for system, q in zip(system_prompts, questions)]
     else:
-        prompts = [f"{system_prompt}\n\nQuestion: {q}\n" if system_prompt else q for q in questions]
+        prompts = [f"{system}\n\nQuestion: {q}\n" if system else q for system, q in zip(system_prompts, questions)]
     if "question_id" in dataset.column_names:
         ids = [str(i) if i is not None else question_id_of(q) for i, q in zip(dataset["question_id"], questions)]
     else:
@@ -93,11 +102,19 @@ def to_rapo_rows(
     # A column of mixed answers (datasets' Json feature, as load_dataset("json") gives a file of them) as one type.
     answers = answers_of_one_type(answers)
     # Replaced columns go first, so their old types cannot clash with the new ones.
-    replaced = {"prompt", "answer", "question_id", answer_column} & set(dataset.column_names)
+    replaced = {"prompt", "answer", "question_id", answer_column, system_column} & set(dataset.column_names)
     rows = dataset.remove_columns(sorted(replaced))
     for name, values in (("prompt", prompts), ("answer", answers), ("question_id", ids)):
         rows = rows.add_column(name, values)
     return rows
+
+
+def _instructions(values, column: str) -> list:
+    for index, value in enumerate(values):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"row {index}: column '{column}' must hold the row's instructions as text (or None for "
+                             f"none), got {type(value).__name__} {str(value)[:60]!r}")
+    return list(values)
 
 
 def _check_gold(index: int, column: str, answer) -> None:

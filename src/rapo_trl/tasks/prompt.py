@@ -104,6 +104,15 @@ def system_prompt_for(tools, base: str | None = None) -> str:
     return "\n\n".join(part for part in (base, section, own_section) if part)
 
 
+def with_instructions(system_prompt: str | None, instructions: str | None) -> str | None:
+    """A row's system message: ``system_prompt`` (the protocol teaching the tools) followed by the row's own
+    ``instructions`` (a conversation's system turn), so that the policy sees both: the instructions alone would teach
+    no tool and no ``<answer>`` format, the protocol alone would drop what the data's author asked of the model.
+    None when there is neither."""
+    parts = [part.strip() for part in (system_prompt, instructions) if part and part.strip()]
+    return "\n\n".join(parts) or None
+
+
 def _own_tools_prompt(tools) -> str:
     """The section naming tag tools of the user's own: each one's tags and its ``description`` ("" for none)."""
     if not tools:
