@@ -9,6 +9,9 @@ import os
 from contextlib import suppress
 
 RAPO_STATE_FILE = "rapo_state_{process}.json"
+RUN_RECORD = "rapo_run.json"
+"""The file in ``output_dir`` that records the ``rapo train`` run's tools, tool protocol and environment
+(``rapo_trl.cli.run_record``); its ``run_id`` names the run whose checkpoints a bare resume takes there."""
 EARLIER_RUN_PREFIX = "earlier-run-"
 """The folders in ``output_dir`` that a run trained from the start moves an earlier run's checkpoints into."""
 
@@ -52,21 +55,62 @@ def _saved_at(checkpoint: str) -> float | None:
     return float(saved_at) if isinstance(saved_at, (int, float)) and not isinstance(saved_at, bool) else None
 
 
+def saved_run_id(checkpoint: str) -> str | None:
+    """The ``rapo train`` run a checkpoint was saved by (``None``: one saved from Python, by an older version, or with
+    no readable state)."""
+    run_id = saved_state(checkpoint, 0).get("run_id")
+    return run_id if isinstance(run_id, str) else None
+
+
+def recorded_run_id(run_dir: str) -> str | None:
+    """The run ``run_dir``'s record names (``None``: no record, or one of a version that named none)."""
+    try:
+        with open(os.path.join(run_dir, RUN_RECORD)) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    run_id = record.get("run_id") if isinstance(record, dict) else None
+    return run_id if isinstance(run_id, str) else None
+
+
+def whole_checkpoints(run_dir: str) -> list[str]:
+    """Every whole checkpoint in ``run_dir``, by step."""
+    return [folder for _, folder in numbered_checkpoints(run_dir) if is_complete_checkpoint(folder)]
+
+
+def recorded_runs_checkpoints(run_dir: str) -> list[str]:
+    """The whole checkpoints, by step, of the run ``run_dir``'s record names, where another run's lie beside them (a
+    run started over there that stopped before it moved the earlier run's aside, or one resumed from a checkpoint
+    elsewhere): by step or by when they were saved (clocks differ between machines) either run's may come last, and
+    only the record says which run the folder is of. Otherwise every whole one: checkpoints that name no run (saved
+    from Python, or by an older version) may be the recorded run's."""
+    whole = whole_checkpoints(run_dir)
+    recorded = recorded_run_id(run_dir)
+    runs = {folder: saved_run_id(folder) for folder in whole}
+    if recorded is None or all(run in (None, recorded) for run in runs.values()):
+        return whole
+    return [folder for folder in whole if runs[folder] == recorded]
+
+
 def highest_whole_checkpoint(run_dir: str) -> str | None:
     """The highest-numbered whole checkpoint in ``run_dir`` (``None``: none)."""
-    whole = [folder for _, folder in numbered_checkpoints(run_dir) if is_complete_checkpoint(folder)]
+    whole = whole_checkpoints(run_dir)
     return whole[-1] if whole else None
 
 
 def checkpoint_saved_last(run_dir: str) -> str | None:
-    """The whole checkpoint saved last in ``run_dir``: the highest-numbered whole one, unless one was saved after it
-    (a lower step: a run saves its steps in order, so the higher one is another, earlier run's, left by a run resumed
-    from an earlier checkpoint or started over there). Checkpoints that record no ``saved_at`` (another trainer's)
-    go by their step. ``None``: no whole checkpoint."""
-    highest = highest_whole_checkpoint(run_dir)
-    since = _saved_at(highest) if highest is not None else None
+    """The checkpoint saved last by the run ``run_dir``'s record names (`recorded_runs_checkpoints`): its
+    highest-numbered whole one, unless one was saved after it (a lower step: a run saves its steps in order, so the
+    higher one is of an abandoned branch, left by a run resumed from an earlier checkpoint, or of an earlier run that
+    named no run). Checkpoints that record no ``saved_at`` (another trainer's) go by their step. ``None``: no whole
+    checkpoint of that run."""
+    candidates = recorded_runs_checkpoints(run_dir)
+    if not candidates:
+        return None
+    highest = candidates[-1]
+    since = _saved_at(highest)
     if since is None:
         return highest
-    later = [(saved_at, folder) for _, folder in numbered_checkpoints(run_dir)
-             if is_complete_checkpoint(folder) and (saved_at := _saved_at(folder)) is not None and saved_at > since]
+    later = [(saved_at, folder) for folder in candidates if (saved_at := _saved_at(folder)) is not None
+             and saved_at > since]
     return max(later)[1] if later else highest

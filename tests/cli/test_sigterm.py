@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from rapo_trl.saved_checkpoints import RUN_RECORD, saved_run_id
 from tests.cli.conftest import recipe, write_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +53,8 @@ def test_sigterm_stops_rapo_train_after_a_whole_checkpoint_and_the_command_resum
     assert checkpoint == output / f"checkpoint-{step}" == Path(stopped.group(3)) and step < 200
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
     assert max(int(p.name.split("-")[1]) for p in output.glob("checkpoint-*")) == step  # nothing after it
+    run_id = json.loads((output / RUN_RECORD).read_text())["run_id"]
+    assert saved_run_id(str(checkpoint)) == run_id  # whose checkpoint it is, should another run start over here
 
     # the advice as written, in its bare-flag form: the newest whole checkpoint, the one named
     resumed = subprocess.run(_rapo("train", "--config", str(config), "--max_steps", str(step + 1),
@@ -59,3 +62,6 @@ def test_sigterm_stops_rapo_train_after_a_whole_checkpoint_and_the_command_resum
                              cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((output / f"checkpoint-{step + 1}" / "trainer_state.json").read_text())["global_step"] == step + 1
+    # the same run continued: its record and its new checkpoint keep its id
+    assert json.loads((output / RUN_RECORD).read_text())["run_id"] == run_id
+    assert saved_run_id(str(output / f"checkpoint-{step + 1}")) == run_id

@@ -57,3 +57,29 @@ def test_training_from_the_start_moves_an_earlier_runs_checkpoints_aside(tiny_mo
     (aside,) = run_dir.glob("earlier-run-*")  # the earlier run's, whole and apart
     assert json.loads((aside / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
     assert str(aside) in caplog.text
+
+
+def test_resuming_a_checkpoint_set_aside_moves_the_later_runs_checkpoints_aside(tiny_model_dir, tmp_path, caplog):
+    """Run A's checkpoint-1, set aside when run B started over, resumed by name (as the set-aside line advises) into
+    the output_dir where B's checkpoint-5 lies: left in place, save_total_limit would delete B's checkpoint to keep
+    A's new one."""
+    run_dir = tmp_path / "run"
+    first = rapo_trainer(tiny_model_dir, tmp_path / "a", max_steps=1, save_strategy="steps", save_steps=1)
+    script(first)
+    first.train()
+    earlier = run_dir / "earlier-run-20260101-000000" / "checkpoint-1"
+    earlier.parent.mkdir(parents=True)
+    (tmp_path / "a" / "checkpoint-1").rename(earlier)
+    later = run_dir / "checkpoint-5"
+    later.mkdir()
+    (later / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+
+    trainer = rapo_trainer(tiny_model_dir, run_dir, max_steps=2, save_strategy="steps", save_steps=1,
+                           save_total_limit=1)
+    script(trainer)
+    with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+        trainer.train(resume_from_checkpoint=str(earlier))
+    assert sorted(path.name for path in run_dir.glob("checkpoint-*")) == ["checkpoint-2"]  # A's, continued
+    (aside,) = set(run_dir.glob("earlier-run-*")) - {earlier.parent}
+    assert json.loads((aside / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
+    assert f"on from {earlier}" in caplog.text

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rapo_trl.cli.errors import UsageError
+from rapo_trl.saved_checkpoints import RUN_RECORD, saved_run_id
 
-RUN_RECORD = "rapo_run.json"
-"""The file in ``output_dir`` that records the run's tools, tool protocol and environment."""
 RUN_ID_FILE = "rapo_run_id.json"
 """The file in each baseline folder that names the run that finished the baseline (``{"run_id": ...}``): a later run
 in the same output_dir may stop before it makes that baseline again, and leave the earlier run's beside its model."""
@@ -48,10 +47,14 @@ def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, envi
 
 
 def run_id_for(output_dir: str, resume: str | None) -> str | None:
-    """The id of the run ``rapo train`` starts in ``output_dir``: a new one, unless it resumes a checkpoint of
-    ``output_dir``, whose run it continues: it keeps that run's id (so the baselines the run finished before it
-    stopped still count), or none where that run's record has none (a run of an older version, whose baselines carry
-    no id: ``rapo eval`` then checks none)."""
+    """The id of the run ``rapo train`` starts in ``output_dir``: a new one, unless it resumes a checkpoint, whose
+    run it continues: it keeps that run's id (so the baselines the run finished before it stopped still count). That
+    is the id the checkpoint was saved under, wherever it lies (beside another run's record, or set aside in
+    ``earlier-run-<time>``); for a checkpoint of ``output_dir`` that names none (saved by an older version), its
+    record's, or none where the record has none (a run whose baselines carry no id: ``rapo eval`` then checks none)."""
+    saved_under = saved_run_id(resume) if resume is not None else None
+    if saved_under is not None:
+        return saved_under
     record = Path(output_dir) / RUN_RECORD
     if resume is not None and Path(resume).resolve().parent == Path(output_dir).resolve() and record.is_file():
         return json.loads(record.read_text()).get("run_id")

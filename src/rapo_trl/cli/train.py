@@ -236,6 +236,7 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     alongside = grpo_alongside(script, rapo_args, model_args, warm, run_id) if script.grpo_alongside else nullcontext()
     with alongside:
         trainer = build_trainer(data, source, warm, rapo_args, store)
+        trainer.run_id = run_id  # in each checkpoint: whose it is, beside the record
         if script.sft_same_time:
             from rapo_trl.cli.trained_time import TrainedSeconds
 
@@ -333,8 +334,8 @@ def _train_grpo_after_rapo(data, source, warm, rapo_args, steps: int, run_id: st
 
 
 def resume_from(value, output_dir: str) -> str | None:
-    """The checkpoint to resume from: ``true`` (or the bare flag) is the newest whole one in ``output_dir``, as
-    Trainer's ``True``; ``false`` none (RAPOTrainer.train then moves the earlier run's checkpoints aside,
+    """The checkpoint to resume from: ``true`` (or the bare flag) is the latest whole one in ``output_dir`` of the run
+    its record names (``checkpoint_to_resume``); ``false`` none (RAPOTrainer.train then moves the earlier run's checkpoints aside,
     ``set_aside_checkpoints``); a folder must exist and be whole. Unset, it is none when ``output_dir`` holds no
     whole checkpoint: a run started over would save its own checkpoints among an earlier run's, so that needs
     ``false``. Refused in one line before anything loads."""

@@ -216,6 +216,9 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling_max_rounds else None
         self.growth_run = new_run_id()
         """Tags the records this run grows into the store; a resume takes it from the checkpoint."""
+        self.run_id: str | None = None
+        """The ``rapo train`` run's id, its record's (``rapo_trl.cli.run_record``), saved in each checkpoint: a bare
+        resume takes the checkpoints of the run the output_dir's record names. ``None`` from Python."""
         if self.accelerator.is_main_process:
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate

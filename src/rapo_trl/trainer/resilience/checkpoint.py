@@ -15,20 +15,25 @@ from contextlib import contextmanager, suppress
 from rapo_trl.saved_checkpoints import (
     EARLIER_RUN_PREFIX,
     RAPO_STATE_FILE,
+    RUN_RECORD,
     checkpoint_saved_last,
     is_complete_checkpoint,
     numbered_checkpoints,
+    recorded_run_id,
+    saved_run_id,
     saved_state,
 )
 
 logger = logging.getLogger("rapo_trl.trainer")
 
 def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None,
-                    arguments: dict | None = None) -> str:
+                    arguments: dict | None = None, run_id: str | None = None) -> str:
     """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``);
-    ``arguments``: the run's arguments a resume compares (``changed_arguments.py``); ``saved_at``: when, which says
-    which checkpoint was saved last in a folder two runs wrote (``checkpoint_to_resume``)."""
-    state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments, "saved_at": time.time()}
+    ``arguments``: the run's arguments a resume compares (``changed_arguments.py``); ``run_id``: the ``rapo train``
+    run's (its record's), which says whose checkpoint it is in a folder two runs wrote, and ``saved_at``: when, which
+    says which of one run's checkpoints was saved last (``checkpoint_to_resume``)."""
+    state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments, "run_id": run_id,
+             "saved_at": time.time()}
     describe = getattr(store, "describe", None)
     if describe is not None:
         try:
@@ -163,23 +168,40 @@ def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
 
 
 def checkpoint_to_resume(run_dir: str) -> str | None:
-    """The whole checkpoint a bare resume takes: the newest one, unless a run started over in ``run_dir`` (or resumed
-    from an earlier checkpoint) has saved since; then that run's last, with a warning naming the newer-numbered one
-    left by the earlier run, which by number alone would have been taken."""
+    """The whole checkpoint a bare resume takes: the one saved last by the run ``run_dir``'s record names
+    (``checkpoint_saved_last``), with a warning naming the higher-numbered one that by number alone would have been
+    taken (an earlier run's, or one of an abandoned branch). Refused, naming both runs, where only another run's
+    checkpoints are there: the recorded run started over and stopped before its first checkpoint."""
     newest = last_complete_checkpoint(run_dir, resuming=False)
     saved_last = checkpoint_saved_last(run_dir)
+    if saved_last is None and newest is not None:
+        other = saved_run_id(newest)
+        raise ValueError(
+            f"{run_dir}'s record ({RUN_RECORD}) is of run {recorded_run_id(run_dir)}, which saved no checkpoint there; "
+            f"its checkpoints are of {f'run {other}' if other else 'an earlier run'} (newest: {newest}). To go "
+            f"on with that run, resume from its checkpoint by name ({newest}); to train from the start again, resume "
+            "from none (--resume_from_checkpoint false), which moves them into a folder earlier-run-<time> there.")
     if saved_last == newest:
         return last_complete_checkpoint(run_dir)  # names the half-written ones it skips
-    logger.warning("RAPO: resuming from %s, the checkpoint saved last in %s; %s has a higher step but was saved "
-                   "before it, by a run since started over (or resumed from an earlier checkpoint) in this "
-                   "output_dir. To go on from that one instead, resume from it by name (%s).",
-                   saved_last, run_dir, os.path.basename(newest), newest)
+    logger.warning("RAPO: resuming from %s, the checkpoint saved last by the run %s records; %s has a higher step but "
+                   "is another run's, or was saved before it (the run resumed from an earlier checkpoint since). To "
+                   "go on from that one instead, resume from it by name (%s).", saved_last, run_dir,
+                   os.path.basename(newest), newest)
     return saved_last
 
 
-def set_aside_checkpoints(run_dir: str) -> str | None:
+def continues_checkpoints_of(resume, run_dir: str) -> bool:
+    """Whether a run resuming from ``resume`` continues the checkpoints in ``run_dir``: it resumes one of them.
+    Trained from the start, or resumed from a checkpoint elsewhere (one set aside in ``earlier-run-<time>``, another
+    output_dir's), its saves would land among another run's."""
+    return isinstance(resume, (str, os.PathLike)) and os.path.realpath(os.path.dirname(os.path.abspath(resume))) \
+        == os.path.realpath(run_dir)
+
+
+def set_aside_checkpoints(run_dir: str, resumed_from: str | None = None) -> str | None:
     """Move every ``checkpoint-N`` folder in ``run_dir`` into a new ``earlier-run-<time>`` folder beside them, for a
-    run that trains from the start there: left in place, Trainer's ``save_total_limit`` counts an earlier run's
+    run that does not continue them there: one trained from the start, or resumed from ``resumed_from``, a checkpoint
+    elsewhere (`continues_checkpoints_of`). Left in place, Trainer's ``save_total_limit`` counts an earlier run's
     checkpoints with the new run's and deletes some of either (it orders them by mtime, or by step where it doubts
     the mtimes), and an earlier run's higher-numbered checkpoint outranks the new run's for a bare resume by step.
     Moved, not deleted: nothing of the earlier run is lost. Returns the folder (``None``: nothing to move)."""
@@ -195,8 +217,9 @@ def set_aside_checkpoints(run_dir: str) -> str | None:
     os.makedirs(aside)
     for _, folder in checkpoints:
         os.replace(folder, os.path.join(aside, os.path.basename(folder)))
-    logger.warning("RAPO: training %s from the start: the earlier run's %d checkpoint(s) moved to %s (to go on from "
-                   "one of them instead, pass its folder as resume_from_checkpoint).", run_dir, len(checkpoints), aside)
+    how = "from the start" if resumed_from is None else f"on from {resumed_from}"
+    logger.warning("RAPO: training %s %s: the earlier run's %d checkpoint(s) there moved to %s (to go on from one of "
+                   "them instead, pass its folder as resume_from_checkpoint).", run_dir, how, len(checkpoints), aside)
     return aside
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from rapo_trl.trainer.resilience.changed_arguments import run_arguments, warn_if_resumed_with_other_arguments
 from rapo_trl.trainer.resilience.checkpoint import (
     checked_resume,
+    continues_checkpoints_of,
     remove_earlier_checkpoint,
     resume_rapo_state,
     runs_to_take_back,
@@ -31,7 +32,7 @@ from rapo_trl.trainer.resilience.store_outage import StoreOutageCallback
 class CheckpointingMixin:
     """Overrides Trainer's ``train``, ``_save_checkpoint``, ``_save_rng_state``, ``_load_optimizer_and_scheduler`` and
     GRPOTrainer's ``_get_train_sampler``
-    (checked by ``rapo_trl.internals``); needs ``rollout_engine``, ``trace_store`` and ``growth_run`` on the trainer."""
+    (checked by ``rapo_trl.internals``); needs ``rollout_engine``, ``trace_store``, ``growth_run`` and ``run_id`` on the trainer."""
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         if getattr(self, "_store_outage", None) is None:
@@ -40,8 +41,8 @@ class CheckpointingMixin:
             self._sigterm = SigtermStop(self.accelerator)
             self.add_callback(self._sigterm)
         resume = checked_resume(resume_from_checkpoint, self.args.output_dir)
-        if resume is None or resume is False:
-            self._set_aside_earlier_checkpoints()
+        if not continues_checkpoints_of(resume, self.args.output_dir):
+            self._set_aside_earlier_checkpoints(resume or None)
         self._sigterm.install()
         try:
             result = super().train(resume, *args, **kwargs)
@@ -51,13 +52,14 @@ class CheckpointingMixin:
         self._store_outage.check_stop(self.args.output_dir)
         return result
 
-    def _set_aside_earlier_checkpoints(self) -> None:
-        # A run trained from the start shares output_dir with no earlier run's checkpoints: save_total_limit would
-        # delete some of either, and a bare resume by step could take the earlier run's. Also a second train() of
-        # this trainer: it starts again at step 0, and its saves would replace the first one's folders step by step.
-        # The processes that write checkpoints move them (one a node with save_on_each_node); none saves before.
+    def _set_aside_earlier_checkpoints(self, resumed_from: str | None) -> None:
+        # A run trained from the start, or resumed from a checkpoint outside output_dir, shares output_dir with no
+        # earlier run's checkpoints: save_total_limit would delete some of either, and a bare resume by step could
+        # take the earlier run's. Also a second train() of this trainer: it starts again at step 0, and its saves
+        # would replace the first one's folders step by step. The processes that write checkpoints move them (one a
+        # node with save_on_each_node); none saves before.
         if self.args.should_save:
-            set_aside_checkpoints(self.args.output_dir)
+            set_aside_checkpoints(self.args.output_dir, resumed_from)
         self.accelerator.wait_for_everyone()
 
     def _get_train_sampler(self, dataset=None):
@@ -83,7 +85,7 @@ class CheckpointingMixin:
         # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
         super()._save_rng_state(output_dir)
         save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
-                        self.growth_run, run_arguments(self))
+                        self.growth_run, run_arguments(self), self.run_id)
         save_generation(self, output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
