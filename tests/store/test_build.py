@@ -287,3 +287,61 @@ def test_a_trajectory_sampled_twice_is_stored_at_its_best_reward():
     assert [(row.text, row.reward) for row in keep_top_k(rows, 2)] == [("same", 1.0), ("other", 0.5), ("alone", 0.3)]
     assert [(row.text, row.reward) for row in keep_top_k(rows, None)] == [
         ("same", 1.0), ("other", 0.5), ("third", 0.2), ("alone", 0.3)]
+
+
+class _Killed(Exception):
+    """Stands for the SIGKILL that ends a build between two of its writes to Chroma."""
+
+
+def test_a_build_killed_between_writes_resumes_to_every_record_of_a_question_larger_than_a_write_batch(
+        trajectory, make_store):
+    # Each question keeps 2 trajectories of 3 steps: 6 records, more than a write batch of 4. Were a question split
+    # across writes, the kill could leave part of its records, and the resume would skip it as done.
+    questions = Dataset.from_dict({"prompt": ["P0", "P1", "P2"], "question_id": ["a", "b", "c"]})
+
+    drawn = []
+
+    def agent(prompt):
+        drawn.append(prompt)
+        return trajectory(f"{prompt}-{len(drawn) % 2}", tools=2)  # the two samples of a question differ
+
+    def build(store):
+        return store.build_from_agent(agent, questions, lambda completions, **_: [1.0] * len(completions),
+                                      num_samples=2, keep_top_k=2, questions_per_batch=3)
+
+    whole = make_store("whole", write_batch_size=4)
+    build(whole)
+    killed = make_store("killed", write_batch_size=4)
+    write_batch = killed._write_batch
+
+    def dies_at_the_second_write(*args):
+        if killed.collection.count() > 0:
+            raise _Killed
+        return write_batch(*args)
+
+    killed._write_batch = dies_at_the_second_write
+    with pytest.raises(_Killed):
+        build(killed)
+    assert 0 < len(killed) < len(whole)
+    killed.close()
+    resumed = make_store("killed", write_batch_size=4)
+    build(resumed)
+    assert _record_ids(resumed) == _record_ids(whole)
+
+
+def test_write_batches_hold_whole_questions_and_cut_only_past_chromas_limit():
+    from rapo_trl.store.ingest import question_aligned_batches
+    from rapo_trl.store.steps import StepRecord
+
+    def records(*counts):
+        return [StepRecord(key="k", value="v", reward=1.0, question_id=f"q{question}", step_index=i, num_steps=count,
+                           source="s", trajectory_id="t", record_id=f"q{question}-{i}", created_at="")
+                for question, count in enumerate(counts) for i in range(count)]
+
+    def slices(counts, size, limit=None):
+        return [stop - start for start, stop in question_aligned_batches(records(*counts), size, limit)]
+
+    assert slices([2, 2, 2], 4) == [4, 2]
+    assert slices([2, 6, 1, 1], 4) == [2, 6, 2]  # the question of 6 is written in one call, past the size
+    assert slices([2, 6, 1], 4, limit=5) == [2, 5, 2]  # cut only where one call could not take it
+    assert slices([3, 3], 8, limit=4) == [3, 3]  # no slice past the limit, whatever the size

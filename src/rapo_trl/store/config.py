@@ -56,7 +56,8 @@ class StoreConfig:
 
     # --- batching ---
     write_batch_size: int = 1024
-    """Records embedded and written per Chroma call; a killed build loses at most one batch."""
+    """Records embedded and written per Chroma call; a killed build loses at most one batch. A question's records go
+    in one call, past this size when there are more, so a killed build never leaves part of a question."""
     read_batch_size: int = 5000
     """Records fetched per Chroma call when exporting or computing stats."""
     show_progress: bool = True

@@ -96,16 +96,26 @@ def is_finite(value) -> bool:
         return False
 
 
-def question_aligned_batches(records: Sequence[StepRecord], size: int) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` slices of about ``size`` records that do not split a question's records
-    (unless one question alone exceeds ``size``): a build killed between writes leaves whole questions."""
+def question_aligned_batches(records: Sequence[StepRecord], size: int,
+                             limit: int | None = None) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` slices of about ``size`` records, each holding whole questions: a build killed between
+    writes leaves each question with all its records or none, so a resumed build that skips the questions it finds
+    stored skips only finished ones. A question of more than ``size`` records is a slice of its own, past ``size``;
+    only one of more than ``limit`` records (the most one Chroma call takes; default no limit) is cut, into slices
+    of ``limit``."""
+    limit = max(size, len(records)) if limit is None else limit
+    size = min(size, limit)
     start = 0
     while start < len(records):
-        stop = min(start + size, len(records))
-        if stop < len(records):
-            boundary = stop
-            while boundary > start and records[boundary - 1].question_id == records[boundary].question_id:
-                boundary -= 1
-            stop = boundary if boundary > start else stop
+        stop = start
+        while stop < len(records):
+            question_end = stop + 1
+            while question_end < len(records) and records[question_end].question_id == records[stop].question_id:
+                question_end += 1
+            if question_end - start > size and stop > start:
+                break  # the next question starts the next slice
+            stop = min(question_end, start + limit)
+            if question_end - start >= size:
+                break
         yield start, stop
         start = stop

@@ -146,7 +146,8 @@ class Writing:
                     f"Got embeddings of shape {embeddings.shape} for {len(records)} records; the store's "
                     f"embedder {self.embedder.name!r} has dimension {self.embedder.dimension}."
                 )
-        batches = list(question_aligned_batches(records, self.config.write_batch_size))
+        batches = list(question_aligned_batches(records, self.config.write_batch_size,
+                                                self.client.get_max_batch_size()))
         show = self.config.show_progress if show_progress is None else show_progress
         timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
         added = 0
