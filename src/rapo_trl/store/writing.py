@@ -146,13 +146,14 @@ class Writing:
                     f"Got embeddings of shape {embeddings.shape} for {len(records)} records; the store's "
                     f"embedder {self.embedder.name!r} has dimension {self.embedder.dimension}."
                 )
-        batches = list(question_aligned_batches(records, self.config.write_batch_size,
-                                                self.client.get_max_batch_size()))
         show = self.config.show_progress if show_progress is None else show_progress
         timing = {"check_s": 0.0, "embed_s": 0.0, "index_s": 0.0}
         added = 0
         if not records:
             return Written(0, **timing)
+        # After the empty case: a server store answers the limit over the network, which may be down.
+        batches = list(question_aligned_batches(records, self.config.write_batch_size,
+                                                self.client.get_max_batch_size()))
         self.acquire_write_lock()
         # One writer thread at a time: the existence check and the add must not interleave, or two
         # threads both count the same new records (Chroma ignores the second add of an id).
