@@ -82,7 +82,9 @@ use_offline_environment()
 
 RECIPE = "configs/comparison_cpu.yaml"
 """The comparison's recipe; ``--recipe`` runs the arms on another."""
-RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0"]
+RETRIEVAL_OFF = ["--num_hybrid_generations", "0", "--retrieve_prob", "0", "--retrieve_own_question", "false"]
+"""GRPO from the recipe: no hybrid row, and the recipe's retrieval-only option at its default, which changes nothing
+trained without retrieval and leaves the trainer nothing to warn of as ignored."""
 GUIDED = ["--retrieve_at", "plan"]
 """The guided option of ``rapo_guided``: one retrieval, after the policy's first plan, of its question's stored first
 step; the second operation and the answer stay the policy's own. ``learning_regime.md``: from the warm start that has

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 
 from trl import GRPOConfig
 
@@ -414,3 +414,23 @@ class RAPOConfig(GRPOConfig):
     def retrieve_prob_at(self, step: int, max_steps: int) -> float:
         """p after ``step`` of ``max_steps`` optimizer steps: constant, or decayed to ``retrieve_prob_final``."""
         return scheduled_retrieve_prob(self.retrieve_prob, self.retrieve_prob_final, step, max_steps)
+
+
+RETRIEVAL_ONLY_OPTIONS = (
+    "retrieve_prob_final", "retrieve_own_question", "retrieve_at", "retrieved_step_as_own",
+    "retrieve_failed_groups_max_reward", "retrieved_token_loss_weight", "retrieved_token_shaping",
+    "retrieved_token_credit", "max_retrieved_tokens", "retrieval_advantage_weight", "retrieval_advantage_epsilon",
+    "importance_shaping_weight", "step_entropy", "step_entropy_first_tokens", "step_entropy_top_k",
+    "score_retrieved_blocks",
+)
+"""RAPOConfig fields that act only through the steps hybrid rows retrieve: without retrieval no row holds one, so
+each leaves training as it is (A_ret and F_ret are 0, the retrieved-token loss has no token, nothing is removed
+before scoring). Not ``advantage_baseline`` (``"on_policy"`` normalises a group its own way without stored steps too)
+nor the ``store_*`` fields (store growth runs without retrieval)."""
+
+
+def retrieval_only_defaults() -> dict:
+    """``RETRIEVAL_ONLY_OPTIONS`` at RAPOConfig's defaults."""
+    fields = RAPOConfig.__dataclass_fields__
+    return {name: fields[name].default_factory() if fields[name].default is MISSING else fields[name].default
+            for name in RETRIEVAL_ONLY_OPTIONS}

@@ -18,6 +18,21 @@ def _record(arm, seed, fresh, on_policy, commit="c0ffee", heldout=3, code="new")
                      "heldout_stories": {"correct": heldout, "n": 64}}}
 
 
+def test_the_grpo_arms_leave_no_retrieval_option_of_the_recipes_to_warn_of(caplog):
+    import logging
+
+    from rapo_trl.cli import parse_recipe
+    from rapo_trl.trainer.checks import warn_if_options_ignored
+
+    bench = load_bench("bench_comparison")
+    for recipe in ("configs/comparison_cpu.yaml", "configs/comparison_gpu.yaml"):
+        for arm in ("grpo", "sft_then_grpo"):
+            _, rapo_args, _ = parse_recipe("train", ["--config", str(ROOT / recipe), *bench.ARMS[arm]])
+            with caplog.at_level(logging.WARNING, logger="rapo_trl.trainer"):
+                warn_if_options_ignored(rapo_args, "tags", store=None)
+    assert not [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+
+
 def test_every_arms_flags_are_the_clis():
     from rapo_trl.cli import parse_recipe
 

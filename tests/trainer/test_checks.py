@@ -20,8 +20,17 @@ from rapo_trl.trainer.checks import (
     warn_if_prompt_and_tools_differ,
     warn_on_lost_signal,
 )
+from tests.helpers.fakes import EchoTool
 from tests.helpers.scripted import Turn
-from tests.helpers.trainers import batch_inputs, rapo_trainer, script
+from tests.helpers.trainers import (
+    batch_inputs,
+    common_args,
+    dataset,
+    loss_and_grads,
+    rapo_trainer,
+    script,
+    sevens,
+)
 
 LOGGER = "rapo_trl.trainer"
 
@@ -141,7 +150,7 @@ def _retrieving(**settings):
     from rapo_trl.config import RAPOConfig
 
     return RAPOConfig(output_dir="unused", use_cpu=True, report_to="none", num_generations=4,
-                      per_device_train_batch_size=4, num_hybrid_generations=2, **settings)
+                      per_device_train_batch_size=4, **{"num_hybrid_generations": 2, **settings})
 
 
 @pytest.mark.parametrize("settings, tool_tags, expected", [
@@ -178,9 +187,91 @@ def test_retrieval_that_can_never_happen_is_named(settings, tool_tags, expected,
 ])
 def test_options_the_setup_leaves_without_effect_are_named(settings, protocol, expected, caplog):
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        warn_if_options_ignored(_retrieving(**settings), protocol)
+        warn_if_options_ignored(_retrieving(**settings), protocol, store=[object()])
     found = warnings_of(caplog)
     assert [expected in m for m in found] == ([True] if expected else []), found
+
+
+RECIPE_RETRIEVAL_OPTIONS = dict(
+    retrieve_at=["plan"], retrieve_failed_groups_max_reward=0.0, retrieve_prob=1.0, retrieve_own_question=True,
+    retrieved_token_loss_weight=2.0, retrieved_token_shaping=None, retrieval_advantage_weight=0.5,
+    importance_shaping_weight=0.1, step_entropy="full", score_retrieved_blocks=True,
+)
+"""A recipe's retrieval-only options away from their defaults (the demo recipe's, and more)."""
+
+
+@pytest.mark.parametrize("settings, store, why_off", [
+    ({"num_hybrid_generations": 0}, [object()], "retrieval is off (num_hybrid_generations=0)"),
+    ({"retrieve_prob": 0.0, "retrieve_prob_final": 0.0}, [object()],
+     "retrieval is off (retrieve_prob=0.0 and retrieve_prob_final=0.0)"),
+    ({}, None, "retrieval is off (no trace_store was given)"),
+])
+def test_retrieval_only_options_are_named_while_retrieval_is_off(settings, store, why_off, caplog):
+    options = {"retrieve_own_question": True, "retrieved_token_shaping": None, "retrieve_at": ["plan"]}
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        warn_if_options_ignored(_retrieving(**options, **settings), "tags", store)
+    (message,) = warnings_of(caplog)  # one warning, which covers the weight-0 shaping too
+    assert why_off in message
+    assert "retrieve_own_question=True, retrieve_at=['plan'], retrieved_token_shaping=None" in message
+    assert "retrieve_prob_final" not in message.split("have no effect")[1]  # a switch is a reason, never ignored
+
+
+def test_retrieval_only_options_at_their_defaults_say_nothing_while_retrieval_is_off(caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        warn_if_options_ignored(_retrieving(num_hybrid_generations=0, retrieve_prob=0.0), "tags", None)
+    assert warnings_of(caplog) == []
+
+
+def test_a_trainer_without_retrieval_names_the_retrieval_options_it_ignores(tiny_model_dir, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        rapo_trainer(tiny_model_dir, tmp_path, num_hybrid_generations=0, retrieve_own_question=True,
+                     retrieved_token_loss_weight=2.0)
+    (message,) = [m for m in warnings_of(caplog) if "retrieval is off" in m]
+    assert "(num_hybrid_generations=0 and no trace_store was given)" in message
+    assert "retrieve_own_question=True, retrieved_token_loss_weight=2.0" in message
+
+
+def _recipe(tmp_path):
+    from rapo_trl.config import RAPOConfig
+
+    return RAPOConfig(**common_args(tmp_path), max_turn_tokens=32, **RECIPE_RETRIEVAL_OPTIONS)
+
+
+def _trainer(tiny_model_dir, args):
+    from rapo_trl.trainer import RAPOTrainer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    return RAPOTrainer(model, sevens, args=args, train_dataset=dataset(), processing_class=tok, trace_store=None,
+                       tools=[EchoTool()])
+
+
+def test_the_grpo_baseline_of_a_retrieving_recipe_warns_of_nothing_ignored(tiny_model_dir, tmp_path, caplog):
+    from rapo_trl.cli.grpo_baseline import grpo_baseline_args
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        _trainer(tiny_model_dir, grpo_baseline_args(_recipe(tmp_path), steps=1))
+    assert not [m for m in warnings_of(caplog) if "no effect" in m]
+
+
+def test_the_grpo_baseline_computes_what_it_did_with_the_recipes_retrieval_options(tiny_model_dir, tmp_path):
+    # The baseline resets the retrieval-only options to their defaults: its step must be the one it computed with the
+    # recipe's values and retrieval off, to the bit.
+    from rapo_trl.cli.grpo_baseline import RETRIEVAL_OFF, grpo_baseline_args
+    from rapo_trl.cli.trainer_build import with_values
+
+    recipe = _recipe(tmp_path)
+    steps = []
+    for args in (with_values(recipe, **RETRIEVAL_OFF), grpo_baseline_args(recipe, steps=1)):
+        torch.manual_seed(0)
+        trainer = _trainer(tiny_model_dir, args)
+        script(trainer)
+        batch = trainer._generate_and_score_completions(batch_inputs())
+        steps.append((batch["advantages"], *loss_and_grads(trainer, batch)))
+    (advantages, loss, grads), (reset_advantages, reset_loss, reset_grads) = steps
+    assert torch.equal(advantages, reset_advantages) and advantages.abs().sum() > 0
+    assert torch.equal(loss, reset_loss)
+    assert grads.keys() == reset_grads.keys() and all(torch.equal(grads[n], reset_grads[n]) for n in grads)
 
 
 QUESTIONS = Dataset.from_dict({"question": [f"How many apples are left when {n} of {n + 9} are eaten?" for n in range(6)],

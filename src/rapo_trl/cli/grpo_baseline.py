@@ -19,15 +19,24 @@ def grpo_baseline_folder(rapo_args) -> str:
     return str(Path(rapo_args.output_dir) / GRPO_SAME_ROLLOUTS_DIR)
 
 
+def grpo_baseline_args(rapo_args, steps: int | None):
+    """The baseline's config: the recipe's with retrieval off, for ``steps`` steps (None: the recipe's max_steps, or
+    its epochs). The options that act only through retrieved steps go back to their defaults, which changes nothing
+    the baseline computes (``RETRIEVAL_ONLY_OPTIONS``) and leaves the trainer no option to warn of as ignored."""
+    from rapo_trl.config import retrieval_only_defaults
+
+    max_steps = rapo_args.max_steps if steps is None else steps
+    return with_values(rapo_args, output_dir=grpo_baseline_folder(rapo_args), max_steps=max_steps,
+                       resume_from_checkpoint=None, **RETRIEVAL_OFF, **retrieval_only_defaults())
+
+
 def train_grpo_baseline(data: TrainingData, source: PolicySource, start: str | None, rapo_args,
                         steps: int | None, run_id: str | None = None) -> None:
     """Train and save the baseline of the run ``rapo_args`` configures, for ``steps`` steps (None: the recipe's
     max_steps, or its epochs); the finished folder is stamped with ``run_id``, the ``rapo train`` run's."""
     folder = grpo_baseline_folder(rapo_args)
     unstamp_baseline(folder)
-    max_steps = rapo_args.max_steps if steps is None else steps
-    args = with_values(rapo_args, output_dir=folder, max_steps=max_steps, resume_from_checkpoint=None, **RETRIEVAL_OFF)
-    trainer = build_trainer(data, source, start, args, None)
+    trainer = build_trainer(data, source, start, grpo_baseline_args(rapo_args, steps), None)
     result = trainer.train()
     trainer.save_model(folder)
     save_history_and_plots(trainer, folder)

@@ -32,6 +32,19 @@ def may_retrieve(args) -> bool:
     return args.num_hybrid_generations > 0 and max(args.retrieve_prob, args.retrieve_prob_final or 0.0) > 0
 
 
+def retrieval_off_reasons(args, store) -> list[str]:
+    """Why no row ever retrieves with ``args`` and ``store`` (empty: hybrid rows may retrieve)."""
+    reasons = []
+    if args.num_hybrid_generations == 0:
+        reasons.append("num_hybrid_generations=0")
+    if max(args.retrieve_prob, args.retrieve_prob_final or 0.0) <= 0:
+        final = "" if args.retrieve_prob_final is None else f" and retrieve_prob_final={args.retrieve_prob_final}"
+        reasons.append(f"retrieve_prob={args.retrieve_prob}{final}")
+    if store is None:
+        reasons.append("no trace_store was given")
+    return reasons
+
+
 def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> None:
     """Hybrid rollouts are configured (at some step of ``retrieve_prob``'s schedule) but the store cannot feed them,
     cannot prefer the row's own question, or holds steps cut at other tools than the trainer's ``tool_tags``; or the
@@ -69,12 +82,23 @@ def warn_if_nothing_to_retrieve(args, store, dataset=None, tool_tags=None) -> No
         warn_if_no_record_is_good_enough(store)
 
 
-def warn_if_options_ignored(args, tool_protocol: str) -> None:
-    """Options set to values that the rest of the setup leaves without effect: the retrieved-token loss's credit or
-    shaping while its weight is 0, and ``score_retrieved_blocks`` with JSON tool calls, whose chat messages never hold
-    a retrieved block."""
-    from rapo_trl.config import RAPOConfig
+def warn_if_options_ignored(args, tool_protocol: str, store) -> None:
+    """Options set to values that the rest of the setup leaves without effect: any option that acts only through
+    retrieved steps while nothing is retrieved (``store``: the trainer's trace store), the retrieved-token loss's
+    credit or shaping while its weight is 0, and ``score_retrieved_blocks`` with JSON tool calls, whose chat messages
+    never hold a retrieved block."""
+    from rapo_trl.config import RAPOConfig, retrieval_only_defaults
 
+    off_because = " and ".join(retrieval_off_reasons(args, store))
+    if off_because:
+        # retrieve_prob_final=0 beside retrieve_prob=0 is named as a reason, not again as an ignored option.
+        changed = [f"{name}={getattr(args, name)!r}" for name, default in retrieval_only_defaults().items()
+                   if getattr(args, name) != default and f"{name}=" not in off_because]
+        if changed:
+            logger.warning("RAPO: retrieval is off (%s), so these options, which act only through retrieved steps, "
+                           "have no effect: %s. Turn retrieval on, or leave them at their defaults.", off_because,
+                           ", ".join(changed))
+        return  # the checks below are about retrieval-only options too
     if not args.retrieved_token_loss_weight:
         defaults = RAPOConfig.__dataclass_fields__
         changed = [f"{name}={getattr(args, name)!r}" for name in ("retrieved_token_credit", "retrieved_token_shaping")

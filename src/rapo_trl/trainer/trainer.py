@@ -223,7 +223,7 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
             warn_if_learning_rate_too_low_for_peft(
                 self.accelerator.unwrap_model(self.model), args.learning_rate
             )
-            warn_if_options_ignored(args, self.tool_protocol)
+            warn_if_options_ignored(args, self.tool_protocol, trace_store)
             if not json_tools:
                 warn_if_prompt_and_tools_differ(train_dataset, tool_tags)
 
