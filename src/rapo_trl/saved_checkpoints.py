@@ -26,15 +26,29 @@ def saved_state(checkpoint: str, process_index: int) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def processes_saving_into(checkpoint: str) -> int:
+    """How many processes' RAPO state a whole ``checkpoint`` holds, as its process 0 recorded: every process of its
+    run. 1 where it cannot say: one saved before the count was recorded, by another trainer or without RNG state
+    (``save_only_model``), or with ``save_on_each_node``, where a node's folder may hold only its own processes'."""
+    state = saved_state(checkpoint, 0)
+    count = state.get("num_processes")
+    if state.get("save_on_each_node") or not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return 1
+    return count
+
+
 def is_complete_checkpoint(folder: str) -> bool:
-    """Whether ``folder`` is a whole checkpoint: Trainer writes ``trainer_state.json`` after everything else (the
-    weights, optimizer, RNG and RAPO state), so a readable one means the save finished."""
+    """Whether ``folder`` is a whole checkpoint: Trainer writes ``trainer_state.json`` after everything else of
+    process 0's (the weights, optimizer, RNG and RAPO state), so a readable one means process 0's save finished. It
+    does not wait for the other processes: each writes its RAPO state last (atomically), so where process 0's state
+    counts several processes, each one's state file says its save finished too."""
     try:
         with open(os.path.join(folder, "trainer_state.json")) as handle:
             json.load(handle)
     except (OSError, ValueError):
         return False
-    return True
+    return all(os.path.isfile(os.path.join(folder, RAPO_STATE_FILE.format(process=index)))
+               for index in range(1, processes_saving_into(folder)))
 
 
 def numbered_checkpoints(run_dir: str) -> list[tuple[int, str]]:

@@ -27,13 +27,15 @@ from rapo_trl.saved_checkpoints import (
 logger = logging.getLogger("rapo_trl.trainer")
 
 def save_rapo_state(folder: str, process_index: int, engine, store, run: str | None = None,
-                    arguments: dict | None = None, run_id: str | None = None) -> str:
+                    arguments: dict | None = None, run_id: str | None = None, num_processes: int = 1,
+                    save_on_each_node: bool = False) -> str:
     """Write ``rapo_state_{process}.json`` atomically (a temp file in the same folder, then ``os.replace``);
     ``arguments``: the run's arguments a resume compares (``changed_arguments.py``); ``run_id``: the ``rapo train``
     run's (its record's), which says whose checkpoint it is in a folder two runs wrote, and ``saved_at``: when, which
-    says which of one run's checkpoints was saved last (``checkpoint_to_resume``)."""
+    says which of one run's checkpoints was saved last (``checkpoint_to_resume``); ``num_processes`` and
+    ``save_on_each_node``: whose states a whole checkpoint holds (``is_complete_checkpoint``)."""
     state = {"engine": engine.get_state(), "store": None, "run": run, "arguments": arguments, "run_id": run_id,
-             "saved_at": time.time()}
+             "saved_at": time.time(), "num_processes": num_processes, "save_on_each_node": save_on_each_node}
     describe = getattr(store, "describe", None)
     if describe is not None:
         try:
@@ -160,8 +162,9 @@ def last_complete_checkpoint(run_dir: str, resuming: bool = True) -> str | None:
     for _, folder in reversed(numbered_checkpoints(run_dir)):
         if is_complete_checkpoint(folder):
             if skipped and resuming:
-                logger.warning("RAPO: skipping half-written checkpoint(s) %s (no readable trainer_state.json: the save "
-                               "was interrupted); resuming from %s.", ", ".join(skipped), folder)
+                logger.warning("RAPO: skipping half-written checkpoint(s) %s (no readable trainer_state.json, or not "
+                               "every process's RAPO state: the save was interrupted); resuming from %s.",
+                               ", ".join(skipped), folder)
             return folder
         skipped.append(folder)
     return None
@@ -243,8 +246,9 @@ def checked_resume(resume_from_checkpoint, run_dir: str):
     if isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
             and not is_complete_checkpoint(str(resume_from_checkpoint)):
         earlier = last_complete_checkpoint(run_dir, resuming=False)  # named, not resumed from: no "resuming" line
-        raise ValueError(f"{resume_from_checkpoint} is not a whole checkpoint (no readable trainer_state.json: its "
-                         f"save was interrupted). Resume from an earlier one: {earlier}.")
+        raise ValueError(f"{resume_from_checkpoint} is not a whole checkpoint (no readable trainer_state.json, or "
+                         f"not every process's RAPO state: its save was interrupted). Resume from an earlier one: "
+                         f"{earlier}.")
     return resume_from_checkpoint
 
 

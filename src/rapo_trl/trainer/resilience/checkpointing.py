@@ -82,11 +82,14 @@ class CheckpointingMixin:
 
     def _save_rng_state(self, output_dir):
         # Beside TRL's RNG state, inside Trainer._save_checkpoint: before trainer_state.json, the hub push and
-        # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own.
+        # checkpoint rotation, so none of them sees a checkpoint without it. Each process saves its own, RAPO's state
+        # last: process 0 writes trainer_state.json without waiting for the others, so a process's RAPO state is
+        # what says its part of the checkpoint is whole (is_complete_checkpoint).
         super()._save_rng_state(output_dir)
-        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
-                        self.growth_run, run_arguments(self), self.run_id)
         save_generation(self, output_dir)
+        save_rapo_state(output_dir, self.accelerator.process_index, self.rollout_engine, self.trace_store,
+                        self.growth_run, run_arguments(self), self.run_id, self.accelerator.num_processes,
+                        self.args.save_on_each_node)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
