@@ -83,3 +83,16 @@ def test_resuming_a_checkpoint_set_aside_moves_the_later_runs_checkpoints_aside(
     (aside,) = set(run_dir.glob("earlier-run-*")) - {earlier.parent}
     assert json.loads((aside / "checkpoint-5" / "trainer_state.json").read_text())["global_step"] == 5
     assert f"on from {earlier}" in caplog.text
+
+
+def test_a_mistyped_checkpoint_is_refused_before_the_runs_checkpoints_move(tiny_model_dir, tmp_path):
+    """A path that is no folder is refused before anything moves: a run resumed from a checkpoint elsewhere sets
+    output_dir's checkpoints aside first, which a typo should not do."""
+    run_dir = tmp_path / "run"
+    kept = run_dir / "checkpoint-5"
+    kept.mkdir(parents=True)
+    (kept / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+    trainer = rapo_trainer(tiny_model_dir, run_dir, max_steps=1)
+    with pytest.raises(ValueError, match="is not a folder: there is no checkpoint to resume from there"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "chekpoint-5"))
+    assert kept.is_dir() and not list(run_dir.glob("earlier-run-*"))

@@ -236,15 +236,19 @@ def resume_advice(checkpoint: str | None) -> str:
 
 def checked_resume(resume_from_checkpoint, run_dir: str):
     """``resume_from_checkpoint`` as Trainer should take it: ``True`` becomes the whole checkpoint the folder's last
-    run saved last (``checkpoint_to_resume``), and a named checkpoint that is not whole is refused before anything
-    loads."""
+    run saved last (``checkpoint_to_resume``), and a named checkpoint that is not a folder or not whole is refused
+    before anything loads or moves."""
     if resume_from_checkpoint is True:
         found = checkpoint_to_resume(run_dir)
         if found is None:
             raise ValueError(f"resume_from_checkpoint=True, but {run_dir} holds no whole checkpoint to resume from.")
         return found
-    if isinstance(resume_from_checkpoint, (str, os.PathLike)) and os.path.isdir(resume_from_checkpoint) \
-            and not is_complete_checkpoint(str(resume_from_checkpoint)):
+    if isinstance(resume_from_checkpoint, (str, os.PathLike)) and not os.path.isdir(resume_from_checkpoint):
+        # Refused here, not by Trainer: a run resumed from outside output_dir first moves output_dir's checkpoints
+        # aside, which a mistyped path should not cause.
+        raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is not a folder: there is no "
+                         "checkpoint to resume from there.")
+    if isinstance(resume_from_checkpoint, (str, os.PathLike)) and not is_complete_checkpoint(str(resume_from_checkpoint)):
         earlier = last_complete_checkpoint(run_dir, resuming=False)  # named, not resumed from: no "resuming" line
         raise ValueError(f"{resume_from_checkpoint} is not a whole checkpoint (no readable trainer_state.json, or "
                          f"not every process's RAPO state: its save was interrupted). Resume from an earlier one: "
