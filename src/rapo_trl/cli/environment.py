@@ -34,9 +34,10 @@ def check_tool_protocol(script: RAPOScriptArguments, tool_protocol: str) -> None
     from rapo_trl.cli.common import tool_names
 
     if script.environment_factory is None:
-        if tool_protocol == "json" and tool_names(script):
+        names = tool_names(script) if tool_protocol == "json" else []
+        if names:
             raise UsageError(f"tool_protocol json calls plain typed functions in the chat template; the recipe's tools "
-                             f"({', '.join(tool_names(script))}) run as <tag> calls: set tool_protocol to tags or auto "
+                             f"({', '.join(names)}) run as <tag> calls: set tool_protocol to tags or auto "
                              "(JSON tool calls come from --environment_factory)")
         return
     if tool_protocol == "tags":
