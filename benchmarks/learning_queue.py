@@ -74,6 +74,9 @@ class Line:
     rebuilt_lanes: tuple[tuple[tuple[str, int], ...], ...]
     """The same from a warm start rebuilt unlike the records' one: whole pairs only (a pick and its reference at one
     seed, one after the other in one lane), the seeds the goals still need first."""
+    rebuilt_screening: tuple[tuple[tuple[str, int], ...], ...]
+    """What each lane runs from a rebuilt warm start after its ``rebuilt_lanes``: stage 1's arms the line has not run
+    (seed 0), each after its seed-0 reference from the same warm start in the same lane, and the warm start scored."""
     warm_start_threads: int
     """Torch threads the store and the warm start are built on, before any lane runs (the same at every rebuild, so
     that a rebuilt warm start is the records' one)."""
@@ -103,6 +106,10 @@ LINES = {line.name: line for line in (
     ), rebuilt_lanes=(
         ((J, 3), ("grpo", 3), (J, 4), ("grpo", 4), (E, 2), ("sft_then_grpo", 2)),
         ((E, 3), ("sft_then_grpo", 3), (E, 4), ("sft_then_grpo", 4)),
+    ), rebuilt_screening=(
+        (("warm_start", 0), ("rapo_guided", 0), ("rapo_guided_token", 0), ("rapo_guided_failed", 0),
+         ("rapo_guided_token_anneal", 0)),
+        (("rapo_paper", 0), ("rapo_paper_scored_blocks", 0), ("sft_then_grpo", 0), ("sft_then_rapo_guided", 0)),
     ), warm_start_threads=1),
     Line("fp32", FP32_COMMIT, (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
@@ -110,12 +117,13 @@ LINES = {line.name: line for line in (
     ), rebuilt_lanes=(
         tuple((arm, seed) for seed in range(1, 5) for arm in ("grpo", J)),
         tuple((arm, seed) for seed in (*range(1, 5), 0) for arm in ("sft_then_grpo", E)),
-    ), warm_start_threads=2),
+    ), rebuilt_screening=((), ()), warm_start_threads=2),
 )}
 """``bf16``: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first, then stage 3's seeds 3-4 of the two
-picks (J, E) and their references, then the fidelity pair. ``fp32``: the picks and their references over seeds 0-4,
-each seed's pair together, the warm start scored once after the first pair (the arms chosen before any run of the
-line, from the ``bf16`` line's records; ``learning_comparison_notes.md``)."""
+picks (J, E) and their references, then the fidelity pair; from a rebuilt warm start, the goals' pairs, then stage
+1's remaining arms with their seed-0 references and the fidelity pair. ``fp32``: the picks and their references over
+seeds 0-4, each seed's pair together, the warm start scored once after the first pair (the arms chosen before any
+run of the line, from the ``bf16`` line's records; ``learning_comparison_notes.md``)."""
 CHECK_STEPS = 2
 """Steps of the warm-start check. With a linear schedule a run of 2 steps takes its first update at the rate a run
 of 30 takes, so its rewards and losses in steps 1-2 are the record's if the start and the code are."""
@@ -233,13 +241,13 @@ def check_steps(logged: list[dict], record: dict, steps: int) -> list[str]:
 
 def run_lane(line: Line, lane: int) -> None:
     """Lane ``lane`` of the line's plan for the worktree's warm start: ``lanes`` from the records' one, else
-    ``rebuilt_lanes``, less the runs this checkout already holds from the same warm start and code (made on an
-    earlier machine whose rebuild gave the same weights)."""
+    ``rebuilt_lanes`` then ``rebuilt_screening``, less the runs this checkout already holds from the same warm start
+    and code (made on an earlier machine whose rebuild gave the same weights)."""
     if not line.warm_start.exists():
         raise SystemExit("learning_queue: no warm start in the worktree yet; run `learning_queue.py prepare` first "
                          "(two lanes would otherwise build the store and the warm start twice, at once)")
     state = warm_start_state(line)
-    runs = (line.lanes if state["records_one"] else line.rebuilt_lanes)[lane]
+    runs = line.lanes[lane] if state["records_one"] else line.rebuilt_lanes[lane] + line.rebuilt_screening[lane]
     print(f"learning_queue: lane {lane} from {describe(state)}", flush=True)
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
     for arm, seed in runs:

@@ -19,9 +19,10 @@ def _record(arm, seed, recorded, code="v"):
 def test_each_line_runs_arms_the_bench_knows_and_no_run_twice():
     queue, bench = load_bench("learning_queue"), load_bench("bench_comparison")
     for line in queue.LINES.values():
-        runs = [run for lane in line.lanes for run in lane]
-        assert {arm for arm, _ in runs} <= {*bench.ARMS, "warm_start"}
-        assert len(runs) == len(set(runs))
+        for plan in (line.lanes, tuple(a + b for a, b in zip(line.rebuilt_lanes, line.rebuilt_screening, strict=True))):
+            runs = [run for lane in plan for run in lane]
+            assert {arm for arm, _ in runs} <= {*bench.ARMS, "warm_start"}
+            assert len(runs) == len(set(runs))
     assert queue.WARM_START_DIR == bench.WARM_START_DIR
 
 
@@ -165,7 +166,8 @@ def test_a_rebuilt_warm_start_runs_whole_pairs_skips_those_held_and_marks_its_re
     monkeypatch.setattr(queue, "sync", lambda: None)
     queue.run_lane(line, 0)
     assert benched[0] == (reference, "--seeds", str(line.rebuilt_lanes[0][1][1]))
-    assert len(benched) == len(line.rebuilt_lanes[0]) - 1
+    assert len(benched) == len(line.rebuilt_lanes[0]) + len(line.rebuilt_screening[0]) - 1
+    assert ("--eval-warm-start",) in benched
     before, after = _record("grpo", 3, "2000-01-01T00:00:00Z"), _record("grpo", 3, "2999-01-01T00:00:00Z")
     records = queue.marked({"comparison": [before, after], "task": "t"}, state)
     assert "warm_start" not in records["comparison"][0]
@@ -181,3 +183,18 @@ def test_the_rebuilt_lanes_are_whole_pairs_each_in_one_lane():
             for (first, seed), (second, other_seed) in zip(lane[::2], lane[1::2], strict=True):
                 assert seed == other_seed
                 assert {first, second} in ({"grpo", queue.J}, {"sft_then_grpo", queue.E})
+
+
+def test_a_screened_arm_follows_its_seed_0_reference_from_the_same_warm_start_in_its_lane():
+    queue = load_bench("learning_queue")
+    reference_of = {"rapo_guided_token": "rapo_guided", "rapo_guided_failed": "rapo_guided",
+                    "rapo_guided_token_anneal": "rapo_guided", "sft_then_rapo_guided": "sft_then_grpo",
+                    "rapo_paper_scored_blocks": "rapo_paper"}
+    screened = {arm for lane in queue.LINES["bf16"].rebuilt_screening for arm, _ in lane}
+    assert set(reference_of) <= screened and "warm_start" in screened
+    for lane in queue.LINES["bf16"].rebuilt_screening:
+        order = [arm for arm, seed in lane if seed == 0]
+        assert len(order) == len(lane)
+        for arm in order:
+            if arm in reference_of:
+                assert reference_of[arm] in order[:order.index(arm)]
