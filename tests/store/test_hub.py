@@ -210,3 +210,21 @@ def test_push_to_hub_replaces_the_shards_of_an_earlier_push(source_store, make_s
     source_store.push_to_hub("me/traces")
     copy = TraceStore.from_hub(remote, tmp_path / "copy", embedder=embedder)
     assert _records(copy) == _records(source_store)
+
+
+@pytest.mark.parametrize("kept", [[0], [0, 2]])
+def test_a_folder_short_of_some_of_its_export_shards_is_refused(source_store, tmp_path, kept):
+    """An export killed between shards (after it removed the earlier ones) or a copy cut short holds some of the
+    shards the names count: read as they are, they would rebuild a store short of the others' records, with no error."""
+    from rapo_trl.store.dataset_io import export_to_folder
+
+    folder = export_to_folder(source_store, tmp_path / "export", shard_rows=3)
+    shards = sorted((folder / "data").glob("*.parquet"))
+    assert [p.name for p in shards] == [f"train-0000{i}-of-00003.parquet" for i in range(3)]
+    for index, shard in enumerate(shards):
+        if index not in kept:
+            shard.unlink()
+    missing = ", ".join(shards[i].name for i in range(3) if i not in kept)
+    with pytest.raises(ValueError, match=f"lacks {missing}"):
+        TraceStore.from_hub(folder, tmp_path / "copy", embedder=HashingEmbedder(16))
+    assert not (tmp_path / "copy").exists()

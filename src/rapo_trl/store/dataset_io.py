@@ -409,7 +409,19 @@ def _read_exported_folder(folder):
     if not files:
         raise ValueError(f"{folder} holds no {DATA_DIR}/*.parquet: it is not a folder TraceStore.export_to_folder "
                          "wrote (a Hub repo id is read from the Hub)")
+    check_all_shards(folder, [file.name for file in files])
     return Dataset(InMemoryTable(pa.concat_tables([pq.read_table(file) for file in files])))
+
+
+def check_all_shards(folder, names) -> None:
+    """Refuse a folder holding some of the shards an export's names count (``train-00000-of-00003.parquet``: one of
+    three): an export killed between shards, or a copy cut short, would otherwise read as a smaller store."""
+    counts = {int(name[len("train-00000-of-"):-len(".parquet")]) for name in names if SHARD_NAME.fullmatch(name)}
+    missing = sorted({f"train-{index:05d}-of-{count:05d}.parquet" for count in counts for index in range(count)}
+                     - set(names))
+    if missing:
+        raise ValueError(f"{folder / DATA_DIR} lacks {', '.join(missing)}: its records are not all there (an export "
+                         "stopped part way, or a copy cut short). Export the store into it again.")
 
 
 def push_to_hub(store, repo_id: str, private: bool | None = None, token=None, include_embeddings: bool = True,
