@@ -111,3 +111,25 @@ def test_repeated_ids_are_refused_by_name_before_anything_is_stored(source_store
     joined.to_parquet(str(folder / "train-00000-of-00001.parquet"))
     with pytest.raises(DuplicateRecordError, match=f"{ds['id'][q2[0]]!r}.*{tmp_path / 'joined'}"):
         TraceStore.from_hub(tmp_path / "joined", tmp_path / "hub-copy", embedder=HashingEmbedder(16), config=config)
+
+
+@pytest.mark.parametrize("setting", ["key_max_chars", "system_prompt"])
+def test_records_whose_keys_were_cut_in_different_ways_are_refused_together(make_store, trajectory, tmp_path,
+                                                                             setting):
+    """Exports of two stores joined, one cutting keys to 60 characters (or of a system prompt) and one not: no single
+    way of cutting queries matches both halves' keys, so the rebuilt store would search half of them with queries cut
+    otherwise, with no error."""
+    from datasets import concatenate_datasets
+
+    from rapo_trl.store import KeySettingsMismatchError
+
+    instructions = "Solve it with the Python tool."
+    cut = make_store("cut", **({"key_max_chars": 60} if setting == "key_max_chars" else {"system_prompt": instructions}))
+    cut.add_trajectories([trajectory("1", tools=2)], [1.0], ["q1"], prompts=[f"{instructions} What is 12*7?"])
+    plain = make_store("plain")
+    plain.add_trajectories([trajectory("2", tools=2)], [1.0], ["q2"], prompts=["What is 12*7 exactly, in full?"])
+    for first, second in ((plain, cut), (cut, plain)):
+        joined = concatenate_datasets([first.to_dataset(), second.to_dataset()])
+        with pytest.raises(KeySettingsMismatchError, match="more than one way"):
+            TraceStore.from_dataset(joined, tmp_path / "copy", embedder=HashingEmbedder(16))
+        assert not (tmp_path / "copy").exists()

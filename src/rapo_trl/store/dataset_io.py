@@ -220,11 +220,24 @@ def add_records_from_dataset(store, ds, origin: str | None = None) -> int:
 
 
 def exported_key_length(ds) -> int | None:
-    """The length an exported dataset's keys were cut to; ``None`` for an export that does not record it."""
+    """The length an exported dataset's keys were cut to; ``None`` for an export that does not record it. Records cut
+    to several lengths are refused (``KeySettingsMismatchError``)."""
     if KEY_MAX_CHARS_COLUMN not in ds.column_names or len(ds) == 0:
         return None
     lengths = {int(length) for length in ds[KEY_MAX_CHARS_COLUMN] if length is not None}
-    return lengths.pop() if len(lengths) == 1 else None
+    _one_way([f"to their last {length} characters" for length in sorted(lengths)])
+    return lengths.pop() if lengths else None
+
+
+def _one_way(ways: list[str]) -> None:
+    """Refuse records whose keys were cut in more than one way (exports of several stores joined): a store cuts its
+    queries one way, so they would miss the keys cut another."""
+    from rapo_trl.store.errors import KeySettingsMismatchError
+
+    if len(ways) > 1:
+        raise KeySettingsMismatchError(
+            f"The records' keys were cut in more than one way ({' and '.join(ways)}): a store cuts its queries one "
+            "way, which would not match the others' keys. Rebuild each store's records into a store of its own.")
 
 
 def config_for_records(ds, config):
@@ -249,10 +262,14 @@ def config_for_records(ds, config):
 
 
 def exported_system_prompt(ds) -> str | None:
-    """The system prompt an exported dataset's keys were cut of; ``None`` for keys cut of none."""
+    """The system prompt an exported dataset's keys were cut of; ``None`` for keys cut of none. Records cut of several
+    (or of one and of none) are refused (``KeySettingsMismatchError``)."""
     if KEY_SYSTEM_PROMPT not in ds.column_names or len(ds) == 0:
         return None
-    return ds[0][KEY_SYSTEM_PROMPT] or None
+    prompts = {prompt or None for prompt in ds[KEY_SYSTEM_PROMPT]}
+    _one_way([f"of the system prompt {prompt[:40]!r}..." if prompt else "of no system prompt"
+              for prompt in sorted(prompts, key=str)])
+    return prompts.pop()
 
 
 def check_system_prompt(ds, system_prompt: str | None, what: str) -> None:
