@@ -68,6 +68,7 @@ def test_rapo_push_refuses_a_folder_that_is_no_run_and_the_hub_offline(tmp_path,
     assert main(["push", str(tmp_path)]) == 2
     assert "is no trained run (no config.json or adapter_config.json)" in capsys.readouterr().err
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").touch()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["push", str(tmp_path)]) == 2
     assert "push_to_hub needs the Hub, but HF_HUB_OFFLINE is set" in capsys.readouterr().err
@@ -140,3 +141,32 @@ def test_the_pushed_card_names_the_base_the_pushed_adapter_names(tiny_model_dir,
     assert card.data.base_model == "org/given-base"
     assert "fine-tuned version of [org/given-base](https://huggingface.co/org/given-base)" in card.text
     assert "no Hub id" not in card.text and "trained-base" not in card.text
+
+
+@pytest.mark.parametrize("kept", ["config.json", "adapter_config.json"])
+def test_a_run_folder_without_its_weights_is_refused_before_anything_is_uploaded(tiny_model_dir, tmp_path, capsys,
+                                                                                 monkeypatch, kept):
+    """A folder whose save stopped after the config (or one copied without its weights) is refused in one line:
+    pushed, the repo would hold a config that loads no model."""
+    run = tmp_path / "my-run"
+    run.mkdir()
+    shutil.copy(tiny_model_dir / "config.json", run / kept)
+    api, uploaded = _hub()
+    with pytest.raises(UsageError, match=rf"my-run has {kept} but no weights .* nothing was pushed"):
+        push_run(run, api=api)
+    assert uploaded == {}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # refused before the Hub is asked for
+    assert main(["push", str(run)]) == 2
+    assert "no weights" in capsys.readouterr().err
+
+
+def test_a_sharded_model_missing_a_shard_is_refused(tiny_model_dir, tmp_path):
+    run = tmp_path / "my-run"
+    shutil.copytree(tiny_model_dir, run)
+    (run / "model.safetensors").rename(run / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (run / "model.safetensors.index.json").write_text(json.dumps(index))
+    api, uploaded = _hub()
+    with pytest.raises(UsageError, match="model-00002-of-00002.safetensors"):
+        push_run(run, api=api)
+    assert uploaded == {}

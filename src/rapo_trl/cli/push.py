@@ -22,6 +22,30 @@ from rapo_trl.saved_checkpoints import EARLIER_RUN_PREFIX
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 LORA_KEYS = (".lora_A.weight", ".lora_B.weight")
+# The weights each config needs beside it, single-file or sharded (an index naming its shards).
+MODEL_WEIGHTS = {ADAPTER_CONFIG: ("adapter_model.safetensors", "adapter_model.bin"),
+                 "config.json": ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                                 "pytorch_model.bin.index.json")}
+
+
+def check_weights(output_dir: str | Path) -> None:
+    """Refuse a run folder whose model is not whole: a config without the weights beside it, or a shard index naming a
+    shard that is missing (a save that stopped part way, a folder copied in part). Pushed, the repo would hold a
+    model that does not load."""
+    folder = Path(output_dir)
+    config = ADAPTER_CONFIG if (folder / ADAPTER_CONFIG).is_file() else "config.json"
+    if not (folder / config).is_file():
+        return
+    found = [name for name in MODEL_WEIGHTS[config] if (folder / name).is_file()]
+    if not found:
+        raise UsageError(f"{folder} has {config} but no weights ({' or '.join(MODEL_WEIGHTS[config])}): its model "
+                         "was not saved whole; nothing was pushed")
+    if found[0].endswith(".index.json"):
+        shards = sorted(set(json.loads((folder / found[0]).read_text()).get("weight_map", {}).values()))
+        missing = [shard for shard in shards if not (folder / shard).is_file()]
+        if missing:
+            raise UsageError(f"{folder} lacks {', '.join(missing)} of the shards {found[0]} names: its model was not "
+                             "saved whole; nothing was pushed")
 
 
 def base_model_name(given: str | None, model_name_or_path: str | None, model_path: str) -> str:
@@ -162,6 +186,7 @@ def push_run(output_dir: str | Path, repo_id: str | None = None, base_name: str 
     from rapo_trl.cli.run_record import read_run_record
 
     output_dir = Path(output_dir)
+    check_weights(output_dir)
     base = base_name or (read_run_record(str(output_dir)) or {}).get("base_model")
     if base is None and (output_dir / ADAPTER_CONFIG).is_file():  # a run recorded before its base was
         base = json.loads((output_dir / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
