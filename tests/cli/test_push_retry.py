@@ -170,3 +170,23 @@ def test_a_sharded_model_missing_a_shard_is_refused(tiny_model_dir, tmp_path):
     with pytest.raises(UsageError, match="model-00002-of-00002.safetensors"):
         push_run(run, api=api)
     assert uploaded == {}
+
+
+def test_the_pushed_card_of_a_full_fine_tune_names_the_base_given(tiny_model_dir, tmp_path):
+    """`rapo push --base_model_name X` names the card's base for a full fine-tune too (no adapter to name it in):
+    its card, written at training time, names a local model with no Hub id."""
+    from huggingface_hub import ModelCard
+
+    from tests.helpers.trainers import rapo_trainer
+
+    run = tmp_path / "my-run"
+    rapo_trainer(tiny_model_dir, run).save_model()
+    assert "no Hub id" in (run / "README.md").read_text()
+    remote = tmp_path / "remote"
+    api = types.SimpleNamespace(create_repo=lambda repo_id, **kw: types.SimpleNamespace(repo_id=repo_id),
+                                upload_folder=lambda **kw: shutil.copytree(kw["folder_path"], remote))
+    assert push_run(run, "me/pushed", "org/given-base", api=api) == ("me/pushed", "org/given-base")
+    card = ModelCard.load(remote / "README.md")
+    assert card.data.base_model == "org/given-base"
+    assert "fine-tuned version of [org/given-base](https://huggingface.co/org/given-base)" in card.text
+    assert "no Hub id" in (run / "README.md").read_text()  # the run's own card is left as it is

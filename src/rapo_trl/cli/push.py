@@ -67,7 +67,9 @@ def hub_folder(output_dir: str | Path, target: str | Path, base_name: str, inclu
                 *(() if include_warm_start else sft_folders)}
     shutil.copytree(source, target, ignore=shutil.ignore_patterns(*left_out), dirs_exist_ok=True)
     config_path = target / ADAPTER_CONFIG
-    if not config_path.is_file():  # a full fine-tune: the weights are the whole model
+    if not config_path.is_file():  # a full fine-tune: the weights are the whole model, the card alone names the base
+        if base_name:
+            _rewrite_card(target / "README.md", lambda text: card_naming_base(text, base_name))
         return target
     config = json.loads(config_path.read_text())
     warm = source / WARM_START_DIR / WARM_START_LORA
