@@ -259,3 +259,32 @@ def test_card_of_a_json_tool_run_runs_its_agent_on_the_environment_and_tools(tin
     assert agent.environment_factory is Counter and list(agent.tools) == ["multiply"]
     assert agent.engine.config.tool_protocol == "json"
     assert capsys.readouterr().out.strip()  # it printed the episode's messages
+
+
+def test_push_to_hub_keeps_the_eval_table_of_the_model_it_pushes(tiny_model_dir, tmp_path, monkeypatch):
+    """`add_evaluation` then `trainer.push_to_hub()`: the push saves the model again, and the card it uploads keeps
+    the table of that model. A model trained further, or another trainer in the same folder, gets no table (its
+    scores are of another model)."""
+    import transformers.trainer
+
+    uploaded = []
+    hub = types.SimpleNamespace(upload_folder=lambda **kw: uploaded.append(
+        (transformers.trainer.Path(kw["folder_path"]) / "README.md").read_text()))
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    out = tmp_path / "out"
+    trainer = rapo_trainer(tiny_model_dir, out)
+    trainer.hub_model_id = "me/out"  # the repo exists: nothing to create
+    trainer.save_model()
+    add_evaluation(out, EVALUATION)
+    trainer.push_to_hub()
+    assert "| trained | 0.250 | 0.750 |" in uploaded[-1] and "Not evaluated yet" not in uploaded[-1]
+    assert uploaded[-1].count("## Evaluation") == 1
+
+    trainer.state.global_step += 1  # trained further: the table scored the model before
+    trainer.push_to_hub()
+    assert "Not evaluated yet" in uploaded[-1] and "| trained | 0.250" not in uploaded[-1]
+
+    add_evaluation(out, EVALUATION)
+    other = rapo_trainer(tiny_model_dir, out)  # another model saved in the same folder
+    other.save_model()
+    assert "Not evaluated yet" in (out / "README.md").read_text()

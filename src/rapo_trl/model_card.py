@@ -431,16 +431,27 @@ def card_with_folded_adapter(text: str, config: dict, rapo_rank: int) -> str:
     return _LORA_ROW.sub(lambda _: row, text, count=1)
 
 
+_EVAL_SECTION = re.compile(r"## Evaluation\n\n" + re.escape(EVAL_START) + r".*?" + re.escape(EVAL_END) + r"\n",
+                           re.DOTALL)
+"""The card's evaluation section (``_evaluation_section``)."""
+
+
+def evaluation_section_of(text: str) -> str | None:
+    """The evaluation section of a card's text, or None where it has none."""
+    found = _EVAL_SECTION.search(text)
+    return found.group(0) if found else None
+
+
+def card_with_evaluation_section(text: str, section: str) -> str:
+    """The card's text with ``section`` in place of its evaluation section, or appended where it has none."""
+    if _EVAL_SECTION.search(text):
+        return _EVAL_SECTION.sub(lambda _: section, text, count=1)
+    return text.rstrip("\n") + "\n\n" + section
+
+
 def add_evaluation(folder, evaluation: dict) -> Path:
     """Put (or replace) the evaluation table in ``folder/README.md``; a card without one gets it appended."""
     path = Path(folder) / "README.md"
     text = path.read_text() if path.is_file() else ""
-    section = _evaluation_section(evaluation)
-    pattern = re.compile(r"## Evaluation\n\n" + re.escape(EVAL_START) + r".*?" + re.escape(EVAL_END) + r"\n",
-                         re.DOTALL)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section, text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    path.write_text(card_with_evaluation_section(text, _evaluation_section(evaluation)))
     return path

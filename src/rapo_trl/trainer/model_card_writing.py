@@ -28,7 +28,21 @@ class ModelCardMixin:
         )
         output_dir = kwargs.get("output_dir") or self.args.output_dir
         os.makedirs(output_dir, exist_ok=True)
-        card.save(os.path.join(output_dir, "README.md"))
+        path = os.path.join(output_dir, "README.md")
+        # A card written again with the model unchanged since this trainer last wrote it there (push_to_hub saves
+        # before it uploads) keeps the table add_evaluation put in since: it scored this model. A model trained
+        # further, or another trainer's, gets none.
+        written = self.__dict__.setdefault("_card_written_at_step", {})
+        key = os.path.abspath(output_dir)
+        if kwargs.get("evaluation") is None and written.get(key) == self.state.global_step and os.path.isfile(path):
+            from rapo_trl.model_card import card_with_evaluation_section, evaluation_section_of
+
+            with open(path) as file:
+                kept = evaluation_section_of(file.read())
+            if kept:
+                card = type(card)(card_with_evaluation_section(str(card), kept))
+        written[key] = self.state.global_step
+        card.save(path)
 
     def _save(self, output_dir=None, state_dict=None):
         super()._save(output_dir, state_dict)
