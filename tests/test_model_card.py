@@ -288,3 +288,17 @@ def test_push_to_hub_keeps_the_eval_table_of_the_model_it_pushes(tiny_model_dir,
     other = rapo_trainer(tiny_model_dir, out)  # another model saved in the same folder
     other.save_model()
     assert "Not evaluated yet" in (out / "README.md").read_text()
+
+
+def test_the_recipe_says_how_long_the_model_trained(tiny_model_dir, tmp_path):
+    """A run by epochs has max_steps -1, which the card gave as "-1 optimizer steps": it names the epochs, and every
+    card the steps the model was trained."""
+    trainer = rapo_trainer(tiny_model_dir, tmp_path / "epochs", num_train_epochs=2)
+    trainer.state.global_step = 3
+    trainer.save_model()
+    text = (tmp_path / "epochs" / "README.md").read_text()
+    assert "| `max_steps` | -1 |" not in text
+    assert "| `max_steps` | none (num_train_epochs=2) |" in text and "| steps trained | 3 |" in text
+    rapo_trainer(tiny_model_dir, tmp_path / "steps", max_steps=5).save_model()
+    text = (tmp_path / "steps" / "README.md").read_text()
+    assert "| `max_steps` | 5 |" in text and "| steps trained | 0 |" in text

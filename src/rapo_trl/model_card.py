@@ -39,7 +39,7 @@ RECIPE_FIELDS = (
     ("delta", "dual clip"),
     ("beta", "KL coefficient"),
     ("learning_rate", "learning rate"),
-    ("max_steps", "optimizer steps"),
+    ("max_steps", "optimizer steps asked for"),
     ("max_completion_length", "completion budget (tokens)"),
     ("max_turn_tokens", "tokens per step"),
     ("max_tool_calls", "tool calls per rollout"),
@@ -100,7 +100,10 @@ def recipe_table(trainer) -> str:
     lines = ["| setting | value | meaning |", "|---|---|---|"]
     for field, meaning in RECIPE_FIELDS:
         if hasattr(args, field):
-            lines.append(f"| `{field}` | {getattr(args, field)} | {meaning} |")
+            lines.append(f"| `{field}` | {_recipe_value(args, field)} | {meaning} |")
+    step = getattr(getattr(trainer, "state", None), "global_step", None)
+    if step is not None:
+        lines.append(f"| steps trained | {step} | optimizer steps taken when this card was written |")
     peft_config = getattr(getattr(trainer, "model", None), "peft_config", None)
     if peft_config:
         config = next(iter(peft_config.values()))
@@ -114,6 +117,15 @@ def recipe_table(trainer) -> str:
         size = _record_count(store)
         lines.append(f"| trace store | {size} step records, embedder {embedder} | retrieved in hybrid rollouts |")
     return "\n".join(lines)
+
+
+def _recipe_value(args, field: str):
+    """A setting as the recipe table shows it: ``max_steps`` at -1 (or 0) sets no step count, the epochs do."""
+    value = getattr(args, field)
+    if field == "max_steps" and isinstance(value, int) and value <= 0:
+        epochs = getattr(args, "num_train_epochs", None)
+        return f"none (num_train_epochs={epochs:g})" if isinstance(epochs, (int, float)) else "none"
+    return value
 
 
 def _tools_rows(trainer) -> list[str]:
