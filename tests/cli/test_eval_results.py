@@ -167,6 +167,24 @@ def test_a_dataset_of_numbers_is_scored_by_math_equivalence_unless_told(tmp_path
         assert json.loads((tmp_path / "report.json").read_text())["sets"]["eval"]["scoring"] == scoring
 
 
+def test_an_eval_report_named_as_its_markdown_table_is_refused(tmp_path):
+    """eval_report is the JSON's path and its table goes beside it as .md: a path ending in .md would have the table
+    overwrite the JSON it was just written over, and the scores would be lost while eval said where they were."""
+    from rapo_trl.cli.errors import UsageError
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
+                            for i in range(10)))
+    argv = ["--task", "dataset", "--dataset_path", str(data), "--eval_fraction", "0.3", "--eval_model", "tiny",
+            "--eval_base", "false", "--max_completion_length", "4", "--max_turn_tokens", "4"]
+    with pytest.raises(UsageError, match=r"eval_report .*report\.md.* ends in \.md"):
+        evaluate.run(*parse_recipe("eval", [*argv, "--eval_report", str(tmp_path / "report.md")]))
+    assert not (tmp_path / "report.md").exists()
+    evaluate.run(*parse_recipe("eval", [*argv, "--eval_report", str(tmp_path / "report.json")]))
+    assert json.loads((tmp_path / "report.json").read_text())["n"] == 3
+    assert (tmp_path / "report.md").read_text().startswith("# Evaluation")
+
+
 def test_eval_leaves_out_a_baseline_folder_the_run_did_not_make(tmp_path, caplog):
     """A run trained again in the same output_dir without sft_same_time (or another baseline) leaves the earlier run's
     folder there; it was scored as this run's equal-time baseline. The run record lists the baselines the run made."""

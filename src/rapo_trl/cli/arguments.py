@@ -184,7 +184,8 @@ class RAPOScriptArguments:
                   "process's torch threads (1: one model after another, here). Each process holds one model."},
     )
     eval_report: str | None = field(
-        default=None, metadata={"help": "eval: also write the results JSON (and a .md table) to this path."}
+        default=None, metadata={"help": "eval: also write the results JSON to this path, and beside it the markdown "
+                                 "table (the path with .md for its suffix, so the path cannot end in .md)."}
     )
     sft_same_time: bool = field(
         default=False,

@@ -164,6 +164,10 @@ def check(script, rapo_args, model_args) -> None:
     """Every input eval can check without loading anything (also before TRL is imported), beyond the script's
     own arguments, which `read_recipe` checked as it read them."""
     check_sampling_settings(script)
+    if script.eval_report and Path(script.eval_report).suffix.lower() == ".md":
+        # the table is written beside the JSON as <eval_report>.md: here that is the JSON's own path
+        raise UsageError(f"eval_report {script.eval_report!r} ends in .md: name the JSON file (e.g. report.json); "
+                         "its markdown table is written beside it as report.md")
     if script.eval_model in MODEL_ALIASES:
         check_model(script.eval_model)
     elif not Path(_target(script, rapo_args)).is_dir():
