@@ -134,9 +134,9 @@ def test_eval_samples_mean_at_k_with_the_recipes_top_p_and_top_k(tmp_path, capsy
     assert (trained["min_p"], trained["repetition_penalty"]) == (None, 1.0)
 
 
-def test_eval_scores_a_question_repeated_in_the_eval_data_once(tmp_path):
+def test_eval_scores_a_question_repeated_in_the_eval_data_once(tmp_path, capsys):
     """A question the eval file holds twice is scored once: the report's n and question ids are the distinct
-    questions', which its per-question passes pair with."""
+    questions', which its per-question passes pair with, and so are the counts eval prints."""
     train, held = tmp_path / "train.jsonl", tmp_path / "eval.jsonl"
     train.write_text("".join(json.dumps({"question": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n"
                              for i in range(4)))
@@ -147,6 +147,10 @@ def test_eval_scores_a_question_repeated_in_the_eval_data_once(tmp_path):
             "--eval_samples", "2", "--eval_report", str(tmp_path / "report.json")]
     with pytest.warns(UserWarning, match="1 repeated question of 3 rows dropped"):
         evaluate.run(*parse_recipe("eval", argv))
+    out = capsys.readouterr().out
+    # the questions counted where eval says how many it asks and asked: the 2 scored, not the 3 rows
+    assert "Evaluating on 2 questions (task=dataset, eval: 2;" in out
+    assert re.search(r"Evaluated 1 models on 1 sets \(eval: 2 questions\)", out)
     report = json.loads((tmp_path / "report.json").read_text())
     trained = report["rows"]["trained"]
     assert trained["n"] == trained["questions"] == 2 and trained["duplicate_questions_dropped"] == 1

@@ -245,7 +245,7 @@ def system_turn_column(questions) -> str | None:
 
 def count_line(verb: str, script: RAPOScriptArguments, sets: dict) -> str:
     """``"Training on 450 questions (task=dataset, train: 450; every row; train_size caps them)"``: what a command
-    uses, by split."""
+    uses, by split; ``sets`` maps each split to its questions (rows, or the indices of those it asks)."""
     evaluating = verb.startswith("Evaluat")
     cap_name = "eval_size" if evaluating else "train_size"
     cap = getattr(script, cap_name)

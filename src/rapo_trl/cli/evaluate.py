@@ -196,7 +196,10 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     tools = build_tools(script)
     sets = eval_sets(script, tools)
     refuse_trained_questions(target, sets)
-    print(count_line("Evaluating on", script, sets))
+    # the rows each question is scored by once (evaluate_policy drops a repeated one), which n, the ids and the
+    # counts printed describe
+    scored = {name: distinct_question_rows(rows["prompt"]) for name, rows in sets.items()}
+    print(count_line("Evaluating on", script, scored))
     scoring = {name: set_scoring(script.eval_scoring, script.task, rows["answer"]) for name, rows in sets.items()}
     print("pass@1 by " + ", ".join(f"{SCORING_NAMES[way]} on {name}" for name, way in scoring.items()))
     k, settings = script.eval_samples, sampling(script, rapo_args)
@@ -216,8 +219,6 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
         for set_name in sets:
             results[set_name][model_name] = metrics_by_set[set_name]
             samples[set_name][model_name] = texts_by_set[set_name]
-    # the rows each question is scored by once (evaluate_policy drops a repeated one), which n and the ids describe
-    scored = {name: distinct_question_rows(rows["prompt"]) for name, rows in sets.items()}
     tables = []
     for set_name in sets:
         title = table_title(script.task, set_name, len(scored[set_name]), results[set_name], settings)
@@ -253,7 +254,7 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
         write_json(script.eval_report, payload)
         Path(script.eval_report).with_suffix(".md").write_text(markdown)
     evaluated = len(results[primary])
-    print(f"Evaluated {evaluated} models on {len(sets)} sets ({', '.join(f'{n}: {len(r)}' for n, r in sets.items())} "
+    print(f"Evaluated {evaluated} models on {len(sets)} sets ({', '.join(f'{n}: {len(r)}' for n, r in scored.items())} "
           f"questions) in {payload['eval_seconds']:.0f}s; results in {target}/eval_results.json"
           + (f" and {script.eval_report}" if script.eval_report else ""))
     return results[primary] if len(sets) == 1 else results
