@@ -52,6 +52,21 @@ def test_prompt_draw_is_seeded_avoids_the_steps_prompts_and_repeats_only_when_it
     assert len(tiny(3, step=0, process=0, round_=1, exclude={prompt_key(_prompt(0))})) == 3
 
 
+def test_prompt_draw_takes_an_excluded_prompt_only_when_the_dataset_has_no_other():
+    """Rows repeating an excluded prompt do not crowd out the others, and repeats are of the other prompts."""
+    step_prompt = {prompt_key(_prompt(0))}
+    repeated = Dataset.from_list([{"prompt": _prompt(0)}] * 9 + [{"prompt": _prompt(1)}])
+    for step in range(20):
+        assert PromptDraw(repeated, seed=0)(1, step=step, process=0, round_=1, exclude=step_prompt) == [
+            {"prompt": _prompt(1)}]
+    few = Dataset.from_list([{"prompt": _prompt(i)} for i in range(3)])
+    for step in range(20):
+        drawn = PromptDraw(few, seed=0)(3, step=step, process=0, round_=1, exclude=step_prompt)
+        assert len(drawn) == 3 and _prompt(0) not in [row["prompt"] for row in drawn]
+    only = Dataset.from_list([{"prompt": _prompt(0)}] * 2)
+    assert PromptDraw(only, seed=0)(2, step=0, process=0, round_=1, exclude=step_prompt) == [{"prompt": _prompt(0)}] * 2
+
+
 def _constant_reward(value):
     return lambda candidates, rows: torch.tensor([value(c) for c in candidates], dtype=torch.float32)
 

@@ -53,8 +53,21 @@ class PromptDraw:
         order = rng.sample(range(size), min(size, n + len(exclude)))
         rows = [self.dataset[i] for i in order]
         picked = [row for row in rows if prompt_key(row["prompt"]) not in exclude][:n]
-        while len(picked) < n:  # a dataset with fewer other prompts than flat groups: repeats
-            picked.append(rows[len(picked) % len(rows)])
+        if len(picked) < n and len(order) < size:
+            # Rows repeating an excluded prompt took places meant for other prompts: look on through the rest.
+            seen = set(order)
+            rest = [i for i in range(size) if i not in seen]
+            rng.shuffle(rest)
+            for i in rest:
+                if len(picked) == n:
+                    break
+                row = self.dataset[i]
+                if prompt_key(row["prompt"]) not in exclude:
+                    picked.append(row)
+        # A dataset with fewer other prompts than flat groups: repeats, of excluded prompts only if there is no other.
+        pool = list(picked) or rows
+        while len(picked) < n:
+            picked.append(pool[len(picked) % len(pool)])
         return picked
 
 
