@@ -153,15 +153,14 @@ class RAPOConfig(GRPOConfig):
     dynamic_sampling_max_rounds (`int`, *optional*, defaults to `0`):
         DAPO's dynamic sampling (arXiv 2503.14476; `max_num_gen_batches` there), up to this many extra rollout
         rounds per step; 0 turns it off. A group whose rewards are all equal has zero advantage and teaches
-        nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset` (one draw for
-        all processes, seeded by `seed`, the step and the round, each process taking its slice; never a prompt
-        already in the step) are rolled out, scored by
-        the reward functions, and a replacement group with unequal rewards takes the flat group's rows, prompt and
-        dataset row (so its own answer columns score it). Groups still flat after the last round are kept (zero
-        advantage). Each round costs one more rollout per flat group. Needs each process's generation batch to hold
-        whole groups (`per_device_train_batch_size * steps_per_generation` a multiple of `num_generations`) and a
-        map-style dataset. TRL 1.16 has no equivalent option. Logged: `dynamic_sampling/*`, and in every run
-        `rapo/step_has_signal`.
+        nothing, so within the same step its prompt is replaced. Prompts drawn from `train_dataset` (one draw for all
+        processes, seeded by `seed`, the step (and the generation within it) and the round, each process taking its
+        slice; never a prompt already in the step) are rolled out, scored by the reward functions, and a replacement
+        group with unequal rewards takes the flat group's rows, prompt and dataset row (so its own answer columns score
+        it). Groups still flat after the last round are kept (zero advantage). Each round costs one more rollout per
+        flat group. Needs each process's generation batch to hold whole groups (`per_device_train_batch_size *
+        steps_per_generation` a multiple of `num_generations`) and a map-style dataset. TRL 1.16 has no equivalent
+        option. Logged: `dynamic_sampling/*`, and in every run `rapo/step_has_signal`.
     signal_loss_patience (`int`, *optional*, defaults to `3`):
         After this many consecutive steps in which every group's rewards are equal (no advantage, no
         gradient), or most rollouts were truncated, the trainer logs one warning saying what to change.

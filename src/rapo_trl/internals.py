@@ -80,7 +80,8 @@ INTERNALS: tuple[Internal, ...] = (
              "with a checkpoint inside a generation cycle and handed back on resume (resilience/generation_buffer.py)",
              attribute=True),
     Internal(GRPO, "_step", "which micro-batch of the generation _prepare_inputs hands out; saved with every "
-             "checkpoint and handed back on resume", attribute=True),
+             "checkpoint and handed back on resume; tells dynamic sampling's draw a step's generations apart",
+             attribute=True),
     Internal(GRPO, "training_step", "_step counts micro-steps, the place in the generation cycle a checkpoint saves",
              ("model", "inputs", "num_items_in_batch"), calls_in_order=("super().training_step(", "self._step += 1")),
     Internal(GRPO, "_tokenize_prompts", "the hybrid rollout tokenizes prompts as TRL does", ("prompts",)),

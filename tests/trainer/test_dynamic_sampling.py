@@ -228,3 +228,21 @@ def test_training_steps_through_trls_loop_log_what_dynamic_sampling_did(tiny_mod
     assert [e["dynamic_sampling/signal_share_after"] for e in logged] == [e["rapo/step_has_signal"] for e in logged] \
         == [1.0, 1.0]
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if n in before)
+
+
+def test_two_generations_of_one_optimizer_step_draw_different_replacements(tiny_model_dir, tmp_path):
+    """steps_per_generation below gradient_accumulation_steps: one optimizer step trains two generation batches, each
+    drawing at the same global step; the second must not draw the first one's replacement prompts again."""
+    data = dataset(n=8, flat=(0, 2))
+    trainer = trainer_for(tiny_model_dir, tmp_path, data, dynamic_sampling_max_rounds=1,
+                          gradient_accumulation_steps=2, steps_per_generation=1)
+    replacements = []
+    for micro_step, prompt_index in enumerate((0, 2)):
+        trainer._step = micro_step  # TRL's micro-step count: both generations fall in optimizer step 0
+        step(trainer, data, prompt_index)
+        assert trainer.state.global_step == 0 and sorted(trainer.last_rollout.replaced) == list(range(G))
+        replacements.append(trainer.last_rollout.replaced[0]["answer"])
+    assert replacements[0] != replacements[1], replacements
+    trainer._step = 0  # the first generation's draw is the one a run without a second generation makes
+    step(trainer, data, 0)
+    assert trainer.last_rollout.replaced[0]["answer"] == replacements[0]

@@ -38,18 +38,22 @@ def prompt_key(prompt) -> str:
 
 @dataclass
 class PromptDraw:
-    """Replacement prompts from the training set: seeded by (seed, step, process, round), so a run and its resume
-    draw the same ones, and never a prompt in ``exclude`` unless the dataset has no other."""
+    """Replacement prompts from the training set: seeded by (seed, step, generation, process, round), so a run and
+    its resume draw the same ones, and never a prompt in ``exclude`` unless the dataset has no other. ``generation``
+    counts the generations before this one in the same optimizer step (``steps_per_generation`` below
+    ``gradient_accumulation_steps``): each draws anew rather than the first one's prompts again."""
 
     dataset: object
     """Anything with ``len`` and integer indexing that returns a row dict (a map-style ``datasets.Dataset``)."""
     seed: int
 
-    def __call__(self, n: int, *, step: int, process: int, round_: int, exclude: set[str]) -> list[dict]:
+    def __call__(self, n: int, *, step: int, process: int, round_: int, exclude: set[str],
+                 generation: int = 0) -> list[dict]:
         size = len(self.dataset)
         if n <= 0 or size == 0:
             return []
-        rng = random.Random(f"rapo-dynamic-sampling:{self.seed}:{step}:{process}:{round_}")
+        at = f"{step}.{generation}" if generation else str(step)  # a step's first generation keeps the step's seed
+        rng = random.Random(f"rapo-dynamic-sampling:{self.seed}:{at}:{process}:{round_}")
         order = rng.sample(range(size), min(size, n + len(exclude)))
         rows = [self.dataset[i] for i in order]
         picked = [row for row in rows if prompt_key(row["prompt"]) not in exclude][:n]
@@ -72,13 +76,13 @@ class PromptDraw:
 
 
     def for_all_processes(self, n: int, *, step: int, round_: int, exclude: set[str], rank: int,
-                          gather) -> list[dict]:
+                          gather, generation: int = 0) -> list[dict]:
         """This process's ``n`` prompts of one draw for every process (``gather``: accelerate's ``gather_object``,
         called on every process): each takes its slice, and none gets a prompt any process holds or drew, so two
         processes never train the same prompt in one step."""
         counts = gather([n])
         everyone = set().union(*gather([sorted(exclude)]))
-        drawn = self(sum(counts), step=step, process=0, round_=round_, exclude=everyone)
+        drawn = self(sum(counts), step=step, process=0, round_=round_, exclude=everyone, generation=generation)
         return drawn[sum(counts[:rank]):sum(counts[:rank + 1])]
 
 

@@ -392,6 +392,10 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
             return self._score_rows(rows_in, rows, conversational, filler=filler[0] if filler else None)
 
         def draw(n, round_, exclude):
+            # Generations before this one in the same optimizer step (TRL's micro-step count, restored on resume).
+            generation = (self._step % self.args.gradient_accumulation_steps) // (
+                self.args.steps_per_generation * self.num_iterations
+            )
             drawn = self._prompt_draw.for_all_processes(
                 n,
                 step=self.state.global_step,
@@ -399,6 +403,7 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
                 exclude=exclude,
                 rank=self.accelerator.process_index,
                 gather=gather_object,
+                generation=generation,
             )
             return [{column: row[column] for column in inputs[0]} for row in drawn]
 
