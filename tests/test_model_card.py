@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rapo_trl.config import RAPOConfig
 from rapo_trl.embeddings import HashingEmbedder
-from rapo_trl.model_card import SMOLLM2_HUB_ID, add_evaluation, base_model_hub_id
+from rapo_trl.model_card import SMOLLM2_HUB_ID, add_evaluation, base_model_hub_id, dataset_hub_id
 from rapo_trl.store import TraceStore
 from rapo_trl.trainer import RAPOTrainer
 from rapo_trl.trainer.checks import warn_if_nothing_to_retrieve
@@ -46,6 +46,16 @@ def test_base_model_hub_id(tmp_path, tiny_model_dir):
     saved.mkdir()
     (saved / "config.json").write_text(json.dumps({"_name_or_path": "org/some-model"}))
     assert base_model_hub_id(saved) == "org/some-model"
+
+
+def test_dataset_hub_id_names_a_hub_dataset_and_no_local_one(tmp_path, monkeypatch):
+    assert dataset_hub_id("openai/gsm8k") == "openai/gsm8k"
+    assert dataset_hub_id(None) is None
+    (tmp_path / "org" / "saved").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert dataset_hub_id("org/saved") is None  # a folder here, though it reads as a Hub id
+    assert dataset_hub_id(str(tmp_path / "org" / "saved")) is None
+    assert dataset_hub_id("qa.jsonl") is None and dataset_hub_id("./org/qa.jsonl") is None
 
 
 def test_lora_card_has_paper_authors_tags_base_model_recipe_and_eval(tiny_model_dir, tmp_path):

@@ -94,6 +94,15 @@ def base_model_hub_id(name_or_path) -> str | None:
     return None
 
 
+def dataset_hub_id(name_or_path) -> str | None:
+    """The Hub id of the dataset a run trained on (``dataset_name``), or ``None``: a local file or folder has none,
+    and the card's metadata and TRL's link to ``huggingface.co/datasets/`` take Hub ids only."""
+    if name_or_path is None:
+        return None
+    name = str(name_or_path)
+    return name if _HUB_ID.match(name) and not Path(name).expanduser().exists() else None
+
+
 def recipe_table(trainer) -> str:
     """Markdown: the RAPO settings this model was trained with, then the adapter, tools and store."""
     args = trainer.args
@@ -213,6 +222,7 @@ def build_model_card(trainer, model_name=None, dataset_name=None, tags=None, bas
         base_model = getattr(trainer, "base_model_id", None) or base_model_hub_id(
             get_config_model_id(trainer.model.config)
         )
+    dataset_name = dataset_name or getattr(trainer, "dataset_id", None)
     is_adapter = bool(getattr(trainer.model, "peft_config", None))
     tags = [tags] if isinstance(tags, str) else list(tags or [])
     tags = list(dict.fromkeys([*trainer._tag_names, *tags, *(["lora", "peft"] if is_adapter else []),

@@ -127,3 +127,25 @@ def test_eval_strategy_evaluates_the_held_out_split_during_training(tmp_path, ti
     train.run(*parse_recipe("train", argv))
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert any("eval_reward" in entry for entry in history), history
+    assert "\ndatasets:" not in (out / "README.md").read_text()  # a local folder is no Hub dataset
+
+
+def test_the_card_names_the_hub_dataset_trained_on_as_trl_grpo_does(tmp_path, tiny_model_dir, monkeypatch):
+    """`dataset_name` a Hub id: the card's `datasets:` entry, linked in its opening sentence (a local folder is not:
+    the test above)."""
+    import yaml
+
+    from rapo_trl.cli import user_data
+
+    folder = _trl_dataset(tmp_path / "trl")
+    monkeypatch.setattr(user_data, "load_user_dataset", lambda name, config=None: DatasetDict.load_from_disk(folder))
+    out = tmp_path / "model"
+    argv = _argv("org/tiny-sums", "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out),
+                 "--use_cpu", "--bf16", "false", "--report_to", "none", "--retrieve_prob", "0",
+                 "--num_hybrid_generations", "0", "--reward_funcs", "accuracy_reward", "--max_steps", "1",
+                 "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_completion_length", "8",
+                 "--max_turn_tokens", "8", "--save_strategy", "no")
+    train.run(*parse_recipe("train", argv))
+    card = (out / "README.md").read_text()
+    assert yaml.safe_load(card.split("---\n", 2)[1])["datasets"] == "org/tiny-sums"  # as TRL writes it
+    assert "on the [org/tiny-sums](https://huggingface.co/datasets/org/tiny-sums) dataset" in card

@@ -237,6 +237,9 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     with alongside:
         trainer = build_trainer(data, source, warm, rapo_args, store)
         trainer.run_id = run_id  # in each checkpoint: whose it is, beside the record
+        from rapo_trl.model_card import dataset_hub_id
+
+        trainer.dataset_id = dataset_hub_id(script.dataset_name)  # before training: each checkpoint writes the card
         if script.sft_same_time:
             from rapo_trl.cli.trained_time import TrainedSeconds
 

@@ -211,6 +211,9 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
         """Extra loss terms the config turns on, added to TRL's policy loss (``trainer/loss_terms.py``)."""
         self.base_model_id: str | None = None
         """Hub id of the base model for the model card, when the model was loaded from a local folder."""
+        self.dataset_id: str | None = None
+        """Hub id of the dataset trained on, the model card's ``datasets`` (TRL's ``dataset_name``), when there is
+        one."""
         self._signal_monitor = SignalMonitor(patience=args.signal_loss_patience, json_calls_on_workers=json_tools
                                              and args.json_tool_timeout is not None)
         self._prompt_draw = PromptDraw(train_dataset, args.seed) if args.dynamic_sampling_max_rounds else None
