@@ -382,3 +382,26 @@ def test_train_prints_its_lines_in_the_launch_s_first_process_alone(tiny_model_d
         train.run(script, args, model)
     out = capsys.readouterr().out
     assert ("Training on 6 questions" in out) == (rank == "0")
+
+
+def test_eval_base_of_a_whole_model_is_the_base_its_run_recorded_or_said_to_be_left_out(tmp_path, tiny_model_dir,
+                                                                                         caplog):
+    """A model trained whole names no base of its own (no adapter_config.json): eval scores the base `rapo train`
+    recorded, and where there is none that loads it says, in one line, that the base is left out."""
+    from rapo_trl.cli.run_record import write_run_record
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    write_run_record(str(target), ["python"], "tags", None, "arithmetic", base_model=str(tiny_model_dir))
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target)])
+    assert evaluate.models_to_evaluate(script, model_args, str(target)) == {"base": str(tiny_model_dir),
+                                                                            "trained": str(target)}
+    for recorded, words in ((None, f"the base model is left out: {target} names no base"),
+                            (str(tmp_path / "gone"), f"the base model {tmp_path / 'gone'} that trained {target} is "
+                                                     "left out")):
+        write_run_record(str(target), ["python"], "tags", None, "arithmetic", base_model=recorded)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+            assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == ["trained"]
+        assert words in caplog.text and "--model_name_or_path" in caplog.text and len(caplog.records) == 1

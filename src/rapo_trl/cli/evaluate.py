@@ -85,13 +85,13 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
     """``name -> folder``: base, warm start, SFT on the store, equal-time SFT, the GRPO baseline (those that exist),
     then the trained model."""
     models: dict[str, str] = {}
+    record = read_run_record(target) or {}
     if script.eval_base:
         base = model_args.model_name_or_path and resolve_model_path(model_args.model_name_or_path,
                                                                      model_args.model_revision)
-        base = base or _base_of(target)
+        base = base or _base_of(target) or _recorded_base(script, target, record.get("base_model"))
         if base:
             models["base"] = base
-    record = read_run_record(target) or {}
     made = record.get("baselines")  # None: a run recorded before train listed them
     run_id = record.get("run_id")  # None: a run recorded before train stamped its baselines
     for name, folder in BASELINE_FOLDERS.items():
@@ -119,6 +119,26 @@ def models_to_evaluate(script, model_args, target: str) -> dict[str, str]:
     if script.eval_models is not None:  # the ones asked for, in scoring order
         models = {name: path for name, path in models.items() if name in name_list(script.eval_models, [])}
     return models
+
+
+def _recorded_base(script, target: str, recorded: str | None) -> str | None:
+    """The base the run that trained ``target`` recorded, for a model trained whole (its weights name no base); None
+    where there is none or it cannot load here, said in one line when the base is to be scored."""
+    if script.eval_model in MODEL_ALIASES:  # the smoke test scores an untrained model: no base to compare it with
+        return None
+    problem = None
+    if recorded is None:
+        problem = f"the base model is left out: {target} names no base (no adapter, no base in a run record)"
+    else:
+        try:
+            check_model(recorded)
+        except UsageError as error:
+            problem = f"the base model {recorded} that trained {target} is left out: {error}"
+    if problem is None:
+        return recorded
+    if script.eval_models is None or "base" in name_list(script.eval_models, []):
+        logger.warning("rapo eval: %s; pass --model_name_or_path to score the base.", problem)
+    return None
 
 
 def _target(script, rapo_args) -> str:
