@@ -137,6 +137,8 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(VLLM_GENERATION, "_llm_weights_sleeping", "set after a rollout puts vLLM back to sleep, so TRL wakes "
              "the weights before its next sync", attribute=True),
     # transformers' generation helpers reused by the KV-cache decode loop (rollout/backends/kv_decode.py).
+    Internal(GENERATION, "_prepare_generation_config", "the decode loop's config is generate's: unset options "
+             "from the model's generation_config", ("generation_config",)),
     Internal(GENERATION, "_get_logits_processor", "the decode loop samples with generate's own processors",
              ("generation_config", "input_ids_seq_length", "encoder_input_ids", "prefix_allowed_tokens_fn",
               "logits_processor", "device", "model_kwargs")),

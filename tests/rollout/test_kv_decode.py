@@ -414,3 +414,23 @@ def test_the_lm_head_reads_contiguous_rows_in_every_forward(tiny_model):
     assert wide, "no forward ran more than one row"
     assert all(contiguous for _, contiguous in seen), seen
     assert all(shape[1] == 1 for shape, _ in seen)  # one position's logits a row, prefill and decode alike
+
+
+def test_options_of_the_models_generation_config_apply_in_both_paths(tiny_model):
+    """generate fills the options a given config leaves unset from the model's generation_config (a checkpoint's
+    generation_config.json); the loop must decode with the same ones. The base config is built as TRL's is."""
+    from transformers import GenerationConfig
+
+    model, tok = tiny_model
+    model.generation_config.no_repeat_ngram_size = 2  # the tiny model repeats 2-grams greedily
+    model.generation_config.forced_eos_token_id = tok.eos_token_id  # forced at the longest budget's last token
+    base = GenerationConfig(do_sample=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Say hello to me please now."), chat(tok, "Say hi.")]
+    cached = run_turns(TransformersBackend(model, tok, GREEDY, generation_config=base), tok, prompts, [16, 16, 12])
+    for turn in cached:
+        for out in turn:
+            pairs = list(zip(out.token_ids, out.token_ids[1:]))
+            assert len(pairs) == len(set(pairs))
+    assert [out.finish for out in cached[0]] == ["eos", "eos", "length"]
+    assert_same(cached, run_turns(TransformersBackend(model, tok, GREEDY, generation_config=base, reuse_kv=False),
+                                  tok, prompts, [16, 16, 12]))

@@ -21,7 +21,6 @@ distribution.
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -194,7 +193,7 @@ def kv_decode_unavailable(model) -> str | None:
     config = inner.config
     if getattr(config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
-    for name in ("_get_logits_processor", "_prepare_special_tokens"):
+    for name in ("_prepare_generation_config", "_get_logits_processor", "_prepare_special_tokens"):
         if not callable(getattr(inner, name, None)):
             return f"transformers' generation helper {name} is missing"
     parameters = inspect.signature(inner.forward).parameters
@@ -379,9 +378,13 @@ class KVCacheDecoder:
         device = next(model.parameters()).device
         rows = len(sequences)
         seqs = [torch.tensor(list(s), dtype=torch.long) for s in sequences]
-        config = copy.deepcopy(config)
-        inner._prepare_special_tokens(config, True, device=device, batch_size=rows)
         width = max(len(s) for s in seqs)
+        # As generate prepares it: options the config leaves unset come from the model's generation_config (a
+        # checkpoint's no_repeat_ngram_size, suppress_tokens, min_p ...), and max_length counts the longest input.
+        config, _ = inner._prepare_generation_config(config)
+        if config.max_new_tokens is not None:
+            config.max_length = config.max_new_tokens + width
+        inner._prepare_special_tokens(config, True, device=device, batch_size=rows)
         processors = inner._get_logits_processor(
             generation_config=config, input_ids_seq_length=width, encoder_input_ids=None,
             prefix_allowed_tokens_fn=None, logits_processor=logits_processor, device=device, model_kwargs={},
