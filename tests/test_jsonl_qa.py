@@ -25,6 +25,8 @@ GOOD = json.dumps({"question": "What is 2 + 2?", "answer": "4"})
     (json.dumps({"question": "What is 3 + 3?", "answer": None}), "qa.jsonl:2: 'answer' is null"),
     # a blank gold is matched exactly by an empty \boxed{}: a pass for an answer of nothing
     (json.dumps({"question": "What is 3 + 3?", "answer": " "}), "qa.jsonl:2: 'answer' is \" \"; every question needs"),
+    # json.dumps writes a missing pandas value as NaN: a gold no answer matches
+    (json.dumps({"question": "What is 3 + 3?", "answer": float("nan")}), "qa.jsonl:2: 'answer' is NaN; every question"),
     (json.dumps({"question": "", "answer": "6"}), "qa.jsonl:2: 'question' must be a non-empty string"),
     (json.dumps(["What is 3 + 3?", "6"]), "qa.jsonl:2: a JSON list where an object"),
     (json.dumps({"question": "What is 3 + 3?"}), "qa.jsonl:2: no key 'answer'"),

@@ -14,9 +14,11 @@ from pathlib import Path
 
 
 def is_blank_answer(answer) -> bool:
-    """No gold answer: null, an empty list, or a string of nothing but whitespace. A blank string would not score 0:
-    it normalises to the empty answer, which an empty ``\\boxed{}`` matches exactly."""
-    return answer is None or answer == [] or (isinstance(answer, str) and not answer.strip())
+    """No gold answer: null, NaN, an empty list, or a string of nothing but whitespace. A blank string would not score
+    0: it normalises to the empty answer, which an empty ``\\boxed{}`` matches exactly. NaN is how pandas writes a
+    missing value (``json.dumps`` keeps it, a float column holds it), and no answer matches it."""
+    return (answer is None or answer == [] or (isinstance(answer, str) and not answer.strip())
+            or (isinstance(answer, float) and math.isnan(answer)))
 
 
 def read_qa_jsonl(path: str | Path, question_key: str = "question", answer_key: str = "answer",

@@ -184,6 +184,22 @@ def test_null_answers_are_refused_in_files_and_datasets(tmp_path):
         load_questions(script, "train")
 
 
+def test_a_nan_answer_is_refused_not_trained_on(tmp_path):
+    # A missing value from pandas is NaN, which json.dumps writes and a float column keeps: no answer matches it.
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"question": f"What is {i} * 3?", "answer": float("nan") if i == 3 else 3 * i})
+                            + "\n" for i in range(6)))
+    with pytest.raises(UsageError, match="qa.jsonl:4: 'answer' is NaN; every question needs its answer"):
+        read_recipe("train", ["--task", "dataset", "--dataset_path", str(path)])
+    data = DatasetDict({"train": Dataset.from_dict({"problem": [f"What is {i} - 1?" for i in range(6)],
+                                                    "solution": [float("nan") if i == 4 else i - 1.0 for i in range(6)]})})
+    data.save_to_disk(tmp_path / "saved")
+    script = RAPOScriptArguments(task="dataset", dataset_name=str(tmp_path / "saved"), question_column="problem",
+                                 answer_column="solution")
+    with pytest.raises(UsageError, match="split 'train'\\) row 4: 'solution' is nan"):
+        load_questions(script, "train")
+
+
 def test_a_question_asked_twice_with_different_answers_is_named(tmp_path, caplog):
     path = tmp_path / "qa.jsonl"
     rows = [{"question": f"What is {i} * 3?", "answer": str(3 * i)} for i in range(8)]

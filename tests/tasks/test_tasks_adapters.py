@@ -115,7 +115,8 @@ def test_missing_columns_are_named():
         to_rapo_rows({"train": QA}, tools=[])
 
 
-@pytest.mark.parametrize("answer", [None, "", "  ", [], [None], True, {"answer_start": [3]}])
+@pytest.mark.parametrize("answer", [None, "", "  ", [], [None], True, {"answer_start": [3]}, float("nan"),
+                                    [float("nan")]])
 def test_a_row_without_a_gold_answer_is_named(answer):
     # A null gold scored every completion 0 and an empty one rewarded an empty \boxed{}: refused while rows are made.
     with pytest.raises(ValueError, match="row 0: column 'answer' must hold a gold answer"):

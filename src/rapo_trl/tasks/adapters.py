@@ -7,7 +7,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from rapo_trl.jsonl_qa import answers_of_one_type, read_qa_jsonl
+from rapo_trl.jsonl_qa import answers_of_one_type, is_blank_answer, read_qa_jsonl
 from rapo_trl.question_ids import question_id_of
 from rapo_trl.tasks.prompt import SYSTEM_PROMPT, system_prompt_for, with_instructions
 
@@ -52,7 +52,7 @@ def to_rapo_rows(
     Adds ``prompt`` (system + user messages, or one string when ``conversational=False``), puts the
     gold(s) in ``answer`` (a string, a number, a list of them or SQuAD's ``{"text": [...]}``, kept as given but for a
     mix, which is brought to one type as ``load_jsonl_qa`` does: with some lists every answer becomes a list, with
-    some strings numbers become their text; a row without one, such as ``None`` or ``""``, is refused) and adds a stable
+    some strings numbers become their text; a row without one, such as ``None``, NaN or ``""``, is refused) and adds a stable
     ``question_id`` (kept when the dataset has one; else ``question_id_of`` the question text, the id a store built
     from these rows' conversational prompts gives them). Other columns are kept: TRL passes them to reward
     functions, and the scripted experts read them.
@@ -124,15 +124,15 @@ def _check_gold(index: int, column: str, answer) -> None:
 
 
 def _is_gold(answer) -> bool:
-    """What the rewards can score (``rapo_trl.rewards.scoring.gold_list``): a non-empty string or a number, a
-    non-empty list of them, or SQuAD's ``answers`` mapping."""
+    """What the rewards can score (``rapo_trl.rewards.scoring.gold_list``): a non-empty string or a number (not NaN),
+    a non-empty list of them, or SQuAD's ``answers`` mapping."""
     if isinstance(answer, dict):
         return "text" in answer and _is_gold(answer["text"])
     if isinstance(answer, (list, tuple)):
         return bool(answer) and all(_is_gold(a) for a in answer)
     if isinstance(answer, str):
         return bool(answer.strip())
-    return isinstance(answer, (int, float)) and not isinstance(answer, bool)
+    return isinstance(answer, (int, float)) and not isinstance(answer, bool) and not is_blank_answer(answer)  # NaN
 
 
 def _read_jsonl_qa(path, question_key: str, answer_key: str, n: int | None) -> list[dict]:
