@@ -106,3 +106,17 @@ def test_in_memory_indexes_do_not_collide():
     b = SearchTool(CORPUS[2:], embedder=CountingBagOfWords())
     assert a.search("Paris")[0]["text"] == CORPUS[0]
     assert b.search("Paris")[0]["text"] in CORPUS[2:]
+
+
+
+def test_a_passage_repeated_in_the_corpus_fills_one_place_of_the_top_k():
+    from datasets import Dataset
+
+    # The copies differ only in spacing, which the result text does not show.
+    tool = SearchTool(CORPUS + [CORPUS[0], CORPUS[0].replace(" ", "  ") + "\n"], top_k=3,
+                      embedder=CountingBagOfWords())
+    texts = [hit["text"] for hit in tool.search("Eiffel Tower Paris")]
+    assert texts[0] == CORPUS[0] and len(texts) == 3 and len(set(texts)) == 3
+    # The same words under another title are another document.
+    titled = Dataset.from_dict({"text": [CORPUS[0], CORPUS[0]], "title": ["Paris", "Towers"]})
+    assert len(SearchTool(titled, top_k=2, embedder=CountingBagOfWords()).search("Eiffel")) == 2

@@ -36,6 +36,19 @@ def _passages(corpus) -> tuple[list[str], list[str]]:
         texts, titles = [str(text) for text in corpus], [""] * len(corpus)
     if not texts:
         raise ValueError("The search corpus is empty.")
+    return _distinct(texts, titles)
+
+
+def _distinct(texts: list[str], titles: list[str]) -> tuple[list[str], list[str]]:
+    """Each passage once (the same title and words, however spaced, as the result shows them): every copy would
+    score alike and take another place of the top-k, showing the policy one passage k times."""
+    first = {}
+    for index, (title, text) in enumerate(zip(titles, texts)):
+        first.setdefault((title, " ".join(text.split())), index)
+    if len(first) < len(texts):
+        logger.info("Search corpus: %d repeated passage(s) indexed once.", len(texts) - len(first))
+        keep = sorted(first.values())
+        texts, titles = [texts[i] for i in keep], [titles[i] for i in keep]
     return texts, titles
 
 
