@@ -120,3 +120,15 @@ def test_a_passage_repeated_in_the_corpus_fills_one_place_of_the_top_k():
     # The same words under another title are another document.
     titled = Dataset.from_dict({"text": [CORPUS[0], CORPUS[0]], "title": ["Paris", "Towers"]})
     assert len(SearchTool(titled, top_k=2, embedder=CountingBagOfWords()).search("Eiffel")) == 2
+
+
+def test_a_corpus_of_records_is_read_by_text_and_title_and_other_items_are_refused():
+    import pandas as pd
+
+    # Dataset.to_list() and the two_hop world's passages() give records; their text, not the dict's repr, is searched.
+    records = [{"title": title, "text": text} for title, text in zip(TITLES, CORPUS)]
+    output = SearchTool(records, top_k=1, embedder=CountingBagOfWords()).run("who created the python language")
+    assert output == f"Doc 1 (Python (language)): {CORPUS[3]}"
+    for corpus in ([CORPUS[0], None], [{"title": "No text"}], pd.DataFrame({"text": CORPUS})):
+        with pytest.raises(TypeError, match="passage"):
+            SearchTool(corpus, embedder=CountingBagOfWords())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..embeddings import resolve_embedder
 from .base import ToolError
@@ -23,17 +23,29 @@ _EMBED_BATCH = 256
 
 
 def _passages(corpus) -> tuple[list[str], list[str]]:
-    """(texts, titles) from a list of strings or a ``datasets.Dataset`` with ``text`` (and ``title``)."""
+    """(texts, titles) from a list of strings or of ``{"text", "title"}`` records, or a ``datasets.Dataset`` with
+    ``text`` (and ``title``)."""
     if hasattr(corpus, "column_names"):
         if "text" not in corpus.column_names:
             raise ValueError(f"A corpus dataset needs a 'text' column; it has {corpus.column_names}.")
         texts = [str(text) for text in corpus["text"]]
         has_title = "title" in corpus.column_names
         titles = [str(title or "") for title in corpus["title"]] if has_title else [""] * len(texts)
-    elif isinstance(corpus, str):
-        raise TypeError("corpus must be a list of passages or a datasets.Dataset, not a single string.")
+    elif isinstance(corpus, str) or hasattr(corpus, "columns"):  # a DataFrame iterates over its column names
+        raise TypeError(f"corpus must be a list of passages or a datasets.Dataset, not a {type(corpus).__name__} "
+                        "(Dataset.from_pandas turns a DataFrame into one).")
     else:
-        texts, titles = [str(text) for text in corpus], [""] * len(corpus)
+        texts, titles = [], []
+        for index, item in enumerate(corpus):
+            if isinstance(item, Mapping) and "text" in item:
+                texts.append(str(item["text"]))
+                titles.append(str(item.get("title") or ""))
+            elif isinstance(item, str):
+                texts.append(item)
+                titles.append("")
+            else:  # its repr would be searched and shown as the passage
+                raise TypeError(f"corpus item {index}: a passage is a string or a record with a 'text' key, "
+                                f"got {type(item).__name__} {str(item)[:60]!r}")
     if not texts:
         raise ValueError("The search corpus is empty.")
     return _distinct(texts, titles)
@@ -65,8 +77,8 @@ class SearchTool:
     """Top-k dense retrieval over a local corpus, formatted as ``Doc 1 (Title): text`` lines.
 
     Args:
-        corpus: passages (list of strings) or a ``datasets.Dataset`` with a ``text`` column and an
-            optional ``title`` column.
+        corpus: passages (a list of strings, or of ``{"text", "title"}`` records) or a ``datasets.Dataset`` with
+            a ``text`` column and an optional ``title`` column.
         top_k: passages returned per query.
         embedder: ``None`` for all-MiniLM-L6-v2, or anything ``resolve_embedder`` accepts.
         path: folder for a persistent Chroma index; ``None`` keeps it in memory.
