@@ -107,3 +107,20 @@ def test_the_story_files_are_package_data():
     the built wheel carries them and that the package unpacked from it loads them)."""
     folder = resources.files("rapo_trl").joinpath("data", "stories")
     assert sorted(p.name for p in folder.iterdir() if p.name.endswith(".yaml")) == sorted(f"{f}.yaml" for f in FILES)
+
+
+def test_a_key_written_twice_is_refused_not_overwritten():
+    # A dropped "- " merges the next entry into this one: YAML keeps the later values and the first story is lost.
+    text = """- id: wp97
+  story: "{name} has {a} apples and buys {b} more. How many now?"
+  variables: {a: [2, 9], b: [2, 9]}
+  expression: a + b
+  id: wp98
+  story: "{name} has {a} pears and eats {b}. How many are left?"
+  variables: {a: [10, 20], b: [1, 9]}
+  expression: a - b
+"""
+    with pytest.raises(StoryDataError, match="stories/test.yaml: .*'id' is written twice"):
+        parse_stories(text, "stories/test.yaml")
+    with pytest.raises(StoryDataError, match="'a' is written twice"):
+        parse_stories(text.split("  id: wp98")[0].replace("b: [2, 9]", "a: [2, 9]"), "stories/test.yaml")

@@ -18,6 +18,8 @@ A file is a YAML list of entries, each a mapping with:
   story calls exact ("shared equally") leaves nothing over.
 - ``shape_of``: the id of the template whose program this story retells (absent for a template); the two
   expressions must have the same shape (:func:`~rapo_trl.tasks.story_template.shape_of`).
+
+A key written twice in one mapping (an entry's, or its variables') is refused: YAML would keep the later value.
 """
 
 from __future__ import annotations
@@ -59,10 +61,25 @@ def load_stories(*names: str) -> dict[str, list[StoryTemplate]]:
     return loaded
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``SafeLoader`` refusing a key written twice in one mapping, which YAML would settle by keeping the later
+    value: an entry whose "- " was dropped merges into the one before it, and that story is silently lost."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"{key!r} is written twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def parse_stories(text: str, source: str) -> list[StoryTemplate]:
     """The entries of one data file's ``text``; ``source`` names the file in errors."""
     try:
-        entries = yaml.safe_load(text)
+        entries = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:
         raise StoryDataError(f"{source}: not valid YAML: {error}") from error
     if not isinstance(entries, list):
