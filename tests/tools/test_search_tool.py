@@ -132,3 +132,11 @@ def test_a_corpus_of_records_is_read_by_text_and_title_and_other_items_are_refus
     for corpus in ([CORPUS[0], None], [{"title": "No text"}], pd.DataFrame({"text": CORPUS})):
         with pytest.raises(TypeError, match="passage"):
             SearchTool(corpus, embedder=CountingBagOfWords())
+
+
+def test_each_passage_is_one_line_whatever_its_title_holds():
+    from datasets import Dataset
+
+    corpus = Dataset.from_dict({"text": CORPUS[:2], "title": ["Eiffel\nTower ", "Photo\tsynthesis"]})
+    output = SearchTool(corpus, top_k=2, embedder=CountingBagOfWords()).run("Eiffel Tower Paris")
+    assert output.split("\n") == [f"Doc 1 (Eiffel Tower): {CORPUS[0]}", f"Doc 2 (Photo synthesis): {CORPUS[1]}"]

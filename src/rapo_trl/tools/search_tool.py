@@ -165,7 +165,9 @@ class SearchTool:
     def run(self, text: str) -> str:
         lines = []
         for rank, hit in enumerate(self.search(text), start=1):
+            # One line per passage: a newline in its text or title would read as the start of another.
             passage = " ".join(hit["text"].split())[: self.max_passage_chars]
-            label = f"Doc {rank} ({hit['title']})" if hit["title"] else f"Doc {rank}"
+            title = " ".join(hit["title"].split())
+            label = f"Doc {rank} ({title})" if title else f"Doc {rank}"
             lines.append(f"{label}: {passage}")
         return "\n".join(lines)
