@@ -361,3 +361,27 @@ def test_a_changed_chat_template_trains_the_warm_start_again(tiny_model_dir, tmp
     capsys.readouterr()
     warm_start(str(tiny_model_dir), tok, rows, store, out, **common)
     assert "Warm start reused" not in capsys.readouterr().out
+
+
+def test_a_merged_warm_start_made_where_an_adapter_was_loads_as_the_merge_alone(tiny_model_dir, tmp_path):
+    # A recipe switched from LoRA to training every weight, in the same output_dir, makes its warm start again as a
+    # merged model; the earlier adapter's files left beside it had transformers load that stale LoRA on top of the
+    # merge (and `rapo eval` load the base with the stale LoRA alone).
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    common = dict(min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, learning_rate=1e-2, steps=2)
+    out = str(tmp_path / "out")
+    warm_start(str(tiny_model_dir), tok, rows, store, out, **common)  # an adapter
+    folder = warm_start(str(tiny_model_dir), tok, rows, store, out, merge=True, **common)
+    assert not (tmp_path / "out" / "sft-warm-start" / "adapter_config.json").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    saved = load_file(f"{folder}/model.safetensors")
+    assert not any("lora_" in name for name, _ in loaded.named_parameters())
+    state = loaded.state_dict()
+    assert all(torch.equal(state[name], tensor) for name, tensor in saved.items())

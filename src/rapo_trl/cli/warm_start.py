@@ -329,15 +329,19 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
 
 
 def _save(trainer, tokenizer, target: Path, model_path: str, merge: bool, model_init_kwargs: dict) -> None:
-    """The merged model (``merge``) or the adapter alone, with the tokenizer, in ``target``."""
+    """The merged model (``merge``) or the adapter alone, with the tokenizer, in ``target``, less the other kind's
+    files an earlier warm start left there: transformers loads an adapter_config.json beside a config.json on top of
+    the model, and `rapo eval` loads such a folder as that adapter over its base."""
     if merge:
+        for stale in ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"):
+            (target / stale).unlink(missing_ok=True)
         merged = _merged_over_full_precision_base(trainer.accelerator.unwrap_model(trainer.model), model_path,
                                                   model_init_kwargs, target / WARM_START_LORA)
         merged.save_pretrained(target)
         del merged
     else:  # adapter_config.json + adapter_model.safetensors; its base_model_name_or_path is model_path
         model = trainer.accelerator.unwrap_model(trainer.model)
-        for stale in ("config.json", "model.safetensors"):  # a merged warm start of an earlier version
+        for stale in ("config.json", "model.safetensors"):
             (target / stale).unlink(missing_ok=True)
         model.peft_config["default"].base_model_name_or_path = model_path
         model.save_pretrained(target)
