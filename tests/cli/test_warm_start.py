@@ -385,3 +385,19 @@ def test_a_merged_warm_start_made_where_an_adapter_was_loads_as_the_merge_alone(
     assert not any("lora_" in name for name, _ in loaded.named_parameters())
     state = loaded.state_dict()
     assert all(torch.equal(state[name], tensor) for name, tensor in saved.items())
+
+
+def test_a_model_folder_of_pytorch_bin_weights_keys_them(tmp_path):
+    # Only *.safetensors were fingerprinted: a local model saved as pytorch_model.bin (as older transformers saved
+    # them) and saved again in place with other weights kept the key, and its warm start trained over the old ones.
+    import os
+
+    from rapo_trl.cli.warm_start import warm_start_key
+
+    (tmp_path / "config.json").write_text("{}")
+    weights = tmp_path / "pytorch_model.bin"
+    weights.write_bytes(b"old weights")
+    os.utime(weights, (1_000_000_000, 1_000_000_000))
+    first = warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3)
+    weights.write_bytes(b"other weights")
+    assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first

@@ -181,13 +181,18 @@ def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=_stable_json).encode()).hexdigest()
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
+"""The weight files transformers and PEFT load from a folder: safetensors, or the pickled ones older versions wrote."""
+
+
 def _fingerprint(path: str | None) -> list:
     """What a model or adapter folder holds: its weight files' names, sizes and times, and the key it was made under
     where it is a warm start of its own (a folder trained again keeps its path and, for a LoRA, its sizes)."""
     if path is None or not Path(path).is_dir():
         return []
     folder = Path(path)
-    found: list = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in folder.glob("*.safetensors"))
+    weights = {f for pattern in WEIGHT_FILES for f in folder.glob(pattern)}
+    found: list = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in weights)
     stamp = folder / WARM_START_KEY_FILE
     if stamp.is_file():
         found.append(["made_under", stamp.read_text()])
