@@ -62,6 +62,22 @@ def test_a_number_list_in_yaml_takes_exponents_as_a_float_field_does(tmp_path):
         read_recipe("train", ["--config", str(bad)])
 
 
+def test_one_name_in_yaml_for_a_list_field_is_a_list_of_that_name_as_on_the_command_line(tmp_path):
+    """`lora_modules_to_save: lm_head` reached PEFT as the string, whose every letter it took for a module name: it
+    trained the whole inner model (its name ends in `l`) and every norm, where `--lora_modules_to_save lm_head`
+    trains the head alone."""
+    from rapo_trl.cli import parse_recipe, read_recipe
+
+    config = write_yaml(tmp_path / "one.yaml", {"output_dir": str(tmp_path / "out"), "use_peft": True,
+                                                "lora_modules_to_save": "lm_head", "label_names": "labels"})
+    argv = ["--config", str(config)]
+    _, training, model = read_recipe("train", argv)
+    assert model.lora_modules_to_save == ["lm_head"] and training.label_names == ["labels"]
+    _, training, model = parse_recipe("train", argv)
+    assert model.lora_modules_to_save == ["lm_head"] and training.label_names == ["labels"]
+    assert parse_recipe("train", [*argv, "--lora_modules_to_save", "lm_head"])[2].lora_modules_to_save == ["lm_head"]
+
+
 def test_a_failed_push_names_a_retry_that_pushes_as_the_recipe_asked(tmp_path, monkeypatch):
     """A private repo's retry must not create a public one (nor push to main, nor leave the warm start home)."""
     import shlex

@@ -288,17 +288,35 @@ def _matches(value, hint) -> bool:
     return True
 
 
+def _members(hint) -> tuple:
+    return typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+
+
 def _number_list(hint) -> bool:
     """``list[float]`` (or ``list[float] | None``): the fields whose YAML items may be YAML 1.1 float text."""
-    members = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    return any(typing.get_origin(member) is list and typing.get_args(member) == (float,) for member in members)
+    return any(typing.get_origin(member) is list and typing.get_args(member) == (float,) for member in _members(hint))
 
 
-def yaml_numbers(config: dict, hints: dict) -> dict:
-    """``config`` with the items of its number lists made numbers: YAML 1.1 reads ``1e-1`` (no dot) as text, which
-    argparse converts for a float field but leaves as it is in a list (``reward_weights: [1e-1, 1]``)."""
-    return {key: [float(item) if isinstance(item, str) else item for item in value]
-            if isinstance(value, list) and _number_list(hints.get(key)) else value for key, value in config.items()}
+def _list_only(hint) -> bool:
+    """A list field that takes no single string (``lora_modules_to_save``; not ``report_to``, ``str | list[str]``)."""
+    members = _members(hint)
+    return str not in members and any(typing.get_origin(member) is list for member in members)
+
+
+def yaml_values(config: dict, hints: dict) -> dict:
+    """``config`` as the command line gives it. One name for a list field becomes a list of that name: the dataclass
+    would keep the string, which PEFT reads letter by letter (``lora_modules_to_save: lm_head``). The items of number
+    lists become numbers: YAML 1.1 reads ``1e-1`` (no dot) as text, which argparse converts for a float field but
+    leaves as it is in a list (``reward_weights: [1e-1, 1]``)."""
+    values = {}
+    for key, value in config.items():
+        hint = hints.get(key)
+        if isinstance(value, str) and _list_only(hint):
+            value = [value]
+        if isinstance(value, list) and _number_list(hint):
+            value = [float(item) if isinstance(item, str) else item for item in value]
+        values[key] = value
+    return values
 
 
 def _type_name(hint) -> str:

@@ -264,7 +264,7 @@ def apply_env(path: str, config: dict) -> None:
 def read_recipe(command: str, argv: list[str]):
     """``(script, training, model)``: `RAPOScriptArguments` and namespaces of the RAPOConfig and ModelConfig
     fields, read without TRL or torch. A help request prints and exits; bad input raises one clear line."""
-    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_hints, yaml_numbers
+    from rapo_trl.cli.arguments import RAPOScriptArguments, check_config_hints, yaml_values
     from rapo_trl.cli.common import check_script_arguments
 
     argv = split_config_equals(argv)
@@ -279,7 +279,7 @@ def read_recipe(command: str, argv: list[str]):
         config = {key: value for key, value in found[1].items() if key != "env"}  # TrlParser sets `env` itself
         hints = {name: spec.hint for name, spec in fields.items()}
         check_config_hints(config, hints, command)
-        parser.set_defaults(**yaml_numbers(config, hints))
+        parser.set_defaults(**yaml_values(config, hints))
     values = vars(parser.parse_args(argv))
     values.pop("config", None)
     parts = {owner: {name: value for name, value in values.items() if fields[name].dataclass == owner}
@@ -307,7 +307,7 @@ def parse_checked_recipe(command: str, argv: list[str]):
     argv = split_config_equals(argv)
     from trl import ModelConfig, TrlParser
 
-    from rapo_trl.cli.arguments import RAPOScriptArguments, yaml_numbers
+    from rapo_trl.cli.arguments import RAPOScriptArguments, yaml_values
     from rapo_trl.config import RAPOConfig
 
     class RecipeParser(TrlParser, ArgumentParser):  # TRL's parsing; our exact names and one-line errors
@@ -323,7 +323,7 @@ def parse_checked_recipe(command: str, argv: list[str]):
 
         def set_defaults_with_config(self, **config):  # the YAML's values as read_recipe reads them
             hints = {name: spec.hint for name, spec in recipe_fields().items()}
-            return super().set_defaults_with_config(**yaml_numbers(config, hints))
+            return super().set_defaults_with_config(**yaml_values(config, hints))
 
     parser = RecipeParser((RAPOScriptArguments, RAPOConfig, ModelConfig), prog=f"rapo {command}")
     parser.set_defaults(**DEFAULTS)
