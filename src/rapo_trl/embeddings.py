@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -149,6 +150,9 @@ class SentenceTransformerEmbedder:
         self.model = model
         self.name = name or _source_name(model) or type(model).__name__
         self.batch_size = batch_size
+        # embed_newest sets the tokenizer's truncation side for its call and puts it back: threads sharing this
+        # embedder (build-store fills two collections at once) must not encode while another one has it set.
+        self._encoding = threading.Lock()
         if max_seq_length is not None and max_seq_length != model.max_seq_length:
             # Keys past either limit embed to other vectors: a store built at one must not open at the other.
             if not named:
@@ -163,6 +167,10 @@ class SentenceTransformerEmbedder:
         self.dimension = int(get_dimension())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        with self._encoding:
+            return self._encode(texts)
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dimension), dtype=np.float32)
         vectors = self.model.encode(
@@ -177,11 +185,12 @@ class SentenceTransformerEmbedder:
         tokenizer = getattr(self.model, "tokenizer", None)
         if tokenizer is None or not hasattr(tokenizer, "truncation_side"):
             return self.embed(texts)
-        side, tokenizer.truncation_side = tokenizer.truncation_side, "left"
-        try:
-            return self.embed(texts)
-        finally:
-            tokenizer.truncation_side = side
+        with self._encoding:
+            side, tokenizer.truncation_side = tokenizer.truncation_side, "left"
+            try:
+                return self._encode(texts)
+            finally:
+                tokenizer.truncation_side = side
 
 
 def _source_name(model) -> str | None:
@@ -233,8 +242,6 @@ class DefaultEmbedder:
     dimension = DEFAULT_EMBEDDER_DIMENSION
 
     def __init__(self):
-        import threading
-
         self._model: SentenceTransformerEmbedder | None = None
         # build-store fills two collections in two threads with this one embedder: the model loads once.
         self._loading = threading.Lock()
