@@ -4,11 +4,13 @@ over Chroma's own metadata chooses, and never return a record Chroma no longer h
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import numpy as np
 import pytest
 
+from rapo_trl.embeddings import CallableEmbedder
 from rapo_trl.store import StepRecord, StoreConfig
 from rapo_trl.store.local_index import LocalIndex
 from rapo_trl.store.selection import choose, fallback
@@ -40,16 +42,30 @@ def _queries(n, seed=1):
 
 
 def _reference(store, contexts, top_k=3, min_reward=0.0):
-    """The rule applied to Chroma's own metadata (the pre-map implementation)."""
+    """The rule applied to Chroma's own metadata (the pre-map implementation), over the k nearest records and every
+    one as near as the k-th (hashed bags of words often meet a query at one distance)."""
     vectors = store._embed([store.preprocess(c) for c in contexts])
     result = store.collection.query(
-        query_embeddings=vectors, n_results=top_k, include=["metadatas", "distances"]
+        query_embeddings=vectors, n_results=len(store), include=["metadatas", "distances"]
     )
     text = store.config.fallback_text
-    return [
-        choose(i, d, m, store.config.hnsw_space, min_reward, text) if i else fallback(text)
-        for i, d, m in zip(result["ids"], result["distances"], result["metadatas"], strict=True)
-    ]
+    chosen = []
+    for ids, distances, metadatas in zip(result["ids"], result["distances"], result["metadatas"], strict=True):
+        near = [(d, i, m) for i, d, m in zip(ids, distances, metadatas, strict=True) if d <= distances[top_k - 1]]
+        near.sort(key=lambda candidate: candidate[:2])
+        chosen.append(choose([i for _, i, _ in near], [d for d, _, _ in near], [m for _, _, m in near],
+                             store.config.hnsw_space, min_reward, text) if near else fallback(text))
+    return chosen
+
+
+def _text_seeded_embedder(dimension=32):
+    """Random unit vectors seeded by each text: no two texts at one distance from a query."""
+
+    def embed(texts):
+        return np.stack([np.random.default_rng(list(hashlib.sha256(t.encode()).digest())).normal(size=dimension)
+                         for t in texts])
+
+    return CallableEmbedder(embed, f"text-seeded-{dimension}", dimension)
 
 
 def _count_calls(monkeypatch, collection):
@@ -77,7 +93,7 @@ def test_fast_select_matches_the_rule_on_chroma_metadata(make_store, top_k):
 
 
 def test_select_is_one_query_and_one_get(make_store, monkeypatch):
-    store = make_store()
+    store = make_store(embedder_=_text_seeded_embedder())  # a key tied with the k-th nearest would be asked for again
     store.add_records(_random_records(50))  # this object's writes fill the map
     calls = _count_calls(monkeypatch, store.collection)
     found = store.select_timed(_queries(20))
@@ -237,3 +253,21 @@ def test_local_index_checks_for_other_writers_at_most_every_sync_interval(near, 
     assert store.select(["alpha beta gamma"])[0].record_id == "a"  # not looked for yet
     store.sync_local_index()
     assert store.select(["alpha beta gamma"])[0].record_id == "c"
+
+
+@pytest.mark.parametrize("kind", [None, *_kinds()])
+def test_keys_as_near_as_the_kth_are_all_candidates(make_store, kind):
+    """Trajectories of one question that begin alike share their first keys: a query meets them at one distance, and
+    which of them the k nearest hold was the search's accident (Chroma's HNSW and the local index kept different
+    ones). Every key as near as the k-th is a candidate, the best reward among them is retrieved."""
+    store = make_store(local_index=kind)
+    question = "what is twelve times seven"
+    tied = [_record(f"t{i}", question, f"step t{i}", reward) for i, reward in enumerate([0.2, 0.4, 0.6, 0.8, 1.0])]
+    store.add_records(tied + _random_records(20))
+    for top_k in (1, 3, 5):
+        got = store.select([question], top_k=top_k)[0]
+        assert (got.record_id, got.reward) == ("t4", 1.0)
+    ids, _ = store._neighbours(store._embed([question]), 3, None)
+    assert ids == [["t0", "t1", "t2", "t3", "t4"]]  # one distance: in id order
+    own = store.select([question], question_ids=["q"])[0]
+    assert (own.record_id, own.reward) == ("t4", 1.0)

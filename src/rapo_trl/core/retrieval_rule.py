@@ -13,7 +13,7 @@
   seeded generator; on-policy rows draw none.
 
 Which record a retrieval inserts is the store's half of the rule, :func:`rapo_trl.store.selection.pick`: the highest
-stored reward among the ``top_k`` nearest keys (ties: the most similar), the fallback text when that reward is not
+stored reward among the ``top_k`` nearest keys and any as near as the k-th (ties: the most similar), the fallback text when that reward is not
 above ``min_reward``.
 
 A new ``retrieve_at`` value is one entry of ``RETRIEVAL_TRIGGERS`` (a boundary, and on which of a row's boundaries

@@ -1,6 +1,7 @@
 """RAPO's selection rule (``pick``), for one query:
 
-- the candidates are the ``top_k`` stored keys nearest to the query;
+- the candidates are the ``top_k`` stored keys nearest to the query, and every key as near as the k-th
+  (``neighbours.py``);
 - the one with the highest stored reward is retrieved (ties: the most similar, then the nearer rank);
 - the fallback text is inserted instead when that reward is not above ``min_reward``, or there is no candidate.
 
