@@ -148,11 +148,14 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     if script.environment_factory is not None:
         return _fill_from_environment(script, rapo_args, model_args)
     tools = build_tools(script)
+    tags = [tool.tag for tool in tools]
     from rapo_trl.rewards import combine_rewards
+    from rapo_trl.trainer.rewards import bind_tool_tags
 
     reward_funcs, reward_weights = training_rewards(script, rapo_args.reward_weights)
-    # The trajectories are ranked by what RL will reward: every training reward, weighted as training weights them.
-    reward = combine_rewards(reward_funcs, reward_weights)
+    # The trajectories are ranked by what RL will reward: every training reward, weighted as training weights them,
+    # and given the tools' tags as the trainer gives them (a tag of no tool the recipe runs is text, not a call).
+    reward = combine_rewards(bind_tool_tags(reward_funcs, tags), reward_weights)
 
     def rows_of(role):  # the prompts training uses, so a model agent sees the same
         return with_reward_columns(training_rows(script, role, tools), dict(zip(reward_names(script), reward_funcs)))
@@ -172,7 +175,6 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
 
         def agent(rows):
             return model
-    tags = [tool.tag for tool in tools]
     fills = {"store": (script.store_collection, "the store")}
     if "demo" in sets:
         name = warm_start_collection(script)
