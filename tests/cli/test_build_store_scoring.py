@@ -49,3 +49,11 @@ def test_the_stored_reward_is_the_one_training_gives_with_the_recipes_tools(tmp_
     text = _right_answers_naming_search(None, [{"prompt": "q", "answer": "7"}], None)("q")
     assert trained(completions=[text], answer=["7"]) == [1.0]
     assert _stored_rewards(tmp_path / "store") == {1.0}
+
+
+def test_trls_reward_scores_the_trajectories_as_conversations_like_training(tmp_path):
+    # TRL's rewards read a completion as the trainer passes it for a conversational prompt: a list of one message.
+    script = RAPOScriptArguments(task="arithmetic", train_size=2, num_samples=1, keep_top_k=1, expert_error_rate=0.0,
+                                 reward_funcs=["accuracy_reward"], store_path=str(tmp_path / "store"))
+    build_store.run(script, ARGS, None)
+    assert _stored_rewards(tmp_path / "store") == {1.0}  # the expert answers every question right

@@ -115,7 +115,8 @@ def build_from_agent(
         questions: a list of prompts (question text or chat messages) or a ``datasets.Dataset``
             with ``question_column`` and optionally ``id_column`` (ids default to a hash of the text).
         reward_fn: a TRL-style reward function ``reward_fn(prompts=..., completions=..., **columns)
-            -> list[float]``; ``columns`` are the dataset's other columns, one value per completion.
+            -> list[float]``; ``columns`` are the dataset's other columns, one value per completion. As TRL gives
+            them, a conversation's completions are lists of one assistant message, a plain prompt's are texts.
         num_samples: trajectories sampled per question (paper: 16).
         keep_top_k: best trajectories kept per question (paper: 5).
         questions_per_batch: questions sampled, scored and written together.
@@ -193,8 +194,11 @@ def _build_batch(store, agent, reward_fn, batch, prompts, ids, extras, num_sampl
     columns = {
         name: [values[i] for i in batch for _ in range(num_samples)] for name, values in extras.items()
     }
-    rewards = reward_list(resolved(reward_fn(prompts=flat_prompts, completions=completions, **columns)),
-                          len(completions))
+    # As TRL passes them: a conversation's completion is a list of one assistant message (TRL's own rewards read
+    # completion[0]["content"]), a plain prompt's is its text.
+    scored = [[{"role": "assistant", "content": text}] if isinstance(prompt, (list, tuple)) else text
+              for prompt, text in zip(flat_prompts, completions, strict=True)]
+    rewards = reward_list(resolved(reward_fn(prompts=flat_prompts, completions=scored, **columns)), len(completions))
     from rapo_trl.store.ingest import validate_trajectories
 
     question_ids = [ids[i] for i in batch for _ in range(num_samples)]
