@@ -7,7 +7,7 @@ import functools
 
 import pytest
 import torch
-from peft import LoraConfig
+from peft import LoraConfig, PrefixTuningConfig, PromptTuningConfig, TaskType
 from transformers import AutoTokenizer
 
 import rapo_trl.trainer.shared_prompt as shared_prompt_module
@@ -98,6 +98,25 @@ def test_lora_gradients_equal_the_row_by_row_forward(tiny_model_dir, tmp_path):
     (loss, grads), (row_loss, row_grads) = results[True], results[False]
     assert torch.allclose(loss, row_loss, atol=LOSS_ATOL)
     assert grads and all("lora_" in name for name in grads)
+    for name, grad in grads.items():
+        assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
+
+
+@pytest.mark.parametrize("adapter", [PromptTuningConfig, PrefixTuningConfig], ids=["prompt_tuning", "prefix_tuning"])
+def test_prompt_learning_adapters_score_as_row_by_row(tiny_model_dir, tmp_path, adapter):
+    # Their forward adds virtual tokens (prompt tuning) or a cache of its own (prefix tuning) on every call, so the
+    # rows' forward on the prompt's cache would see them twice or not see the prompt at all.
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    results = {}
+    for share in (True, False):
+        args = RAPOConfig(**common_args(tmp_path / str(share)), max_turn_tokens=32)
+        trainer = RAPOTrainer(str(tiny_model_dir), sevens, args=args, train_dataset=dataset(), processing_class=tok,
+                              tools=[EchoTool()], peft_config=adapter(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=3))
+        with prompt_forward(share):
+            results[share] = loss_and_grads(trainer, _scored(trainer))
+    (loss, grads), (row_loss, row_grads) = results[True], results[False]
+    assert torch.allclose(loss, row_loss, atol=LOSS_ATOL)
+    assert grads.keys() == row_grads.keys() and grads
     for name, grad in grads.items():
         assert torch.allclose(grad, row_grads[name], atol=GRAD_ATOL, rtol=GRAD_RTOL), name
 

@@ -17,9 +17,10 @@ and :func:`rows_in_generation_order` puts them back in generation order: consecu
 
 Used only where that holds (otherwise the trainer says why, once, and runs TRL's forward): a decoder whose
 ``forward`` takes a cache, full-attention ``DynamicLayer`` caches, no gradient checkpointing (recomputation would drop
-the cache) and no multimodal inputs. Under several processes the model comes wrapped (DistributedDataParallel): the
-checks read the model inside, and both forwards go through the wrapper, which hands the cache on and reduces the
-gradient once, after the backward that spans them.
+the cache), no prompt-learning PEFT adapter (prompt or prefix tuning: PEFT's forward adds its virtual tokens or
+replaces the cache on every call) and no multimodal inputs. Under several processes the model comes wrapped
+(DistributedDataParallel): the checks read the model inside, and both forwards go through the wrapper, which hands
+the cache on and reduces the gradient once, after the backward that spans them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import logging
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import split_tensor_dict
 
@@ -54,6 +56,10 @@ def shared_prompt_unavailable(model) -> str | None:
     inner = unwrapped_model(model)
     if getattr(inner.config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
+    adapter = getattr(extract_model_from_parallel(model) if hasattr(model, "module") else model,
+                      "active_peft_config", None)
+    if getattr(adapter, "is_prompt_learning", False):  # both forwards would get the virtual tokens, or PEFT's cache
+        return f"the PEFT adapter ({adapter.peft_type}) adds virtual tokens or its own cache on every forward"
     if cache_argument(model) is None:
         return f"{type(inner).__name__}.forward takes no KV cache argument"
     if getattr(inner, "is_gradient_checkpointing", False):
