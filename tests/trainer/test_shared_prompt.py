@@ -243,6 +243,38 @@ def test_no_regrouping_where_tokens_are_selected_or_averaged_per_micro_batch(tin
     assert not trainer._regroups_micro_batches()
 
 
+@pytest.fixture(scope="module")
+def tiny_moe_dir(tmp_path_factory):
+    """A tiny Qwen2-MoE checkpoint (four experts, two per token) with the tiny model's tokenizer."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    from rapo_trl.models import build_tiny_tokenizer
+
+    tok = build_tiny_tokenizer()
+    config = Qwen2MoeConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                            shared_expert_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-qwen2-moe")
+    Qwen2MoeForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_no_regrouping_where_the_load_balancing_loss_is_per_micro_batch(tiny_moe_dir, tmp_path):
+    # An MoE router's load-balancing loss is taken over each micro-batch's tokens, so the split changes the update.
+    trainer = rapo_trainer(tiny_moe_dir, tmp_path, per_device_train_batch_size=2, gradient_accumulation_steps=2,
+                           router_aux_loss_coef=1.0)
+    assert trainer.aux_loss_enabled
+    batch = _scored(trainer)
+    trainer.model.eval()
+    grouped = _accumulated_loss(trainer, batch, [[0, 1], [2, 3]])
+    shuffled = _accumulated_loss(trainer, batch, [[0, 2], [1, 3]])
+    assert grouped != pytest.approx(shuffled, abs=1e-6)  # measured 4e-5 apart
+    assert not trainer._regroups_micro_batches()
+
+
 BF16_EMULATED = pytest.mark.skipif(
     not cpu_computes_bf16(),
     reason="this CPU emulates bf16: the two forwards round 1e-3 apart (2-core AVX2 EPYC), as far as one attended "

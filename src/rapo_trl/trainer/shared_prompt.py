@@ -140,12 +140,13 @@ ROW_ADDITIVE_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", 
 a per-row term averaged over the batch, or tokens over a normalizer fixed for the generation (not ``bnpo``)."""
 
 
-def regroups_micro_batches(args, num_iterations: int) -> bool:
+def regroups_micro_batches(args, num_iterations: int, aux_loss_enabled: bool = False) -> bool:
     """Whether micro-batches may hold consecutive rows (one group's prompt each) instead of TRL's shuffled ones:
     only where that provably leaves the update unchanged. Every micro-batch of a generation is accumulated into one
     optimizer step, the loss is a sum over rows (not bnpo's per-micro-batch token mean) and nothing is selected or
-    averaged per micro-batch (top-entropy tokens, the entropy bonus)."""
-    return (args.per_device_train_batch_size > 1 and num_iterations == 1
+    averaged per micro-batch (top-entropy tokens, the entropy bonus, an MoE router's load-balancing loss:
+    ``aux_loss_enabled``, GRPOTrainer's attribute of that name)."""
+    return (args.per_device_train_batch_size > 1 and num_iterations == 1 and not aux_loss_enabled
             and args.steps_per_generation == args.gradient_accumulation_steps
             and args.loss_type in ROW_ADDITIVE_LOSS_TYPES and args.top_entropy_quantile >= 1.0
             and args.entropy_coef == 0.0 and not args.use_adaptive_entropy)

@@ -506,7 +506,7 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
         return inputs
 
     def _regroups_micro_batches(self) -> bool:
-        return regroups_micro_batches(self.args, self.num_iterations)
+        return regroups_micro_batches(self.args, self.num_iterations, self.aux_loss_enabled)
 
     @profiling_decorator
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
