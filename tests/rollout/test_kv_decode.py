@@ -245,6 +245,23 @@ def test_lora_model_takes_the_cached_path(tiny_model):
     assert [o.entropy_full for o in base[0]] != [o.entropy_full for o in history[0]]
 
 
+@pytest.mark.parametrize("adapter", ["PromptTuningConfig", "PrefixTuningConfig"], ids=["prompt_tuning", "prefix_tuning"])
+def test_prompt_learning_adapter_decodes_with_generate(tiny_model, adapter):
+    # PEFT's forward adds the virtual tokens (prompt tuning) or puts its own cache in place of the one passed (prefix
+    # tuning) on every call, so the loop's cached calls would see the virtual tokens again or lose the prompt; only
+    # PEFT's generate handles them.
+    peft = pytest.importorskip("peft")
+    model, tok = tiny_model
+    tuned = peft.get_peft_model(model, getattr(peft, adapter)(task_type=peft.TaskType.CAUSAL_LM, num_virtual_tokens=3))
+    prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "Say hi.")]
+    backend = TransformersBackend(tuned, tok, GREEDY)
+    history = run_turns(backend, tok, prompts, [8, 8], turns=2)
+    assert_same(history, run_turns(TransformersBackend(tuned, tok, GREEDY, reuse_kv=False), tok, prompts, [8, 8],
+                                   turns=2))
+    assert backend.last_path == "generate"
+    assert "virtual tokens" in backend.kv_cache_unavailable
+
+
 def test_preallocated_cache_gives_the_same_turns_as_a_growing_one(tiny_model):
     model, tok = tiny_model
     prompts = [chat(tok, "What is 2 + 3?"), chat(tok, "What is 2 + 3?"), chat(tok, "Name a prime number above 20.")]

@@ -28,11 +28,15 @@ from __future__ import annotations
 import logging
 
 import torch
-from accelerate.utils import extract_model_from_parallel
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from trl.trainer.utils import split_tensor_dict
 
-from rapo_trl.rollout.backends.kv_decode import cache_argument, last_position, unwrapped_model
+from rapo_trl.rollout.backends.kv_decode import (
+    cache_argument,
+    last_position,
+    prompt_learning_unavailable,
+    unwrapped_model,
+)
 
 logger = logging.getLogger("rapo_trl.trainer")
 
@@ -56,10 +60,9 @@ def shared_prompt_unavailable(model) -> str | None:
     inner = unwrapped_model(model)
     if getattr(inner.config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
-    adapter = getattr(extract_model_from_parallel(model) if hasattr(model, "module") else model,
-                      "active_peft_config", None)
-    if getattr(adapter, "is_prompt_learning", False):  # both forwards would get the virtual tokens, or PEFT's cache
-        return f"the PEFT adapter ({adapter.peft_type}) adds virtual tokens or its own cache on every forward"
+    reason = prompt_learning_unavailable(model)  # both forwards would get the virtual tokens, or PEFT's cache
+    if reason is not None:
+        return reason
     if cache_argument(model) is None:
         return f"{type(inner).__name__}.forward takes no KV cache argument"
     if getattr(inner, "is_gradient_checkpointing", False):

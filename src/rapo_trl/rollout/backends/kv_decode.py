@@ -179,17 +179,33 @@ def cache_argument(model) -> str | None:
     return next((name for name in CACHE_ARGUMENTS if name in parameters), None)
 
 
+def prompt_learning_unavailable(model) -> str | None:
+    """Why ``model``'s PEFT adapter rules out calling its forward again on a cache, in words, or None when it does not.
+
+    A prompt-learning adapter (prompt tuning, prefix tuning, p-tuning) adds its virtual tokens, or replaces the cache
+    passed with its own, on every forward: a second call over a cache sees the virtual tokens twice or loses the
+    cached tokens. Only PEFT's own ``generate`` handles them."""
+    wrapper = extract_model_from_parallel(model) if hasattr(model, "module") else model
+    adapter = getattr(wrapper, "active_peft_config", None)
+    if getattr(adapter, "is_prompt_learning", False):
+        return f"the PEFT adapter ({adapter.peft_type}) adds virtual tokens or its own cache on every forward"
+    return None
+
+
 def kv_decode_unavailable(model) -> str | None:
     """Why the loop cannot stand in for ``model.generate``, in words, or None when it can.
 
     The loop needs a stock ``generate`` (not patched or wrapped on the instance, the model's class or
     ``GenerationMixin``; see ``stock_generate``), a decoder-only model whose ``forward`` takes the cache under a
-    known name and the other arguments the loop passes, full-attention dynamic cache layers, and the generation
-    helpers it reuses.
+    known name and the other arguments the loop passes, full-attention dynamic cache layers, the generation
+    helpers it reuses, and no prompt-learning PEFT adapter (``prompt_learning_unavailable``).
     """
     inner = unwrapped_model(model)
     if not stock_generate(model):  # a patched generate must be the one used
         return "model.generate is patched or wrapped (on the model, its class or GenerationMixin), so it runs as is"
+    reason = prompt_learning_unavailable(model)
+    if reason is not None:
+        return reason
     config = inner.config
     if getattr(config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
