@@ -50,9 +50,10 @@ def load_policy(path: str, device: str | None = None, dtype=None, quantization_c
 
 def render_prompt(tokenizer, prompt, chat_template_kwargs: dict | None = None) -> list[int]:
     """Token ids of a prompt: chat messages through the chat template (with ``chat_template_kwargs``, the extra
-    template arguments RL renders its prompts with, e.g. ``enable_thinking``), a string as is."""
+    template arguments RL renders its prompts with, e.g. ``enable_thinking``), a string with the special tokens the
+    tokenizer adds (a BOS), as GRPOTrainer encodes a text prompt."""
     if isinstance(prompt, str):
-        return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        return tokenizer(prompt)["input_ids"]
     return list(tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False,
                                               **(chat_template_kwargs or {})))
 
