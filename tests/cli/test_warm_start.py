@@ -401,3 +401,29 @@ def test_a_model_folder_of_pytorch_bin_weights_keys_them(tmp_path):
     first = warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3)
     weights.write_bytes(b"other weights")
     assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first
+
+
+def test_equal_time_sft_trains_for_its_budget_counted_from_its_first_step(tiny_model_dir, tmp_path, monkeypatch):
+    """RAPO's time is counted from the start of its training loop (`TrainedSeconds`), so the equal-time baseline's
+    budget is spent on training steps too: loading its model and tokenizing its examples come out of neither."""
+    import json
+    import time
+
+    import trl
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
+    class SlowToLoad(trl.SFTTrainer):
+        def __init__(self, *args, **kwargs):
+            time.sleep(1.5)  # a model that takes longer to load than the whole budget
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(trl, "SFTTrainer", SlowToLoad)
+    store, rows = _store_and_rows(tmp_path)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=1, learning_rate=1e-3,
+               min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=1.0,
+               folder="sft-same-time")
+    history = json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
+    assert history["seconds"] >= 1.0 and history["steps"] > 1, history

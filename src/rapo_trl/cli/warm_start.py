@@ -96,7 +96,9 @@ def rendered_with(chat_template_kwargs: dict | None) -> dict:
 
 
 class _StopAfter:
-    """A TrainerCallback that ends training once ``seconds`` of wall time have passed (equal-time baselines)."""
+    """A TrainerCallback that ends training once ``seconds`` of wall time have passed since its training loop began
+    (equal-time baselines): RAPO's time is counted from its own loop's start (`TrainedSeconds`), so loading the model
+    and tokenizing the examples are left out of the budget here too."""
 
     def __init__(self, seconds: float):
         from transformers import TrainerCallback
@@ -106,6 +108,10 @@ class _StopAfter:
         outer = self
 
         class Callback(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                outer.started = time.perf_counter()
+                return control
+
             def on_step_end(self, args, state, control, **kwargs):
                 if time.perf_counter() - outer.started >= outer.seconds:
                     control.should_training_stop = True
