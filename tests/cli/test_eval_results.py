@@ -405,3 +405,34 @@ def test_eval_base_of_a_whole_model_is_the_base_its_run_recorded_or_said_to_be_l
         with caplog.at_level("WARNING", logger="rapo_trl.cli"):
             assert list(evaluate.models_to_evaluate(script, model_args, str(target))) == ["trained"]
         assert words in caplog.text and "--model_name_or_path" in caplog.text and len(caplog.records) == 1
+
+
+def test_eval_leaves_out_the_grpo_baseline_of_a_resumed_runs_earlier_session(tiny_model_dir, tmp_path, monkeypatch,
+                                                                              caplog):
+    """A run trained one step, with its GRPO baseline; resumed (it keeps its id) to train two, it stopped once RAPO was
+    saved, before it trained its baseline again: the folder still held the one-step baseline, stamped with the run's
+    id, and was scored beside the two-step model as trained from the same start for as many steps."""
+    from rapo_trl.cli import train
+    from tests.cli.conftest import recipe, write_yaml
+
+    class Stopped(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stopped
+
+    target = tmp_path / "model"
+    config = write_yaml(tmp_path / "r.yaml", {
+        **recipe(tiny_model_dir, tmp_path), "output_dir": str(target), "retrieve_prob": 0.0,
+        "grpo_same_rollouts": True, "save_strategy": "steps", "save_steps": 1})
+    train.run(*parse_recipe("train", ["--config", str(config)]))
+    script, _, model_args = parse_recipe("eval", ["--eval_model", str(target), "--eval_base", "false"])
+    assert "grpo_same_rollouts" in evaluate.models_to_evaluate(script, model_args, str(target))
+    monkeypatch.setattr(train, "_train_grpo_after_rapo", stop)
+    with pytest.raises(Stopped):
+        train.run(*parse_recipe("train", ["--config", str(config), "--max_steps", "2", "--resume_from_checkpoint"]))
+    assert json.loads((target / "trainer_state.json").read_text())["global_step"] == 2
+    with caplog.at_level("WARNING", logger="rapo_trl.cli"):
+        models = evaluate.models_to_evaluate(script, model_args, str(target))
+    assert models == {"trained": str(target)}
+    assert "grpo-same-rollouts is left out" in caplog.text

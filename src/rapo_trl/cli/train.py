@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rapo_trl.cli.batch_checks import check_batch_shape, check_report_to
 from rapo_trl.cli.common import (
+    GRPO_SAME_ROLLOUTS_DIR,
     USER_TASKS,
     UsageError,
     check_model,
@@ -21,12 +22,12 @@ from rapo_trl.cli.common import (
     training_rows,
     warm_start_collection,
 )
-from rapo_trl.cli.console import say
+from rapo_trl.cli.console import is_main_process, say
 from rapo_trl.cli.environment import check_environment, check_tool_protocol
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
 from rapo_trl.cli.rewards import training_rewards
-from rapo_trl.cli.run_record import run_id_for, stored_questions_record, write_run_record
+from rapo_trl.cli.run_record import run_id_for, stored_questions_record, unstamp_baseline, write_run_record
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import build_trainer, load_policy_source, load_training_data
 
@@ -206,7 +207,7 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
     source = load_policy_source(rapo_args, model_args)
     model_path = source.path  # the model the warm start begins from: the pushed adapter's base
     from rapo_trl.cli.push import base_model_name
-    from rapo_trl.cli.warm_start import SFT_MIN_REWARD
+    from rapo_trl.cli.warm_start import SFT_MIN_REWARD, SFT_SAME_TIME_DIR
 
     pushed_base = base_model_name(script.base_model_name, model_args.model_name_or_path, model_path)
     peft_config, warm = source.peft_config, None
@@ -232,6 +233,11 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
                           store=store, steps=script.sft_store_steps, folder=SFT_ON_STORE_DIR,
                           start_adapter=warm if lora_run else None, **sft)
 
+    if resume is not None and is_main_process():
+        # The run keeps its id, but the baselines made from RAPO's result (its time, its steps) are an earlier
+        # session's until this one makes them again after its RAPO, which trains further.
+        for folder in (SFT_SAME_TIME_DIR, GRPO_SAME_ROLLOUTS_DIR):
+            unstamp_baseline(Path(rapo_args.output_dir) / folder)
     # Each arm starts from a freshly loaded `warm` (the warm start, or SFT on the store), else the model itself.
     alongside = grpo_alongside(script, rapo_args, model_args, warm, run_id) if script.grpo_alongside else nullcontext()
     with alongside:
