@@ -52,18 +52,10 @@ def test_warm_start_saves_an_adapter_over_the_base_and_its_loss_curve(tiny_model
 
 
 def test_equal_time_sft_stops_on_the_clock(tiny_model_dir, tmp_path):
-    import json
 
-    from transformers import AutoTokenizer
 
-    from rapo_trl.cli.warm_start import warm_start
 
-    store, rows = _store_and_rows(tmp_path)
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=1000, learning_rate=1e-3,
-               min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=0.0,
-               folder="sft-same-time")
-    history = json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
+    history = _equal_time_history(tmp_path, tiny_model_dir, steps=1000, max_seconds=0.0)
     assert history["steps"] == 1  # the time budget was spent after the first step, not the 1000 asked
 
 
@@ -406,13 +398,10 @@ def test_a_model_folder_of_pytorch_bin_weights_keys_them(tmp_path):
 def test_equal_time_sft_trains_for_its_budget_counted_from_its_first_step(tiny_model_dir, tmp_path, monkeypatch):
     """RAPO's time is counted from the start of its training loop (`TrainedSeconds`), so the equal-time baseline's
     budget is spent on training steps too: loading its model and tokenizing its examples come out of neither."""
-    import json
     import time
 
     import trl
-    from transformers import AutoTokenizer
 
-    from rapo_trl.cli.warm_start import warm_start
 
     class SlowToLoad(trl.SFTTrainer):
         def __init__(self, *args, **kwargs):
@@ -420,10 +409,21 @@ def test_equal_time_sft_trains_for_its_budget_counted_from_its_first_step(tiny_m
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(trl, "SFTTrainer", SlowToLoad)
+    history = _equal_time_history(tmp_path, tiny_model_dir, steps=1, max_seconds=1.0)
+    assert history["seconds"] >= 1.0 and history["steps"] > 1, history
+
+
+def _equal_time_history(tmp_path, tiny_model_dir, steps: int, max_seconds: float) -> dict:
+    """The SFT history of an equal-time baseline: trained for ``max_seconds`` of wall time, whatever ``steps`` asks."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli.warm_start import warm_start
+
     store, rows = _store_and_rows(tmp_path)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=1, learning_rate=1e-3,
-               min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=1.0,
+    warm_start(str(tiny_model_dir), tok, rows, store, str(tmp_path / "out"), steps=steps, learning_rate=1e-3,
+               min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=max_seconds,
                folder="sft-same-time")
-    history = json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
-    assert history["seconds"] >= 1.0 and history["steps"] > 1, history
+    return json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
