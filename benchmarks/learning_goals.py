@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from common import mean_interval
-from learning_stages import interval_cell, reference_of, screen
+from learning_stages import interval_cell, reference_of, screen, warm_start_of
 from paired_questions import FRESH, cluster_bootstrap, interval_text, paired_text, per_question_difference
 
 GOAL_SEEDS = 5
@@ -83,13 +83,6 @@ def _scores(records: Sequence[dict], rescored: Sequence[dict], arm: str, referen
             return *wide, f"{size} fresh questions, rescored"
     questions = len(own[0][0]["eval"][FRESH].get("question_ids", [])) if own[0] else 0
     return *own, f"the runs' own {questions} fresh questions"
-
-
-def warm_start_of(record: dict) -> str:
-    """The warm start a run trained from: the fingerprint of its weights where the record carries one
-    (``learning_queue.py`` adds it to the runs of a warm start rebuilt on another CPU), else the CPU it ran on (each
-    line's first warm start was built once on one kind of CPU, and its runs carry no fingerprint)."""
-    return record.get("warm_start") or record.get("machine", {}).get("cpu", "")
 
 
 def _pairs(records: Sequence[dict], arm: str, reference: str) -> tuple[list[dict], list[dict]]:

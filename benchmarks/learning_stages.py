@@ -58,10 +58,17 @@ def same_code_versions(records: Sequence[dict]) -> dict[str, str]:
     return same
 
 
+def warm_start_of(record: dict) -> str:
+    """The warm start a run trained from: the fingerprint of its weights where the record carries one
+    (``learning_queue.py`` adds it to the runs of a warm start rebuilt on another CPU), else the CPU it ran on (each
+    line's first warm start was built once on one kind of CPU, and its runs carry no fingerprint)."""
+    return record.get("warm_start") or record.get("machine", {}).get("cpu", "")
+
+
 def joined_versions(records: Sequence[dict]) -> tuple[list[dict], dict[str, list[str]]]:
     """The records with each later code version that repeats an earlier one (``same_code_versions``) counted as the
-    earlier, a run the earlier version already has (same arm and seed) left out; and version -> the versions joined
-    into it."""
+    earlier, a run the earlier version already has (same arm, seed and warm start: the same numbers) left out; and
+    version -> the versions joined into it."""
     same = same_code_versions(records)
     joined: dict[str, list[str]] = {}
     for later, earlier in same.items():
@@ -69,9 +76,10 @@ def joined_versions(records: Sequence[dict]) -> tuple[list[dict], dict[str, list
     kept, seen = [], set()
     for record in sorted(records, key=lambda r: r.get("code") in same):  # the earlier version's runs first
         code = same.get(record.get("code"), record.get("code"))
-        if (code, record["arm"], record["seed"]) in seen and record.get("code") in same:
+        run = (code, record["arm"], record["seed"], warm_start_of(record))
+        if run in seen and record.get("code") in same:
             continue
-        seen.add((code, record["arm"], record["seed"]))
+        seen.add(run)
         kept.append({**record, "code": code} if code != record.get("code") else record)
     return kept, joined
 

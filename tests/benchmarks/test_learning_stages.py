@@ -238,3 +238,17 @@ def test_the_goals_pair_a_seed_only_within_one_warm_start_and_count_the_pair_fin
     goal = {g["arm"]: g for g in goals_module.goals(records)}[pick]
     assert goal["seeds"] == [0, 1, 2, 3, 4]
     assert goal["per_seed"][4] == 0.25  # the rebuilt pair (finished at t3), not the Xeon's (t4)
+
+
+def test_a_later_codes_run_from_another_warm_start_is_no_repeat_and_stays_in_the_joined_table():
+    stages = load_bench("learning_stages")
+    earlier = [_on_code(_run(arm, fresh), "old") for arm, fresh in
+               (("grpo", 0.227), ("sft_then_grpo", 0.531), ("sft_then_rapo_guided_token_failed", 0.6))]
+    repeats = [_on_code(_run(arm, fresh), "new") for arm, fresh in (("grpo", 0.227), ("sft_then_grpo", 0.531))]
+    rebuilt = [{**_on_code(_run(arm, fresh), "new"), "warm_start": "f00d"} for arm, fresh in
+               (("sft_then_rapo_guided_token_failed", 0.55), ("sft_then_grpo", 0.45))]
+    kept, _ = stages.joined_versions(earlier + repeats + rebuilt)
+    shown = sorted((r["arm"], stages.warm_start_of(r)) for r in kept if r["arm"].startswith("sft_then"))
+    # the same arm and seed from a warm start rebuilt elsewhere is another run, not a repeat of the earlier one
+    assert ("sft_then_rapo_guided_token_failed", "f00d") in shown and ("sft_then_grpo", "f00d") in shown
+    assert len([r for r in kept if r["arm"] == "grpo"]) == 1  # the repeat of the same start is still shown once
