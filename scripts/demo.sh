@@ -23,12 +23,15 @@ if report and Path(report).is_file():
     payload = json.loads(Path(report).read_text())
     payload["run_seconds"] = {"build_store": build, "train": train, "eval": evaluate, "total": build + train + evaluate}
     Path(report).write_text(json.dumps(payload, indent=2))
-# The committed pictures follow a re-run: this run's plots (drawn by train, redrawn by eval) replace them.
+# The committed pictures follow a re-run: this run's plots (drawn by train, redrawn by eval) replace them, and a
+# committed plot this run did not draw goes (it would show another run's figures beside this one's).
 plots = Path(recipe.get("output_dir") or "runs/demo/model") / "plots"
 fresh = [png for png in sorted(plots.glob("*.png")) if png.stat().st_mtime >= t0]
 if fresh:
     target = Path("benchmarks/results/demo_plots")
     target.mkdir(parents=True, exist_ok=True)
+    for old in target.glob("*.png"):
+        old.unlink()
     for png in fresh:
         shutil.copy2(png, target / png.name)
     print(f"Copied {len(fresh)} plots from {plots} to {target}/")

@@ -1,5 +1,5 @@
 """`scripts/demo.sh` (what `make demo` runs), with a stand-in `rapo`: after `rapo eval` it adds the run's
-times to the eval report and copies the run's fresh plots over the committed ones."""
+times to the eval report and replaces the committed plots with the run's fresh ones."""
 
 from __future__ import annotations
 
@@ -45,12 +45,15 @@ def test_demo_copies_the_fresh_plots_into_benchmarks_results(tmp_path):
     committed = tmp_path / "benchmarks" / "results" / "demo_plots"
     committed.mkdir(parents=True)
     (committed / "summary.png").write_text("committed")
+    (committed / "retrieval_reward.png").write_text("an earlier run's plot this run does not draw")
 
     run = subprocess.run(["bash", "scripts/demo.sh", "demo.yaml"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     assert (committed / "summary.png").read_text() == "eval\n"  # the plots eval redrew, not the old ones
     assert not (committed / stale.name).exists()  # only what this run drew
+    # a committed plot this run did not draw (a run that never retrieved) would show another run's figures
+    assert sorted(p.name for p in committed.iterdir()) == ["summary.png"]
     report = json.loads((tmp_path / "benchmarks" / "results" / "demo_eval.json").read_text())
     assert set(report["run_seconds"]) == {"build_store", "train", "eval", "total"}
     assert "make demo: whole run" in run.stdout

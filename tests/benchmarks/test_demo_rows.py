@@ -25,6 +25,8 @@ def test_a_new_result_changes_the_rows_and_the_rewrite_puts_them_in_place():
     scored = changed["sets"][changed["split"]]["rows"]
     scored["trained"]["pass@1"], scored["trained"]["pass@1_ci95"] = 0.5, [0.4, 0.6]
     scored["grpo_same_rollouts"]["pass@1_ci95"] = [0.2, 0.39]
+    scored["sft_on_store"]["pass@1"], scored["sft_on_store"]["pass@1_ci95"] = 0.25, [0.15, 0.35]
+    scored["warm_start"]["pass@1"], scored["warm_start"]["pass@1_ci95"] = 0.1, [0.05, 0.2]
     new = rows.demo_rows(changed, markdown)
     assert new != rows.demo_rows(report, markdown)
     assert "1234 s (build-store" in new[1] and "trained 0.500 (0.400-0.600)" in new[0]
