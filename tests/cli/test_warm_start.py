@@ -427,3 +427,90 @@ def _equal_time_history(tmp_path, tiny_model_dir, steps: int, max_seconds: float
                min_reward=1.0, use_cpu=True, seed=0, bf16=False, batch_size=2, max_seconds=max_seconds,
                folder="sft-same-time")
     return json.loads((tmp_path / "out" / "sft-same-time" / "sft_history.json").read_text())
+
+
+WARM_START_SETTINGS = dict(steps=2, learning_rate=1e-3, min_reward=1.0, use_cpu=True, seed=0, bf16=False,
+                           batch_size=2)
+
+
+def _lora(**fields) -> dict:
+    from rapo_trl.cli.warm_start import LORA
+
+    return {"lora": {**LORA, **fields}}
+
+
+def _other_tokens(call) -> None:
+    """A tokenizer that splits the same text into other tokens, as an edited tokenizer.json in the model's folder
+    (its weights untouched) would: the examples' questions say "seven"."""
+    from tokenizers import normalizers
+
+    call["tokenizer"].backend_tokenizer.normalizer = normalizers.Replace("seven", "7")
+
+
+def _chat_template_edited(call) -> None:
+    call["tokenizer"].chat_template = "Chat:\n" + call["tokenizer"].chat_template
+
+
+def _with_system_prompt(call) -> None:
+    call["rows"] = call["rows"].map(lambda row: {"prompt": [{"role": "system", "content": "Use tools."}, *row["prompt"]]})
+
+
+def _other_trajectory(call) -> None:
+    call["store"].add_trajectories([GOOD.replace("compute", "multiply")], [2.0], ["q1"], prompts=["six times seven"])
+
+
+def _two_processes(call) -> None:
+    call["environment"]["WORLD_SIZE"] = "2"  # accelerate launch / torchrun: twice the examples in each step
+
+
+WARM_START_INPUTS = {
+    "steps": {"steps": 3}, "learning_rate": {"learning_rate": 2e-3}, "batch_size": {"batch_size": 4},
+    "seed": {"seed": 1}, "bf16": {"bf16": True}, "fp16": {"fp16": True}, "merge": {"merge": True},
+    "lora_r": _lora(r=8), "lora_alpha": _lora(lora_alpha=16), "lora_dropout": _lora(lora_dropout=0.1),
+    "lora_target_modules": _lora(target_modules=["q_proj", "v_proj"]),
+    "lora_modules_to_save": _lora(modules_to_save=["lm_head"]),
+    "model_init_kwargs": {"model_init_kwargs": {"attn_implementation": "eager"}},
+    "retrieved_share": {"retrieved_share": 0.5}, "chat_template_kwargs": {"chat_template_kwargs": {"x": 1}},
+    "min_reward": {"min_reward": 2.0},  # q1's second trajectory alone is imitated (_other_trajectory below)
+    "tokenizer": _other_tokens, "chat_template": _chat_template_edited, "system_prompt": _with_system_prompt,
+    "store": _other_trajectory, "processes": _two_processes,
+}
+
+
+@pytest.mark.parametrize("changed", list(WARM_START_INPUTS))
+def test_each_input_of_the_warm_start_keys_it(changed, tiny_model_dir, tmp_path, monkeypatch):
+    # A warm start is reused whenever its key matches: an input that changes its weights but not its key leaves the
+    # one trained on the old input reused, silently.
+    from transformers import AutoTokenizer
+
+    from rapo_trl.cli import warm_start as module
+
+    keys = []
+
+    def reused(target, key):  # the key warm_start computes, and no training
+        keys.append(key)
+        return True
+
+    monkeypatch.setattr(module, "cached_warm_start", reused)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+    def key_of(change) -> str:
+        store, rows = _store_and_rows(tmp_path / f"call{len(keys)}")
+        if changed == "min_reward":
+            _other_trajectory({"store": store})
+        call = {"tokenizer": AutoTokenizer.from_pretrained(tiny_model_dir), "rows": rows, "store": store,
+                "environment": {}, "settings": dict(WARM_START_SETTINGS)}
+        if callable(change):
+            change(call)
+        elif change:
+            call["settings"].update(change)
+        for name, value in call["environment"].items():
+            monkeypatch.setenv(name, value)
+        module.warm_start(str(tiny_model_dir), call["tokenizer"], call["rows"], call["store"],
+                          str(tmp_path / "out"), **call["settings"])
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        return keys[-1]
+
+    unchanged = key_of(None)
+    assert key_of(None) == unchanged  # the same inputs: reused
+    assert key_of(WARM_START_INPUTS[changed]) != unchanged

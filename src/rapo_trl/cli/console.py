@@ -25,6 +25,12 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK") or 0) == 0
 
 
+def launched_processes() -> int:
+    """How many processes this launch trains in (``WORLD_SIZE``, which ``torchrun`` and ``accelerate launch`` give
+    each of them), 1 when run alone: read from the environment, before any process group exists."""
+    return int(os.environ.get("WORLD_SIZE") or 1)
+
+
 def say(line: str) -> None:
     """Print ``line`` in the launch's first process alone: under ``torchrun`` every process runs the command, and
     would repeat each of its lines once per process."""

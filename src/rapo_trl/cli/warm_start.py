@@ -19,7 +19,7 @@ import logging
 import time
 from pathlib import Path
 
-from rapo_trl.cli.console import is_main_process, say
+from rapo_trl.cli.console import is_main_process, launched_processes, say
 from rapo_trl.cli.errors import UsageError
 from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
 from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
@@ -167,8 +167,8 @@ _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
 def warm_start_key(model_path: str, examples: list[dict], **settings) -> str:
     """What a warm start depends on, hashed: the base model (its path and its weight files' sizes and times, or for
     a hub id the commit its revision names in the local cache), the SFT examples (the store's trajectories for the
-    demonstrated questions), the settings (the chat template that renders the examples among them), and package
-    versions."""
+    demonstrated questions), the settings (the tokenizer and chat template that render the examples, and the
+    launch's process count, among them), and package versions."""
     from importlib import metadata
 
     weights = _fingerprint(model_path)
@@ -221,6 +221,20 @@ def _hub_commit(model: str, revision: str | None) -> str | None:
         if isinstance(found, str):
             return Path(found).parent.name
     return None
+
+
+def _tokenizer_fingerprint(tokenizer) -> str | None:
+    """How ``tokenizer`` splits text, hashed: its vocabulary, merges, normalizer and added tokens as the tokenizers
+    library writes them (a tokenizer.json edited in the model's folder, the weights untouched, tokenizes the examples
+    otherwise), or its vocabulary where it has no such backend; None without a tokenizer."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        written = backend.to_str()
+    elif hasattr(tokenizer, "get_vocab"):
+        written = json.dumps(sorted(tokenizer.get_vocab().items()))
+    else:
+        return None
+    return hashlib.sha256(written.encode()).hexdigest()
 
 
 def _stable_json(value):
@@ -279,15 +293,20 @@ def warm_start(model_path: str, tokenizer, rows, store, output_dir: str, steps: 
     target = Path(output_dir) / folder
     key = None
     if max_seconds is None:  # a clock-bounded run (the equal-time baseline) depends on the clock: never reused
+        processes = launched_processes()
         key = warm_start_key(model_path, examples, steps=steps, learning_rate=learning_rate, batch_size=batch_size,
                              seed=seed, bf16=bool(bf16), fp16=bool(fp16), merge=merge,
                              lora=lora.to_dict() if hasattr(lora, "to_dict") else lora or LORA,
                              start_adapter=start_adapter, model_init_kwargs=model_init_kwargs or {},
                              chat_template=getattr(tokenizer, "chat_template", None),  # renders the examples
+                             tokenizer=_tokenizer_fingerprint(tokenizer),  # splits them into tokens
                              **({"start_adapter_files": _fingerprint(start_adapter)} if start_adapter else {}),
                              **({"retrieved_share": retrieved_share} if retrieved_share > 0 else {}),
                              # they render the examples too; keyed only when set: an unset run keeps its key
-                             **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}))
+                             **({"chat_template_kwargs": chat_template_kwargs} if chat_template_kwargs else {}),
+                             # each process trains on its own batch_size examples a step, so the launch's size
+                             # sets the batch each step averages over; keyed only above 1: a lone run keeps its key
+                             **({"processes": processes} if processes > 1 else {}))
         if cached_warm_start(target, key):
             logger.info("SFT %s: reusing %s (same model, examples, settings and versions)", folder, target)
             say(f"Warm start reused from {target} (same model, examples, settings and package versions).")
