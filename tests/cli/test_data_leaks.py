@@ -195,6 +195,7 @@ def test_eval_refuses_questions_whose_stored_solutions_training_retrieved(tmp_pa
 
     from rapo_trl.cli import evaluate, model_scoring
     from rapo_trl.cli.common import load_questions
+    from rapo_trl.cli.run_record import record_run_finished
 
     builder = _recipe(tmp_path, "build-store", "--train_size", "20")[0]
     _store_as_build_store_fills_it(builder)
@@ -206,6 +207,7 @@ def test_eval_refuses_questions_whose_stored_solutions_training_retrieved(tmp_pa
     held = tmp_path / "eval.jsonl"
     held.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in only_stored[:3]))
     shutil.copytree(tiny_model_dir, tmp_path / "model", dirs_exist_ok=True)
+    record_run_finished(str(tmp_path / "model"))  # as the run does once it has saved its model
     monkeypatch.setattr(model_scoring, "load_policy", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(UsageError, match=r"eval set 'eval' holds 3 of its 3 questions whose solutions the store "
                                          r"collection\(s\) 'traces' .* held"):

@@ -39,6 +39,7 @@ from rapo_trl.cli.run_record import (
     baseline_run_id,
     read_run_record,
     refuse_trained_questions,
+    refuse_unfinished_run,
     refuse_what_eval_cannot_run,
     use_trained_tools,
 )
@@ -196,6 +197,7 @@ def check(script, rapo_args, model_args) -> None:
         raise UsageError(f"eval model: {problem}")
     elif script.eval_base and not model_args.model_name_or_path and _base_of(_target(script, rapo_args)):
         check_model(_base_of(_target(script, rapo_args)))  # the adapter's base, evaluated first
+    refuse_unfinished_run(_target(script, rapo_args))
     refuse_what_eval_cannot_run(script, _target(script, rapo_args))
     if script.eval_base and model_args.model_name_or_path:
         check_model(model_args.model_name_or_path, model_args.model_revision)

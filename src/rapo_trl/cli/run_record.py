@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rapo_trl.cli.errors import UsageError
-from rapo_trl.saved_checkpoints import RUN_RECORD, saved_run_id
+from rapo_trl.saved_checkpoints import RUN_RECORD, checkpoint_saved_last, saved_run_id
 
 RUN_ID_FILE = "rapo_run_id.json"
 """The file in each baseline folder that names the run that finished the baseline (``{"run_id": ...}``): a later run
@@ -22,7 +22,7 @@ logger = logging.getLogger("rapo_trl.cli")
 def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, environment_factory: str | None,
                      task: str, base_model: str | None = None, trained_questions: Iterable[str] = (),
                      baselines: Iterable[str] | None = None, run_id: str | None = None,
-                     stored_questions: dict | None = None) -> None:
+                     stored_questions: dict | None = None, finished: bool | None = None) -> None:
     """Record how the run's policy calls tools: ``tools`` as the command names them (built-in names, import
     paths), ``tool_protocol`` (``"tags"`` or ``"json"``), the environment's import path; ``base_model``, what
     a pushed adapter names as its base (``rapo push`` reads it); the questions it trained on, as hashes of their
@@ -30,7 +30,8 @@ def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, envi
     ``rapo eval``'s models: it scores no other folder, such as one an earlier run left in the same output_dir); and the
     ``run_id`` its baselines are stamped with (`stamp_baseline`: ``rapo eval`` scores no baseline another run made);
     and ``stored_questions``, the questions of the store collections it retrieved from or imitated
-    (`stored_questions_record`), which ``rapo eval`` refuses too."""
+    (`stored_questions_record`), which ``rapo eval`` refuses too; and whether the run ``finished``, saved its model
+    (`record_run_finished`): ``None`` writes nothing, as records of older versions hold, which are scored."""
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     record = {"task": task, "tools": list(tools), "tool_protocol": tool_protocol,
               "environment_factory": environment_factory, "base_model": base_model}
@@ -38,12 +39,37 @@ def write_run_record(output_dir: str, tools: list[str], tool_protocol: str, envi
         record["baselines"] = list(baselines)
     if run_id is not None:
         record["run_id"] = run_id
+    if finished is not None:
+        record["finished"] = finished
     hashes = question_hashes(trained_questions)
     if hashes:
         record["trained_question_hashes"] = sorted(hashes)
     if stored_questions and stored_questions.get("store_question_hashes"):
         record.update(stored_questions)
     (Path(output_dir) / RUN_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def record_run_finished(output_dir: str) -> None:
+    """Record in ``output_dir`` that its run saved its model there."""
+    path = Path(output_dir) / RUN_RECORD
+    path.write_text(json.dumps({**json.loads(path.read_text()), "finished": True}, indent=2) + "\n")
+
+
+def refuse_unfinished_run(target: str) -> None:
+    """Refuse, in one line, to score the model in ``target`` as its recorded run's when that run stopped before it
+    saved its model: the record is written as a run starts, so the model there is an earlier run's in the same
+    output_dir (one with ``save_strategy`` no saves nothing until its end). A checkpoint holds no record of its own:
+    it is the stopped run's, and scored."""
+    path = Path(target) / RUN_RECORD
+    record = json.loads(path.read_text()) if path.is_file() else {}
+    if record.get("finished") is not False:
+        return
+    checkpoint = checkpoint_saved_last(target)
+    then = (f"give --eval_model {checkpoint} (its newest checkpoint), or resume it to its end with "
+            "--resume_from_checkpoint" if checkpoint else "train it again to its end")
+    raise UsageError(f"{target}: the run its {RUN_RECORD} records (run {record.get('run_id')}) did not finish, it "
+                     "stopped before it saved its model, so the model there is an earlier run's in the same output_dir "
+                     f"(or a half-saved one), not the recorded run's: {then}")
 
 
 def run_id_for(output_dir: str, resume: str | None) -> str | None:

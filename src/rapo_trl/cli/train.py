@@ -27,7 +27,13 @@ from rapo_trl.cli.environment import check_environment, check_tool_protocol
 from rapo_trl.cli.grpo_alongside import check_grpo_alongside, grpo_alongside
 from rapo_trl.cli.grpo_baseline import train_grpo_baseline
 from rapo_trl.cli.rewards import training_rewards
-from rapo_trl.cli.run_record import run_id_for, stored_questions_record, unstamp_baseline, write_run_record
+from rapo_trl.cli.run_record import (
+    record_run_finished,
+    run_id_for,
+    stored_questions_record,
+    unstamp_baseline,
+    write_run_record,
+)
 from rapo_trl.cli.saved_history import save_history_and_plots
 from rapo_trl.cli.trainer_build import build_trainer, load_policy_source, load_training_data
 
@@ -254,10 +260,12 @@ def run(script, rapo_args, model_args, *, checked: bool = False) -> dict:
             write_run_record(rapo_args.output_dir, tool_names(script) if data.tools else [], trainer.tool_protocol,
                              script.environment_factory, script.task, base_model=pushed_base,
                              trained_questions=_questions(rows, demo_rows), baselines=_baselines(script),
-                             run_id=run_id, stored_questions=stored_questions_record(trained_from, first_keys))
+                             run_id=run_id, stored_questions=stored_questions_record(trained_from, first_keys),
+                             finished=False)  # until its model is saved: an earlier run's may lie there till then
         result = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(rapo_args.output_dir)
         if trainer.is_world_process_zero():
+            record_run_finished(rapo_args.output_dir)
             dropped = drop_replaced_evaluation(rapo_args.output_dir)
             if dropped:
                 say(f"Removed {', '.join(dropped)}: they scored the model this run replaced (`rapo eval` scores "
