@@ -74,3 +74,20 @@ def test_the_refusal_names_the_stopped_runs_newest_checkpoint(tiny_model_dir, tm
     with pytest.raises(UsageError, match=rf"\(run stopped\) did not finish.*give --eval_model "
                                          rf"{re.escape(str(run / 'checkpoint-3'))} \(its newest checkpoint\)"):
         evaluate.check(*parse_recipe("eval", ["--eval_model", str(run), "--eval_base", "false"]))
+
+
+def test_push_refuses_the_earlier_runs_model_beside_a_run_that_stopped(tiny_model_dir, tmp_path):
+    """`rapo push` would upload the earlier run's weights under the stopped run's recorded base and card."""
+    import shutil
+
+    from rapo_trl.cli.push import push_run
+    from rapo_trl.cli.run_record import write_run_record
+
+    run = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, run)  # an earlier run's model
+    write_run_record(str(run), ["python"], "tags", None, "arithmetic", run_id="stopped", finished=False)
+    (run / "checkpoint-3").mkdir()
+    (run / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    with pytest.raises(UsageError, match=rf"\(run stopped\) did not finish.*push "
+                                         rf"{re.escape(str(run / 'checkpoint-3'))} \(its newest checkpoint\)"):
+        push_run(run, "someone/model", api=object())  # refused before anything reaches the Hub

@@ -28,6 +28,15 @@ MODEL_WEIGHTS = {ADAPTER_CONFIG: ("adapter_model.safetensors", "adapter_model.bi
                                  "pytorch_model.bin.index.json")}
 
 
+def check_pushable(output_dir: str | Path) -> None:
+    """Refuse a run folder whose model is not whole (`check_weights`) or is not its recorded run's: a run that stopped
+    before it saved its model leaves an earlier run's beside its record, which would be pushed under its base and card."""
+    from rapo_trl.cli.run_record import refuse_unfinished_run
+
+    check_weights(output_dir)
+    refuse_unfinished_run(str(output_dir), use_checkpoint="push {}")
+
+
 def check_weights(output_dir: str | Path) -> None:
     """Refuse a run folder whose model is not whole: a config without the weights beside it, or a shard index naming a
     shard that is missing (a save that stopped part way, a folder copied in part). Pushed, the repo would hold a
@@ -188,7 +197,7 @@ def push_run(output_dir: str | Path, repo_id: str | None = None, base_name: str 
     from rapo_trl.cli.run_record import read_run_record
 
     output_dir = Path(output_dir)
-    check_weights(output_dir)
+    check_pushable(output_dir)
     base = base_name or (read_run_record(str(output_dir)) or {}).get("base_model")
     if base is None and (output_dir / ADAPTER_CONFIG).is_file():  # a run recorded before its base was
         base = json.loads((output_dir / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")

@@ -25,13 +25,13 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> str:
     from rapo_trl.cli.errors import UsageError
-    from rapo_trl.cli.push import check_can_push, check_repo_id, check_weights, push_run
+    from rapo_trl.cli.push import check_can_push, check_pushable, check_repo_id, push_run
 
     if not (Path(args.run) / "config.json").is_file() and not (Path(args.run) / "adapter_config.json").is_file():
         raise UsageError(f"{args.run} is no trained run (no config.json or adapter_config.json); give a `rapo train` "
                          "output_dir")
     check_repo_id(args.hub_model_id, args.run)
-    check_weights(args.run)
+    check_pushable(args.run)
     check_can_push(args.hub_token)
     repo, base = push_run(args.run, args.hub_model_id, args.base_model_name, include_warm_start=args.push_warm_start,
                           token=args.hub_token, private=args.hub_private_repo or None, revision=args.hub_revision)

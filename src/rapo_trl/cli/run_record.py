@@ -55,17 +55,17 @@ def record_run_finished(output_dir: str) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), "finished": True}, indent=2) + "\n")
 
 
-def refuse_unfinished_run(target: str) -> None:
-    """Refuse, in one line, to score the model in ``target`` as its recorded run's when that run stopped before it
-    saved its model: the record is written as a run starts, so the model there is an earlier run's in the same
-    output_dir (one with ``save_strategy`` no saves nothing until its end). A checkpoint holds no record of its own:
-    it is the stopped run's, and scored."""
+def refuse_unfinished_run(target: str, use_checkpoint: str = "give --eval_model {}") -> None:
+    """Refuse, in one line, to score (or push) the model in ``target`` as its recorded run's when that run stopped
+    before it saved its model: the record is written as a run starts, so the model there is an earlier run's in the
+    same output_dir (one with ``save_strategy`` no saves nothing until its end). A checkpoint holds no record of its
+    own: it is the stopped run's, and ``use_checkpoint`` says how to use it instead."""
     path = Path(target) / RUN_RECORD
     record = json.loads(path.read_text()) if path.is_file() else {}
     if record.get("finished") is not False:
         return
     checkpoint = checkpoint_saved_last(target)
-    then = (f"give --eval_model {checkpoint} (its newest checkpoint), or resume it to its end with "
+    then = (f"{use_checkpoint.format(checkpoint)} (its newest checkpoint), or resume it to its end with "
             "--resume_from_checkpoint" if checkpoint else "train it again to its end")
     raise UsageError(f"{target}: the run its {RUN_RECORD} records (run {record.get('run_id')}) did not finish, it "
                      "stopped before it saved its model, so the model there is an earlier run's in the same output_dir "
