@@ -85,7 +85,8 @@ def test_train_lora_with_retrieval_saves_an_adapter(cli_runs, cli_work):
     assert re.fullmatch(r"[0-9a-f]{32}", record.pop("run_id"))  # a new run: an id of its own
     assert record == {
         "task": "arithmetic", "tools": ["python"], "tool_protocol": "tags", "environment_factory": None,
-        "base_model": str(Path(base["model_name_or_path"]).resolve()), "baselines": []}  # no baseline beside it
+        "base_model": str(Path(base["model_name_or_path"]).resolve()), "baselines": [],  # no baseline beside it
+        "finished": True}  # it saved its model: rapo eval scores it
     # the questions it trained on, which rapo eval refuses to ask
     assert set(trained_on) == question_hashes(load_questions(parse_recipe("train", ["--config", str(
         cli_work[0] / "recipe.yaml")])[0], "train")["question"])
