@@ -145,8 +145,10 @@ class RAPOConfig(GRPOConfig):
         Log-probs per token the `"topk"` and `"topk_mean"` estimators use.
     score_retrieved_blocks (`bool`, *optional*, defaults to `False`):
         Whether reward functions see the retrieved blocks. By default they are removed (by token span)
-        before scoring, so a retrieved `<answer>` cannot be counted as the policy's. A stored step inserted as
-        the policy's own (`retrieved_step_as_own`) is no block: it is always scored.
+        before scoring, so a retrieved `<answer>` cannot be counted as the policy's. On, RAPO's outcome reward
+        scores them too (a handed answer and the policy's own are two answers: a format failure, as the
+        reference code scores them). A stored step inserted as the policy's own (`retrieved_step_as_own`) is no
+        block: it is always scored.
 
     > Groups without signal (beyond the paper)
 

@@ -120,3 +120,25 @@ def test_the_trainer_refuses_them_before_the_model_loads(tmp_path):
     with pytest.raises(ValueError, match=re.escape("needs the column(s) solution")):
         RAPOTrainer("no/such-model", [accuracy_reward], args=RAPOConfig(**common_args(tmp_path)),
                     train_dataset=_rows(answer="4"), tools=[EchoTool()])
+
+
+RETRIEVED_ANSWER = ("<think>x</think><python>print(4)</python>\n<result>\n4\n</result>\n"
+                    "<retrieve><answer>\\boxed{4}</answer></retrieve><think>so</think><answer>\\boxed{4}</answer>")
+
+
+def test_score_retrieved_blocks_reaches_rewards_that_strip_them_by_pattern(tiny_model_dir, tmp_path, caplog):
+    """The trainer's reward view keeps the blocks with the option on; RAPO's outcome reward, which strips them by
+    pattern by default, would undo it (the reference code scores a handed answer and the policy's own as two)."""
+    args = RAPOConfig(**common_args(tmp_path), score_retrieved_blocks=True)
+    with caplog.at_level("WARNING"):
+        trainer = RAPOTrainer(str(tiny_model_dir), [rapo_outcome_reward, f1_reward], args=args,
+                              train_dataset=dataset().add_column("answer", ["7"]), tools=[EchoTool()])
+    outcome, answer_only = trainer.reward_funcs
+    assert score(outcome, RETRIEVED_ANSWER) == -1.0  # two answers: the format check fails, as the reference scores
+    assert score(rapo_outcome_reward, RETRIEVED_ANSWER) > 0  # the caller's object is unchanged
+    # an answer-only reward always reads the answer outside the blocks: named, not changed
+    assert answer_only is f1_reward or getattr(answer_only, "func", None) is f1_reward
+    assert "f1_reward" in caplog.text and "score_retrieved_blocks" in caplog.text
+    default = RAPOTrainer(str(tiny_model_dir), [rapo_outcome_reward], args=RAPOConfig(**common_args(tmp_path)),
+                          train_dataset=dataset().add_column("answer", ["7"]), tools=[EchoTool()])
+    assert score(default.reward_funcs[0], RETRIEVED_ANSWER) > 0  # blocks stripped by default

@@ -6,10 +6,13 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import logging
 
 import torch
 
 from rapo_trl.rewards.outcome import RapoOutcomeReward
+
+logger = logging.getLogger("rapo_trl.trainer")
 
 
 def bind_tool_tags(reward_funcs, tool_tags: list[str]):
@@ -39,6 +42,25 @@ def _bind(func, tags: tuple[str, ...]):
     # A partial: TRL sees through it for the reward's name and whether it is async (callable objects included),
     # and a tool_tags given at call time still wins.
     return functools.partial(func, tool_tags=tags)
+
+
+def keep_retrieved_blocks(reward_funcs):
+    """``reward_funcs`` for a trainer whose reward view keeps the retrieved blocks (``score_retrieved_blocks``): a
+    ``RapoOutcomeReward`` that strips them by pattern would undo the option, so it is given a copy that keeps them (the
+    caller's object unchanged); an answer-only reward, which always reads the answer outside them, is named in a
+    warning."""
+    single = not isinstance(reward_funcs, list)
+    kept = []
+    for func in [reward_funcs] if single else reward_funcs:
+        if isinstance(func, RapoOutcomeReward) and func.strip_retrieved:
+            func = copy.copy(func)
+            func.strip_retrieved = False
+        elif getattr(getattr(func, "func", func), "__module__", "") == "rapo_trl.rewards.answer":
+            logger.warning("RAPO: score_retrieved_blocks=True, but %s reads the answer outside the retrieved blocks "
+                           "whatever it is shown: a retrieved answer cannot count for or against it.",
+                           _name(getattr(func, "func", func)))
+        kept.append(func)
+    return kept[0] if single else kept
 
 
 def _takes_tool_tags(func) -> bool:

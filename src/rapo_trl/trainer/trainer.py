@@ -77,7 +77,12 @@ from rapo_trl.trainer.resilience.growth_rollback import growth_tag, new_run_id
 from rapo_trl.trainer.retrieval_view import completion_columns, retrieval_view_metrics
 from rapo_trl.trainer.retrieved_logp import METRIC as RETRIEVED_LOGP_METRIC
 from rapo_trl.trainer.retrieved_logp import RETRIEVED_TOKENS_KEY, retrieved_token_logp, retrieved_tokens
-from rapo_trl.trainer.rewards import bind_tool_tags, check_reward_columns, weighted_rewards
+from rapo_trl.trainer.rewards import (
+    bind_tool_tags,
+    check_reward_columns,
+    keep_retrieved_blocks,
+    weighted_rewards,
+)
 from rapo_trl.trainer.shared_prompt import (
     ROW_KEY,
     regroups_micro_batches,
@@ -167,9 +172,13 @@ class RAPOTrainer(CheckpointingMixin, ModelCardMixin, GRPOTrainer):
         self.rapo_tools = [] if json_tools else list(tools_by_tag(tools).values())
         tool_tags = [tool.tag for tool in self.rapo_tools]
         args = with_frozen_weights_in_half(model, args, peft_config, quantization_config)
+        if not json_tools:
+            reward_funcs = bind_tool_tags(reward_funcs, tool_tags)
+            if args.score_retrieved_blocks:
+                reward_funcs = keep_retrieved_blocks(reward_funcs)
         super().__init__(
             model,
-            reward_funcs if json_tools else bind_tool_tags(reward_funcs, tool_tags),
+            reward_funcs,
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
