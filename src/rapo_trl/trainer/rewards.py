@@ -55,12 +55,18 @@ def keep_retrieved_blocks(reward_funcs):
         if isinstance(func, RapoOutcomeReward) and func.strip_retrieved:
             func = copy.copy(func)
             func.strip_retrieved = False
-        elif getattr(getattr(func, "func", func), "__module__", "") == "rapo_trl.rewards.answer":
+        elif _is_answer_only(getattr(func, "func", func)):
             logger.warning("RAPO: score_retrieved_blocks=True, but %s reads the answer outside the retrieved blocks "
                            "whatever it is shown: a retrieved answer cannot count for or against it.",
                            _name(getattr(func, "func", func)))
         kept.append(func)
     return kept[0] if single else kept
+
+
+def _is_answer_only(func) -> bool:
+    """Whether ``func`` is one of RAPO's answer-only rewards (``rapo_trl/rewards/answer.py``): they read the gold
+    answer and the completion's answer outside its retrieved blocks."""
+    return getattr(func, "__module__", "") == "rapo_trl.rewards.answer"
 
 
 def _takes_tool_tags(func) -> bool:
@@ -100,7 +106,7 @@ def check_reward_columns(reward_funcs, train_dataset) -> None:
                          "columns, or add a 'prompt' column.")
     for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
         # RAPO's outcome reward and every answer-only reward (rapo_trl/rewards/answer.py) read GOLD_COLUMNS.
-        if isinstance(func, RapoOutcomeReward) or getattr(func, "__module__", "") == "rapo_trl.rewards.answer":
+        if isinstance(func, RapoOutcomeReward) or _is_answer_only(func):
             if not set(GOLD_COLUMNS) & set(columns):
                 raise ValueError(f"{_name(func)} reads the gold answer from a column {' or '.join(GOLD_COLUMNS)}, "
                                  f"which train_dataset lacks (it has: {', '.join(columns)}). Rename the answer column "
