@@ -17,6 +17,9 @@ A sitting's files go with its machine, so the steps rebuild whatever is missing 
     setsid nohup .venv/bin/python benchmarks/learning_queue.py run 1 >> runs/queue-1.log 2>&1 < /dev/null &
     .venv/bin/python benchmarks/learning_queue.py sync         # copy finished records of every line and redraw
 
+A line that is not the protocol's (the fidelity arm's, on later code) is named: ``prepare --line bf16-fidelity``,
+then ``run 0 --line bf16-fidelity``; it checks its rebuilt warm start against the record its ``check`` names.
+
 When the two steps differ from the record, the rebuilt warm start is not the one the records started from (another
 CPU's kernels sum in another order): ``prepare`` says so and writes the warm start's fingerprint beside it, and the
 lanes run the line's ``rebuilt_lanes``, whole pairs of a pick and its reference, all from this warm start, whose
@@ -56,6 +59,22 @@ FP32_COMMIT = "5e8abc58dc8cf3a71f9809e0b68ab50e6044bb95"
 J, E = FIXED_PICKS[FP32_COMMIT]
 """The two picks of the ``bf16`` line's stage 2, the best warm-start arm and the best SFT arm: the ``fp32`` line's
 arms, fixed before its runs."""
+FIDELITY_COMMIT = "2394c0e9d8fd435ad90932a640df564461129505"
+"""A commit whose ``score_retrieved_blocks`` reaches RAPO's outcome reward, with the fixes found beside it."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """The run whose first ``CHECK_STEPS`` steps, trained in a line's worktree from its warm start, show whether that
+    warm start and the line's code repeat a record exactly."""
+
+    arm: str
+    seed: int
+    code: str | None = None
+    """The code version of the record compared against; ``None``: the line's own (its worktree's)."""
+    warm_start: str | None = None
+    """The fingerprint of the warm start the record was made from; ``None``: the line's records' own warm start,
+    whose records carry none."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +83,9 @@ class Line:
     rule picks, so its runs pair."""
 
     name: str
-    """The line's arithmetic, ``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs it runs on
-    (``default_precision``)."""
+    """The line's name, and its worktree's: ``rapo-protocol-<name>`` beside this checkout."""
+    arithmetic: str
+    """``"bf16"`` or ``"fp32"``: the precision rule's choice on the CPUs the line runs on (``default_precision``)."""
     commit: str
     """The commit every run of the line trains on."""
     lanes: tuple[tuple[tuple[str, int], ...], ...]
@@ -80,6 +100,14 @@ class Line:
     warm_start_threads: int
     """Torch threads the store and the warm start are built on, before any lane runs (the same at every rebuild, so
     that a rebuilt warm start is the records' one)."""
+    check: Check = Check("grpo", 0)
+    """The record a rebuilt warm start is checked against before the lanes run."""
+
+    @property
+    def names_its_warm_start(self) -> bool:
+        """Whether every record of the line carries its warm start's fingerprint: so when the check's record names
+        one, since the line's records then pair with runs of that warm start, not with the unmarked ones."""
+        return self.check.warm_start is not None
 
     @property
     def worktree(self) -> Path:
@@ -98,7 +126,7 @@ class Line:
 
 
 LINES = {line.name: line for line in (
-    Line("bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", (
+    Line("bf16", "bf16", "839daef6d5de4c97119748fe01142e7bd1f71038", (
         (("rapo_guided_token", 0), ("rapo_guided_failed", 0), (J, 3), ("grpo", 3), (J, 4), ("grpo", 4),
          ("rapo_paper", 0)),
         (("sft_then_grpo", 2), ("rapo_guided_token_anneal", 0), ("sft_then_rapo_guided", 0), (E, 3),
@@ -111,19 +139,28 @@ LINES = {line.name: line for line in (
          ("rapo_guided_token_anneal", 0)),
         (("rapo_paper", 0), ("rapo_paper_scored_blocks", 0), ("sft_then_grpo", 0), ("sft_then_rapo_guided", 0)),
     ), warm_start_threads=1),
-    Line("fp32", FP32_COMMIT, (
+    Line("fp32", "fp32", FP32_COMMIT, (
         (("grpo", 0), (J, 0), ("warm_start", 0), *((arm, seed) for seed in range(1, 5) for arm in ("grpo", J))),
         tuple((arm, seed) for seed in range(5) for arm in ("sft_then_grpo", E)),
     ), rebuilt_lanes=(
         tuple((arm, seed) for seed in range(1, 5) for arm in ("grpo", J)),
         tuple((arm, seed) for seed in (*range(1, 5), 0) for arm in ("sft_then_grpo", E)),
     ), rebuilt_screening=((), ()), warm_start_threads=2),
+    Line("bf16-fidelity", "bf16", FIDELITY_COMMIT, (
+        (("rapo_paper_scored_blocks", 0),), (),
+    ), rebuilt_lanes=(
+        (("rapo_paper", 0), ("rapo_paper_scored_blocks", 0)), (),
+    ), rebuilt_screening=((), ()), warm_start_threads=1,
+        check=Check("rapo_paper", 0, code="8d5c3859c977-74aea9eac1b7", warm_start="182abf71d7cd")),
 )}
 """``bf16``: stage 1's remaining arms at seed 0 and SFT-then-GRPO seed 2 first, then stage 3's seeds 3-4 of the two
 picks (J, E) and their references, then the fidelity pair; from a rebuilt warm start, the goals' pairs, then stage
 1's remaining arms with their seed-0 references and the fidelity pair. ``fp32``: the picks and their references over
 seeds 0-4, each seed's pair together, the warm start scored once after the first pair (the arms chosen before any
-run of the line, from the ``bf16`` line's records; ``learning_comparison_notes.md``)."""
+run of the line, from the ``bf16`` line's records; ``learning_comparison_notes.md``). ``bf16-fidelity``: the
+fidelity arm (retrieved blocks scored, which the ``bf16`` line's code ignored) on code that honours it, checked
+against ``rapo_paper`` seed 0 of the ``bf16`` line from the Zen 4 warm start: if its first steps repeat, the arm
+pairs with that run, else ``rapo_paper`` seed 0 runs again beside it."""
 CHECK_STEPS = 2
 """Steps of the warm-start check. With a linear schedule a run of 2 steps takes its first update at the rate a run
 of 30 takes, so its rewards and losses in steps 1-2 are the record's if the start and the code are."""
@@ -134,29 +171,36 @@ RUN_THREADS = 1
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("prepare")
+    prepare_command = commands.add_parser("prepare")
     lane = commands.add_parser("run")
     lane.add_argument("lane", type=int, choices=range(2))
+    for command in (prepare_command, lane):
+        command.add_argument("--line", choices=sorted(LINES), default=None,
+                             help="another line of this CPU's arithmetic (default: the protocol's line, named by it)")
     commands.add_parser("sync")
     args = parser.parse_args(argv)
     if args.command == "sync":
         sync()
         return
-    line = line_of_this_cpu()
+    line = line_of_this_cpu(args.line)
     if args.command == "prepare":
         prepare(line)
     else:
         run_lane(line, args.lane)
 
 
-def line_of_this_cpu() -> Line:
-    """The line whose arithmetic the precision rule picks on this CPU: its runs pair with that line's records."""
+def line_of_this_cpu(name: str | None = None) -> Line:
+    """The line ``name`` (by default the one named by its arithmetic) if the precision rule picks its arithmetic on
+    this CPU: its runs pair with that line's records only then."""
     from rapo_trl.hardware import default_precision
 
     precision = default_precision("cpu")
-    if precision not in LINES:
+    name = precision if name is None else name
+    if name not in LINES:
         raise SystemExit(f"learning_queue: this CPU trains in {precision}, the arithmetic of no line")
-    line = LINES[precision]
+    line = LINES[name]
+    if line.arithmetic != precision:
+        raise SystemExit(f"learning_queue: the {line.name} line trains in {line.arithmetic}, this CPU in {precision}")
     print(f"learning_queue: this CPU trains in {precision}: the {line.name} line, at {line.commit[:10]}", flush=True)
     return line
 
@@ -171,11 +215,13 @@ def prepare(line: Line) -> None:
               "lanes may start")
         return
     code = worktree_python(line, "-c", CODE_SCRIPT, capture=True).strip()
-    record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), "grpo", 0, code)
+    check = line.check
+    record = recorded_run(load_records(ROOT / RESULTS).get("comparison", []), check.arm, check.seed,
+                          check.code or code, check.warm_start)
     logged = None if line.warm_start.exists() else check_run(line, line.warm_start_threads)  # builds the warm start
     if record is None:
-        print(f"learning_queue: no record of GRPO seed 0 on code {code} yet: its first run makes the one later "
-              "warm starts are checked against; the lanes may start")
+        print(f"learning_queue: no record of {check.arm} seed {check.seed} on code {check.code or code} yet: its "
+              "first run makes the one later warm starts are checked against; the lanes may start")
         write_warm_start_state(line, records_one=True)
         return
     if logged is None or line.warm_start_threads != 1:
@@ -188,10 +234,10 @@ def prepare(line: Line) -> None:
 
 
 def check_run(line: Line, threads: int) -> list[dict]:
-    """GRPO seed 0's first ``CHECK_STEPS`` step logs in ``line``'s worktree, on ``threads`` torch threads; the store
-    and the warm start are built first where they are missing."""
-    steps = worktree_python(line, "-c", CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS), capture=True,
-                            threads=threads)
+    """The first ``CHECK_STEPS`` step logs of the line's check run in its worktree, on ``threads`` torch threads;
+    the store and the warm start are built first where they are missing."""
+    script = CHECK_SCRIPT.format(workdir=WORKDIR, steps=CHECK_STEPS, arm=line.check.arm, seed=line.check.seed)
+    steps = worktree_python(line, "-c", script, capture=True, threads=threads)
     return json.loads(steps.strip().splitlines()[-1])
 
 
@@ -210,18 +256,21 @@ import bench_comparison as bench
 from common import store_built_once, train_from_shared_warm_start
 workdir = Path("{workdir}")
 store = store_built_once(workdir, bench.RECIPE)
-output = workdir / "check-grpo-seed0"
+output = workdir / "check-{arm}-seed{seed}"
 train_from_shared_warm_start(output, workdir / bench.WARM_START_DIR, "--config", bench.RECIPE,
-                             "--store_path", str(store), *bench.run_flags("grpo", 0, {steps}))
+                             "--store_path", str(store), *bench.run_flags("{arm}", {seed}, {steps}))
 print(json.dumps(bench.step_logs(output / "trainer_state.json")))
 """
-"""Run in the worktree: its store, its shared warm start (trained here the first time) and GRPO seed 0 for a few
-steps from it, the step logs printed last."""
+"""Run in the worktree: its store, its shared warm start (trained here the first time) and the line's check run for
+a few steps from it, the step logs printed last."""
 
 
-def recorded_run(records: list[dict], arm: str, seed: int, code: str) -> dict | None:
+def recorded_run(records: list[dict], arm: str, seed: int, code: str, warm_start: str | None = None) -> dict | None:
+    """The first record of ``arm`` and ``seed`` on ``code`` from the warm start of fingerprint ``warm_start``
+    (``None``: from the one the records carry no fingerprint of)."""
     for record in records:
-        if record["arm"] == arm and record["seed"] == seed and record.get("code") == code:
+        if (record["arm"] == arm and record["seed"] == seed and record.get("code") == code
+                and record.get("warm_start") == warm_start):
             return record
     return None
 
@@ -296,10 +345,11 @@ def describe(state: dict) -> str:
     return f"a warm start rebuilt unlike the records' one ({state['fingerprint']}): whole pairs from it"
 
 
-def marked(records: dict, state: dict) -> dict:
+def marked(records: dict, state: dict, line: Line) -> dict:
     """``records`` with each run made from a rebuilt warm start (recorded after ``prepare`` checked it) carrying its
-    fingerprint; records of the records' own warm start are left as they were."""
-    if state is None or state["records_one"]:
+    fingerprint; records of the records' own warm start are left as they were, unless the line names its warm
+    start."""
+    if state is None or (state["records_one"] and not line.names_its_warm_start):
         return records
 
     def mark(record: dict) -> dict:
@@ -311,7 +361,7 @@ def marked(records: dict, state: dict) -> dict:
 
 def sync() -> None:
     """Copy every line's records that this checkout lacks into its ``learning.json``, then redraw the report."""
-    theirs = [marked(load_records(line.worktree / RESULTS), state_if_any(line)) for line in LINES.values()]
+    theirs = [marked(load_records(line.worktree / RESULTS), state_if_any(line), line) for line in LINES.values()]
     added = []
     update_results(ROOT / RESULTS, lambda ours: added.append(sum(merged(ours, records) for records in theirs)))
     print(f"learning_queue: {added[0]} new records copied")

@@ -46,6 +46,60 @@ def test_each_line_runs_on_the_cpus_whose_precision_rule_picks_its_arithmetic(mo
         assert queue.line_of_this_cpu().name == name
 
 
+def test_a_line_named_runs_only_where_its_arithmetic_is_the_cpus(monkeypatch):
+    queue = load_bench("learning_queue")
+    import rapo_trl.hardware as hardware
+
+    monkeypatch.setattr(hardware, "cpu_computes_bf16", lambda: True)
+    assert queue.line_of_this_cpu("bf16-fidelity").name == "bf16-fidelity"
+    monkeypatch.setattr(hardware, "cpu_computes_bf16", lambda: False)
+    with pytest.raises(SystemExit, match="bf16-fidelity line trains in bf16, this CPU in fp32"):
+        queue.line_of_this_cpu("bf16-fidelity")
+
+
+def test_the_fidelity_line_checks_against_the_bf16_lines_run_of_its_warm_start(tmp_path, monkeypatch, capsys):
+    queue = load_bench("learning_queue")
+    line = dataclasses.replace(queue.LINES["bf16-fidelity"], name="probe")
+    check = line.check
+    assert (check.arm, check.seed) == ("rapo_paper", 0)
+    assert {arm for lane in line.lanes for arm, _ in lane} == {"rapo_paper_scored_blocks"}
+    assert f'run_flags("{check.arm}", {check.seed}, 2)' in queue.CHECK_SCRIPT.format(
+        workdir="w", steps=2, arm=check.arm, seed=check.seed)
+    steps = [{"reward": 0.5, "loss": 0.25}, {"reward": 0.75, "loss": -0.125}]
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.setattr(queue, "ROOT", checkout)
+    monkeypatch.setattr(queue, "RESULTS", "learning.json")
+    monkeypatch.setattr(queue, "git", lambda *arguments: None)
+    monkeypatch.setattr(queue.subprocess, "run", lambda *arguments, **options: None)
+    monkeypatch.setattr(queue, "worktree_python", lambda line, *arguments, **options: "code-new\n")
+
+    def check_run(line, threads):
+        (line.worktree / queue.WORKDIR / queue.WARM_START_DIR).mkdir(parents=True, exist_ok=True)
+        return steps
+
+    monkeypatch.setattr(queue, "check_run", check_run)
+    (line.worktree / ".git").mkdir(parents=True)
+    same = {"per_step": {"reward": [0.5, 0.75], "loss": [0.25, -0.125]}}
+    other = {"per_step": {"reward": [0.5, 0.75], "loss": [0.25, -0.5]}}
+    records = [{**_record(check.arm, check.seed, "t0", code=check.code), **other},  # the other warm start's
+               {**_record(check.arm, check.seed, "t1", code="code-new"), **other, "warm_start": check.warm_start},
+               {**_record(check.arm, check.seed, "t2", code=check.code), **same, "warm_start": check.warm_start}]
+    (checkout / "learning.json").write_text(json.dumps({"comparison": records}))
+    queue.prepare(line)
+    state = queue.warm_start_state(line)
+    assert state["records_one"]
+    # its runs pair with the named warm start's, so each record carries the fingerprint even then
+    made = queue.marked({"comparison": [_record("rapo_paper_scored_blocks", 0, "2999-01-01T00:00:00Z")]}, state, line)
+    assert made["comparison"][0]["warm_start"] == state["fingerprint"]
+    records[2]["per_step"] = other["per_step"]
+    (checkout / "learning.json").write_text(json.dumps({"comparison": records}))
+    shutil.rmtree(line.worktree / queue.WORKDIR)
+    queue.prepare(line)
+    assert "step 2 loss: -0.125 here, -0.5 in the record" in capsys.readouterr().out
+    assert not queue.warm_start_state(line)["records_one"]
+
+
 def test_a_sync_copies_the_records_this_checkout_lacks_once_and_in_order():
     queue = load_bench("learning_queue")
     ours = {"comparison": [_record("grpo", 0, "t0")]}
@@ -68,10 +122,12 @@ def test_the_warm_start_check_names_each_step_that_differs_from_the_record():
     assert queue.check_steps(same[:1], record, 2) == ["the check run logged 1 steps, not 2"]
 
 
-def test_the_recorded_run_found_is_of_the_asked_code():
+def test_the_recorded_run_found_is_of_the_asked_code_and_warm_start():
     queue = load_bench("learning_queue")
-    records = [_record("grpo", 0, "t0", code="old"), _record("grpo", 0, "t1", code="new")]
-    assert queue.recorded_run(records, "grpo", 0, "new")["recorded"] == "t1"
+    records = [_record("grpo", 0, "t0", code="old"), {**_record("grpo", 0, "t1", code="new"), "warm_start": "abc"},
+               _record("grpo", 0, "t2", code="new")]
+    assert queue.recorded_run(records, "grpo", 0, "new")["recorded"] == "t2"
+    assert queue.recorded_run(records, "grpo", 0, "new", "abc")["recorded"] == "t1"
     assert queue.recorded_run(records, "grpo", 1, "new") is None
 
 
@@ -169,15 +225,15 @@ def test_a_rebuilt_warm_start_runs_whole_pairs_skips_those_held_and_marks_its_re
     assert len(benched) == len(line.rebuilt_lanes[0]) + len(line.rebuilt_screening[0]) - 1
     assert ("--eval-warm-start",) in benched
     before, after = _record("grpo", 3, "2000-01-01T00:00:00Z"), _record("grpo", 3, "2999-01-01T00:00:00Z")
-    records = queue.marked({"comparison": [before, after], "task": "t"}, state)
+    records = queue.marked({"comparison": [before, after], "task": "t"}, state, line)
     assert "warm_start" not in records["comparison"][0]
     assert records["comparison"][1]["warm_start"] == state["fingerprint"]
-    assert queue.marked({"comparison": [after]}, {**state, "records_one": True}) == {"comparison": [after]}
+    assert queue.marked({"comparison": [after]}, {**state, "records_one": True}, line) == {"comparison": [after]}
 
 
 def test_the_rebuilt_lanes_are_whole_pairs_each_in_one_lane():
     queue = load_bench("learning_queue")
-    for line in queue.LINES.values():
+    for line in (queue.LINES["bf16"], queue.LINES["fp32"]):
         for lane in line.rebuilt_lanes:
             assert len(lane) == len(set(lane)) and len(lane) % 2 == 0
             for (first, seed), (second, other_seed) in zip(lane[::2], lane[1::2], strict=True):
