@@ -395,6 +395,22 @@ def test_a_model_folder_of_pytorch_bin_weights_keys_them(tmp_path):
     assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first
 
 
+def test_a_model_folder_whose_config_is_edited_keys_a_new_warm_start(tmp_path):
+    # The weights untouched, an edited config computes otherwise (here: another rope scaling).
+    import os
+
+    from rapo_trl.cli.warm_start import warm_start_key
+
+    (tmp_path / "config.json").write_text('{"rope_theta": 10000}')
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights")
+    os.utime(weights, (1_000_000_000, 1_000_000_000))
+    first = warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3)
+    assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) == first
+    (tmp_path / "config.json").write_text('{"rope_theta": 500000}')
+    assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first
+
+
 def test_equal_time_sft_trains_for_its_budget_counted_from_its_first_step(tiny_model_dir, tmp_path, monkeypatch):
     """RAPO's time is counted from the start of its training loop (`TrainedSeconds`), so the equal-time baseline's
     budget is spent on training steps too: loading its model and tokenizing its examples come out of neither."""

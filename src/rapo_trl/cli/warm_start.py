@@ -159,7 +159,7 @@ def load_adapter_for_training(model_path: str, adapter: str, model_init_kwargs: 
 
 
 WARM_START_KEY_FILE = "warm_start_key.json"
-_FORMAT = 3  # in the cache key: an older warm start (merged, format 1-2) is made again as an adapter
+_FORMAT = 4  # in the cache key: an older warm start (merged, format 1-2; configs unkeyed, 3) is made again
 LORA = {"r": 16, "lora_alpha": 32, "target_modules": "all-linear"}
 _VERSIONED = ("rapo_trl", "torch", "transformers", "trl", "peft", "datasets")
 
@@ -191,14 +191,23 @@ WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin", "adapter_model.bin")
 """The weight files transformers and PEFT load from a folder: safetensors, or the pickled ones older versions wrote."""
 
 
+CONFIG_FILES = ("config.json", "adapter_config.json")
+"""What a model or an adapter computes with its weights: an edited config (rope scaling, a LoRA's alpha) keeps the
+weight files as they were."""
+
+
 def _fingerprint(path: str | None) -> list:
-    """What a model or adapter folder holds: its weight files' names, sizes and times, and the key it was made under
-    where it is a warm start of its own (a folder trained again keeps its path and, for a LoRA, its sizes)."""
+    """What a model or adapter folder holds: its weight files' names, sizes and times, its config files' contents,
+    and the key it was made under where it is a warm start of its own (a folder trained again keeps its path and, for
+    a LoRA, its sizes)."""
     if path is None or not Path(path).is_dir():
         return []
     folder = Path(path)
     weights = {f for pattern in WEIGHT_FILES for f in folder.glob(pattern)}
     found: list = sorted((f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in weights)
+    for name in CONFIG_FILES:
+        if (folder / name).is_file():
+            found.append([name, hashlib.sha256((folder / name).read_bytes()).hexdigest()])
     stamp = folder / WARM_START_KEY_FILE
     if stamp.is_file():
         found.append(["made_under", stamp.read_text()])
