@@ -1,4 +1,5 @@
-"""The comparison's report: one table over arms (seeds pooled, intervals over seeds) and the reward curves.
+"""The comparison's report: one table over arms per code version and warm start (seeds pooled, intervals over seeds)
+and the reward curves.
 
 Written by ``bench_comparison.py`` from every record of the ``comparison`` list in ``learning.json``; a notes file
 beside the report (``learning_comparison_notes.md``) holds the hand-written reading and survives each redraw.
@@ -6,6 +7,7 @@ beside the report (``learning_comparison_notes.md``) holds the hand-written read
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +16,7 @@ from common import machine_line, markdown_table, with_notes
 from learning_goals import fixed_picks, goal_section, picks_section
 from learning_stages import (
     FRESH,
+    by_warm_start,
     cell,
     interval_cell,
     joined_versions,
@@ -43,17 +46,30 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
              "are over seeds (Student's t); the difference to GRPO pairs runs of the same seed. The per-question "
              "differences pair each fresh question's mean@4 with the reference's of the same seed and question, the "
              "interval a bootstrap over questions (a question's seeds resampled together). Runs compare only "
-             "within one code version (the git tree of `src` and the recipe's settings): one table each, newest first; "
-             "a later version whose GRPO and SFT-then-GRPO seed 0 repeat an earlier one's step for step joins its "
-             "table.", ""]
+             "within one code version (the git tree of `src` and the recipe's settings) and one warm start: one "
+             "section per version, newest first, and in it one table per warm start; a later version whose GRPO and "
+             "SFT-then-GRPO seed 0 repeat an earlier one's step for step joins its section.", ""]
     for index, version in enumerate(versions):
         members = [r for r in records if r.get("code", "?") == version]
-        lines += _version_section(version, members, arms, png_path if index == 0 else version_plot(png_path, version))
+        runs = [r for r in members if r["arm"] != "warm_start"]
+        lines += [f"## Code {version}", "", "Commits: " + ", ".join(sorted({r["commit"][:10] for r in members}))
+                  + (f". Machine of the last run: {machine_line(runs[-1]['machine'])}." if runs else "."), ""]
         lines += [f"Code {later} repeats this version (GRPO and SFT-then-GRPO seed 0: the same reward and loss at "
-                  "every step), so its runs are in this table; where both ran an arm and seed, this version's run is "
-                  "shown." for later in joined.get(version, [])] + ([""] if version in joined else [])
+                  "every step), so its runs are in this version's tables; where both ran an arm and seed from one "
+                  "warm start, this version's run is shown." for later in joined.get(version, [])]
+        lines += [""] if version in joined else []
         picks = fixed_picks(members)
-        lines += picks_section(picks) if picks else screen_section(members, markdown_table)
+        groups = by_warm_start(members)
+        for position, (warm_start, group) in enumerate(groups.items()):
+            plot = png_path if index == 0 else version_plot(png_path, version)
+            if position > 0:
+                plot = version_plot(png_path, f"{version}_{re.sub(r'[^A-Za-z0-9]+', '-', warm_start).strip('-')}")
+            heading = _warm_start_heading(warm_start, group) if len(groups) > 1 else None
+            lines += _arms_section(group, arms, plot, heading)
+            if not picks:
+                lines += screen_section(group, markdown_table, picks=position == 0,
+                                        heading="####" if heading else "###")
+        lines += picks_section(picks) if picks else []
         version_rescored = [r for r in rescored if r.get("code", "?") == version]
         lines += rescored_section(version_rescored, markdown_table, _per_question)
         lines += goal_section(members, version_rescored, markdown_table)
@@ -68,13 +84,22 @@ def version_plot(png_path: Path, version: str) -> Path:
     return png_path.with_name(f"{png_path.stem}_{version}{png_path.suffix}")
 
 
-def _version_section(version: str, records: list[dict], arms: Sequence[str], png_path: Path) -> list[str]:
+def _warm_start_heading(warm_start: str, records: list[dict]) -> str:
+    """A warm start's subsection in a version's section: by its fingerprint where its runs carry one (rebuilt on
+    another CPU), else by the CPU it was built on."""
+    if any("warm_start" in r for r in records):
+        return f"### From warm start {warm_start}, rebuilt on {records[0].get('machine', {}).get('cpu', '?')}"
+    return f"### From the warm start built on {warm_start}"
+
+
+def _arms_section(records: list[dict], arms: Sequence[str], png_path: Path, heading: str | None) -> list[str]:
+    """The arms' table and curves of one code version's runs from one warm start: pairs (the differences to GRPO and
+    SFT-then-GRPO) never cross warm starts."""
     runs = [r for r in records if r["arm"] != "warm_start"]
     by_arm = {arm: sorted((r for r in runs if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
     by_arm = {arm: members for arm, members in by_arm.items() if members}
     warm = [r for r in records if r["arm"] == "warm_start"]
-    lines = [f"## Code {version}", "", "Commits: " + ", ".join(sorted({r["commit"][:10] for r in records}))
-             + (f". Machine of the last run: {machine_line(runs[-1]['machine'])}." if runs else "."), ""]
+    lines = [heading, ""] if heading else []
     lines += markdown_table(
         ["arm", "flags", "seeds", f"{FRESH} mean@4 per seed", "mean@4 (95% CI over seeds)",
          "minus GRPO (95% CI, paired)", "minus GRPO, per question", "minus SFT-then-GRPO, per question",

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable, Sequence
 
 from common import mean_interval
-from learning_stages import interval_cell, reference_of, screen, warm_start_of
+from learning_stages import first_warm_start, interval_cell, reference_of, screen, warm_start_of
 from paired_questions import FRESH, cluster_bootstrap, interval_text, paired_text, per_question_difference
 
 GOAL_SEEDS = 5
@@ -52,7 +52,7 @@ def goals(records: Sequence[dict], rescored: Sequence[dict] = ()) -> list[dict]:
     per_question (question -> differences), interval (their bootstrap: mean, low, high), on_failed (the same on the
     questions the reference fails elsewhere; SFT group only) and verdict."""
     picks = fixed_picks(records)
-    chosen = {reference_of(arm): arm for arm in picks} if picks else screen(records)[1]
+    chosen = {reference_of(arm): arm for arm in picks} if picks else screen(first_warm_start(records))[1]
     results = []
     for group, reference in GOALS:
         arm = chosen.get(group)

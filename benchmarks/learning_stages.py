@@ -65,6 +65,22 @@ def warm_start_of(record: dict) -> str:
     return record.get("warm_start") or record.get("machine", {}).get("cpu", "")
 
 
+def by_warm_start(records: Sequence[dict]) -> dict[str, list[dict]]:
+    """``warm_start_of`` -> its records, in the order each warm start's first record comes: runs pair, and a lever is
+    judged against its reference and the warm start's own score, only within one warm start."""
+    groups: dict[str, list[dict]] = {}
+    for record in records:
+        groups.setdefault(warm_start_of(record), []).append(record)
+    return groups
+
+
+def first_warm_start(records: Sequence[dict]) -> list[dict]:
+    """The records of the warm start whose record comes first: the one a code version's screen picked from (a warm
+    start rebuilt on another CPU reruns levers beside the picks; its runs change no pick)."""
+    groups = by_warm_start(records)
+    return next(iter(groups.values())) if groups else []
+
+
 def joined_versions(records: Sequence[dict]) -> tuple[list[dict], dict[str, list[str]]]:
     """The records with each later code version that repeats an earlier one (``same_code_versions``) counted as the
     earlier, a run the earlier version already has (same arm, seed and warm start: the same numbers) left out; and
@@ -92,7 +108,8 @@ def reference_of(arm: str) -> str | None:
 
 
 def screen(records: Sequence[dict]) -> tuple[list[dict], dict[str, str]]:
-    """Each lever arm's verdict at the screen's seed, and the arm each group sends on (group: its reference).
+    """Each lever arm's verdict at the screen's seed, and the arm each group sends on (group: its reference), for the
+    records of one warm start (``by_warm_start``).
 
     A verdict is a dict: arm, fresh, reference, line (the reference's fresh minus ``DROP_MARGIN``), verdict. An arm is
     dropped below the warm start or below its line; among the arms kept, a group's best fresh mean@4 goes on, a tie
@@ -163,18 +180,24 @@ def _mean_of(record: dict, name: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def screen_section(records: Sequence[dict], table: Callable[[list[str], list[list[str]]], list[str]]) -> list[str]:
-    """The screen's table and choice for one code version's records; nothing when no lever arm ran at its seed."""
+def screen_section(records: Sequence[dict], table: Callable[[list[str], list[list[str]]], list[str]],
+                   picks: bool = True, heading: str = "###") -> list[str]:
+    """The screen's table and choice for the records of one code version and one warm start; nothing when no lever
+    arm ran at its seed. Without ``picks`` (a warm start after the version's first) the choice is the rule's reading
+    on that warm start, not stage 2's."""
     verdicts, chosen = screen(records)
     if not verdicts:
         return []
     rows = [[v["arm"], f"{v['fresh']:.3f}", v["reference"], cell(v["line"]), cell(v["paired_on_policy"], signed=True),
              cell(v["credit_to_retrieved"]), v["verdict"]] for v in sorted(verdicts, key=lambda v: -v["fresh"])]
-    lines = [f"### Stage 1: the decision rule at seed {SCREEN_SEED}", ""]
+    lines = [f"{heading} Stage 1: the decision rule at seed {SCREEN_SEED}", ""]
     lines += table(["arm", f"{FRESH} mean@4", "reference", "drop line", "on-policy reward minus reference, steps "
                     f"{PAIRED_STEPS.start + 1}-{PAIRED_STEPS.stop}", "credit to retrieved rows", "verdict"], rows)
     goes_on = ", ".join(f"`{arm}` (against `{reference}`)" for reference, arm in chosen.items()) or "none yet"
-    return [*lines, "", f"Stage 2 takes: {goes_on}.", ""]
+    if picks:
+        return [*lines, "", f"Stage 2 takes: {goes_on}.", ""]
+    return [*lines, "", f"The rule's best on this warm start: {goes_on}; stage 2's picks are the first warm start's.",
+            ""]
 
 
 def rescored_section(rescored: Sequence[dict], table: Callable[[list[str], list[list[str]]], list[str]],

@@ -252,3 +252,33 @@ def test_a_later_codes_run_from_another_warm_start_is_no_repeat_and_stays_in_the
     # the same arm and seed from a warm start rebuilt elsewhere is another run, not a repeat of the earlier one
     assert ("sft_then_rapo_guided_token_failed", "f00d") in shown and ("sft_then_grpo", "f00d") in shown
     assert len([r for r in kept if r["arm"] == "grpo"]) == 1  # the repeat of the same start is still shown once
+
+
+def test_each_warm_start_gets_its_own_table_and_screen_and_the_picks_stay_the_first_ones(tmp_path):
+    load_bench("bench_comparison")
+    report, goals_module = load_bench("learning_comparison_report"), load_bench("learning_goals")
+    xeon, rebuilt = {"machine": {"cpu": "Xeon", "cpus": 2}}, {"machine": {"cpu": "EPYC", "cpus": 2}, "warm_start": "f1"}
+    first = [{**_run(arm, fresh, passes=passes), **xeon} for arm, fresh, passes in
+             (("warm_start", 0.18, None), ("grpo", 0.2, [1, 1, 0, 0]), ("rapo_guided", 0.25, None),
+              ("rapo_guided_token", 0.3, [2, 1, 1, 0]))]
+    # rebuilt elsewhere: its warm start scores higher, its reference lower, its GRPO seed 0 far off, and a lever
+    # better than the first warm start's pick
+    second = [{**_run(arm, fresh, passes=passes), **rebuilt} for arm, fresh, passes in
+              (("warm_start", 0.28, None), ("grpo", 0.5, [2, 2, 2, 2]), ("rapo_guided", 0.2, None),
+               ("rapo_guided_failed", 0.45, None), ("rapo_guided_token", 0.25, [1, 1, 1, 1]))]
+    assert _verdicts(first)[0] == {"rapo_guided_token": "kept"}
+    assert _verdicts(second)[0] == {"rapo_guided_failed": "kept", "rapo_guided_token": "dropped: below the warm start"}
+    assert {g["arm"] for g in goals_module.goals(first + second)} == {"rapo_guided_token"}
+    md = tmp_path / "learning_comparison.md"
+    report.write(first + second, md, tmp_path / "plot.png", ["grpo", "rapo_guided", "rapo_guided_token",
+                                                             "rapo_guided_failed"])
+    text = md.read_text()
+    xeon_part = text[text.index("### From the warm start built on Xeon"):text.index("### From warm start f1")]
+    rebuilt_part = text[text.index("### From warm start f1, rebuilt on EPYC"):text.index("### The goals")]
+    # each lever's difference to GRPO pairs the seed of its own warm start: +0.100 and -0.250, never across
+    assert "| rapo_guided_token | - | 1 | 0.300 | 0.300 | +0.100 |" in xeon_part
+    assert "| rapo_guided_token | - | 1 | 0.250 | 0.250 | -0.250 |" in rebuilt_part
+    assert "| warm start | - | - | 0.180 |" in xeon_part and "| warm start | - | - | 0.280 |" in rebuilt_part
+    assert "Stage 2 takes: `rapo_guided_token` (against `rapo_guided`)." in xeon_part
+    assert "The rule's best on this warm start: `rapo_guided_failed`" in rebuilt_part
+    assert (tmp_path / "plot_v_f1.png").exists()
