@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 _LAZY = {
     # training
     "RAPOConfig": "rapo_trl.config",
+    "RECOMMENDED_RETRIEVAL": "rapo_trl.config",
     "RAPOTrainer": "rapo_trl.trainer",
     # trace store
     "TraceStore": "rapo_trl.store",
@@ -59,6 +60,7 @@ __all__ = [
     "PythonTool",
     "RAPOConfig",
     "RAPOTrainer",
+    "RECOMMENDED_RETRIEVAL",
     "RolloutAgent",
     "RolloutConfig",
     "SearchTool",
@@ -87,7 +89,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # the same names for type checkers and IDEs (py.typed), which do not run __getattr__
-    from rapo_trl.config import RAPOConfig
+    from rapo_trl.config import RECOMMENDED_RETRIEVAL, RAPOConfig
     from rapo_trl.embeddings import SentenceTransformerEmbedder
     from rapo_trl.evaluation import evaluate_policy, mean_at_k
     from rapo_trl.hardware import default_device, default_precision

@@ -17,10 +17,8 @@ import random
 from dataclasses import dataclass
 
 from rapo_trl.protocol import PLAN_CLOSE, TOOL_TAGS, encode_retrieved_block
+from rapo_trl.store.sft_examples import STEP_SEPARATOR
 from rapo_trl.store.steps import tool_close
-
-STEP_SEPARATOR = "\n"
-"""Between a trajectory's stored steps when the warm start joins them into one completion."""
 
 IGNORED = -100
 """The label of a token the SFT loss leaves out (the prompt, a retrieved block)."""

@@ -21,27 +21,20 @@ from pathlib import Path
 
 from rapo_trl.cli.console import is_main_process, launched_processes, say
 from rapo_trl.cli.errors import UsageError
-from rapo_trl.cli.retrieved_examples import STEP_SEPARATOR, with_retrieved_examples
+from rapo_trl.cli.retrieved_examples import with_retrieved_examples
 from rapo_trl.cli.run_record import stamp_baseline, unstamp_baseline
 from rapo_trl.hardware import frozen_weights_dtype
+from rapo_trl.store.sft_examples import (
+    STEP_SEPARATOR,
+    best_trajectories,
+    plain_example,
+    trajectory_steps_from_store,
+)
 
 logger = logging.getLogger(__name__)
 
 SFT_MIN_REWARD = 1.0
 """The reward a stored trajectory needs for the SFT stages of ``rapo train`` to imitate it."""
-
-
-def trajectory_steps_from_store(store, min_reward: float) -> dict[str, list[str]]:
-    """``question_id -> steps`` of each question's best stored trajectory with reward >= min_reward, in order."""
-    records = store.to_dataset(include_embeddings=False)
-    steps: dict[str, list[tuple[int, str]]] = {}
-    best: dict[str, tuple[float, str]] = {}
-    for row in records:
-        steps.setdefault(row["trajectory_id"], []).append((row["step_index"], row["value"]))
-        reward = float(row["reward"])
-        if reward >= min_reward and reward > best.get(row["question_id"], (float("-inf"), ""))[0]:
-            best[row["question_id"]] = (reward, row["trajectory_id"])
-    return {qid: [text for _, text in sorted(steps[tid])] for qid, (_, tid) in best.items()}
 
 
 def trajectories_from_store(store, min_reward: float) -> dict[str, str]:
@@ -75,18 +68,11 @@ def warm_start_examples(rows, store, min_reward: float, tokenizer=None, retrieve
     with ``retrieved_share`` > 0, tokenized (``input_ids``, ``labels``) with that share of the questions given a
     second example that carries a retrieved step (`rapo_trl.cli.retrieved_examples`). Either way rendered with
     ``chat_template_kwargs`` (the recipe's, which RL renders its prompts with)."""
-    by_question = trajectory_steps_from_store(store, min_reward)
-    chosen = [(row["prompt"], by_question[row["question_id"]]) for row in rows if row["question_id"] in by_question]
-    if not chosen:
-        name = getattr(getattr(store, "collection", None), "name", None)
-        raise ValueError(f"the store{f' collection {name!r}' if name else ''} holds no trajectory with reward >= "
-                         f"{min_reward:g} of any of these {len(rows)} questions, so there is nothing to imitate")
+    chosen = best_trajectories(rows, store, min_reward)
     if retrieved_share > 0:
         return with_retrieved_examples(chosen, tokenizer, retrieved_share, seed, store.tool_tags,
                                        chat_template_kwargs)
-    return [{"prompt": prompt, "completion": [{"role": "assistant", "content": STEP_SEPARATOR.join(steps)}],
-             **rendered_with(chat_template_kwargs)}
-            for prompt, steps in chosen]
+    return [{**plain_example(prompt, steps), **rendered_with(chat_template_kwargs)} for prompt, steps in chosen]
 
 
 def rendered_with(chat_template_kwargs: dict | None) -> dict:

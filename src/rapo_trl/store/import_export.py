@@ -1,6 +1,7 @@
-"""A trace store as a whole: filled from a dataset or an off-policy agent, exported as a dataset, a folder or a Hub
-dataset repo, read in pages and summarised. The work is in ``dataset_io.py`` and ``agent.py``; these methods are the
-store's way in (``TraceStore.from_dataset`` and ``from_hub``, which make a store, are with its other constructors)."""
+"""A trace store as a whole: filled from a dataset or an off-policy agent, exported as a dataset, a folder, a Hub
+dataset repo or SFT examples, read in pages and summarised. The work is in ``dataset_io.py``, ``agent.py`` and
+``sft_examples.py``; these methods are the store's way in (``TraceStore.from_dataset`` and ``from_hub``, which make a
+store, are with its other constructors)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ class ImportExport:
         from rapo_trl.store.dataset_io import to_dataset
 
         return to_dataset(self, include_embeddings)
+
+    def sft_dataset(self, rows, min_reward: float = 1.0):
+        """A ``datasets.Dataset`` of conversational SFT examples, ready for ``trl.SFTTrainer(train_dataset=...)``: for
+        each of ``rows`` (RL rows as ``to_rapo_rows`` makes them, a dataset or a list of dicts) whose question has a
+        stored trajectory with reward >= ``min_reward``, its ``prompt`` and, as ``completion``, the best such
+        trajectory's steps as one assistant message; what ``rapo train``'s SFT stages imitate. Raises ValueError
+        when no row's question has one."""
+        from datasets import Dataset
+
+        from rapo_trl.store.sft_examples import sft_examples
+
+        return Dataset.from_list(sft_examples(rows, self, min_reward))
 
     def push_to_hub(self, repo_id: str, private: bool | None = None, token=None, include_embeddings: bool = True,
                     commit_message: str = "Upload RAPO trace store") -> str:

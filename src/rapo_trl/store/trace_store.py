@@ -12,7 +12,8 @@ it. The rest of the class is one mixin per concern:
 - ``neighbours.py``: each query's top k nearest keys (its question's records, the local index or Chroma);
 - ``reward_map.py``: the rewards the rule reads, kept in memory and confirmed against Chroma; ``check``;
 - ``writing.py``: adding trajectories and records, deleting;
-- ``import_export.py``: filling from a dataset or an agent, exporting, paging through every record, ``stats``.
+- ``import_export.py``: filling from a dataset or an agent, exporting (SFT examples too), paging through every
+  record, ``stats``.
 """
 
 from __future__ import annotations
