@@ -11,7 +11,7 @@ DEMO = Path(__file__).resolve().parents[1] / "configs" / "demo_cpu.yaml"
 
 def test_the_recommended_retrieval_makes_a_config_that_carries_it(tmp_path):
     config = RAPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **RECOMMENDED_RETRIEVAL)
-    assert config.retrieve_at == ["plan"]
+    assert config.retrieve_at == ["plan"] and config.retrieve_own_question is True
     assert config.retrieve_failed_groups_max_reward == 0.0 and config.retrieve_prob == 1.0
     assert config.retrieved_token_loss_weight == 2.0 and config.retrieved_token_shaping is None
     assert RECOMMENDED_RETRIEVAL["retrieve_at"] == ["plan"]  # the config's own copy, the constant untouched

@@ -419,6 +419,7 @@ class RAPOConfig(GRPOConfig):
 
 RECOMMENDED_RETRIEVAL = {
     "retrieve_at": ["plan"],
+    "retrieve_own_question": True,
     "retrieve_failed_groups_max_reward": 0.0,
     "retrieve_prob": 1.0,
     "retrieved_token_loss_weight": 2.0,
@@ -426,7 +427,7 @@ RECOMMENDED_RETRIEVAL = {
 }
 """The package's measured best retrieval, as RAPOConfig fields (``RAPOConfig(output_dir="out",
 **RECOMMENDED_RETRIEVAL)``; the defaults stay the paper's): only in groups whose on-policy rollouts all failed, every
-hybrid row is shown the question's stored first step (its plan), whose own tokens are learned by their
+hybrid row is shown its own question's stored first step (its plan), whose own tokens are learned by their
 log-likelihood. The second half of the recipe that SFT on the store's trajectories of RL's own questions begins
 (``TraceStore.sft_dataset``), as configs/demo_cpu.yaml runs it. In the learning comparison, over 5 paired seeds after
 SFT on the store, it scored +0.187 fresh mean@4 over SFT-then-GRPO, per question +0.149 to +0.225
