@@ -66,3 +66,30 @@ def test_no_row_with_a_qualifying_trajectory_is_an_error_naming_the_collection_a
         store.sft_dataset([ROWS[1], ROWS[2]])
     with pytest.raises(ValueError, match=r"reward >= 2 of any of these 3 questions"):
         store.sft_dataset(ROWS, min_reward=2.0)
+
+
+def test_records_added_without_a_trajectory_id_are_not_imitated_step_by_step(tmp_path, embedder):
+    # Each record of a dataset without trajectory_id counts as a trajectory of its own: imitated, the best of them
+    # would have been one step of three, the completion stopping mid-way.
+    from rapo_trl.store import StoreConfig, TraceStore
+
+    steps = ["<python>print(12 * 7)</python>\n<result>\n84\n</result>", "<think>Check.</think>",
+             "<answer>\\boxed{84}</answer>"]
+    records = Dataset.from_list([{"key": f"What is 12*7? {index}", "value": value, "reward": 1.0,
+                                  "question_id": SOLVED, "step_index": index, "num_steps": 3}
+                                 for index, value in enumerate(steps)])
+    store = TraceStore.from_dataset(records, tmp_path / "records", embedder=embedder,
+                                    config=StoreConfig(show_progress=False))
+    with pytest.warns(UserWarning, match="3 stored trajectories with reward >= 1 miss steps"):
+        with pytest.raises(ValueError, match="holds no trajectory with reward >= 1"):
+            store.sft_dataset(ROWS[:1])
+
+
+def test_a_trajectory_missing_a_step_gives_way_to_the_next_best_whole_one(store):
+    store.add_trajectories([trajectory("84", tools=1, topic="times seven")], [2.0], [SOLVED],
+                           prompts=["What is 12*7?"])
+    assert store.delete({"$and": [{"step_index": 1}, {"reward": 2.0}]}) == 1  # the reward-2 trajectory's answer step
+    with pytest.warns(UserWarning, match="miss steps"):
+        (example,) = store.sft_dataset(ROWS, min_reward=0.5)
+    assert example["completion"][0]["content"].split() == [
+        word for step in _stored_steps(store, 1.0, SOLVED) for word in step.split()]

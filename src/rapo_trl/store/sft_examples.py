@@ -4,21 +4,45 @@ completion of that question's prompt. What ``rapo train``'s SFT stages imitate (
 
 from __future__ import annotations
 
+import warnings
+
 STEP_SEPARATOR = "\n"
 """Between a trajectory's stored steps when they are joined into one completion."""
 
 
 def trajectory_steps_from_store(store, min_reward: float) -> dict[str, list[str]]:
-    """``question_id -> steps`` of each question's best stored trajectory with reward >= min_reward, in order."""
+    """``question_id -> steps`` of each question's best whole stored trajectory with reward >= min_reward, in order.
+    A trajectory missing steps (`is_whole`) is passed over, with a warning: imitating part of one would teach a
+    completion that stops or starts mid-way."""
     records = store.to_dataset(include_embeddings=False)
     steps: dict[str, list[tuple[int, str]]] = {}
-    best: dict[str, tuple[float, str]] = {}
+    declared: dict[str, int] = {}
+    reward_of: dict[str, tuple[float, str]] = {}
     for row in records:
         steps.setdefault(row["trajectory_id"], []).append((row["step_index"], row["value"]))
-        reward = float(row["reward"])
-        if reward >= min_reward and reward > best.get(row["question_id"], (float("-inf"), ""))[0]:
-            best[row["question_id"]] = (reward, row["trajectory_id"])
+        declared[row["trajectory_id"]] = int(row.get("num_steps") or 0)
+        reward_of[row["trajectory_id"]] = (float(row["reward"]), row["question_id"])
+    best: dict[str, tuple[float, str]] = {}
+    partial = 0
+    for trajectory, (reward, question) in reward_of.items():
+        if reward < min_reward or reward <= best.get(question, (float("-inf"), ""))[0]:
+            continue
+        if not is_whole(sorted(index for index, _ in steps[trajectory]), declared[trajectory]):
+            partial += 1
+            continue
+        best[question] = (reward, trajectory)
+    if partial:
+        warnings.warn(f"{partial} stored trajectories with reward >= {min_reward:g} miss steps and were not imitated: "
+                      "their records do not share a trajectory_id with steps 0 to num_steps - 1 (records added from "
+                      "a dataset without a trajectory_id column each count as a trajectory of their own)",
+                      stacklevel=2)
     return {qid: [text for _, text in sorted(steps[tid])] for qid, (_, tid) in best.items()}
+
+
+def is_whole(step_indices: list[int], num_steps: int) -> bool:
+    """Whether a trajectory's sorted step indices are all of its steps: 0, 1, ... each once, as many as ``num_steps``
+    says where it is known (0: unknown)."""
+    return step_indices == list(range(len(step_indices))) and num_steps in (0, len(step_indices))
 
 
 def best_trajectories(rows, store, min_reward: float) -> list[tuple[object, list[str]]]:
