@@ -379,35 +379,28 @@ def test_a_merged_warm_start_made_where_an_adapter_was_loads_as_the_merge_alone(
     assert all(torch.equal(state[name], tensor) for name, tensor in saved.items())
 
 
-def test_a_model_folder_of_pytorch_bin_weights_keys_them(tmp_path):
+@pytest.mark.parametrize("edited, before, after", [
     # Only *.safetensors were fingerprinted: a local model saved as pytorch_model.bin (as older transformers saved
     # them) and saved again in place with other weights kept the key, and its warm start trained over the old ones.
+    ("pytorch_model.bin", b"old weights", b"other weights"),
+    # The weights untouched, an edited config computes otherwise (here: another rope scaling).
+    ("config.json", b'{"rope_theta": 10000}', b'{"rope_theta": 500000}'),
+], ids=["pytorch_bin_weights", "config"])
+def test_a_model_folder_edited_in_place_keys_a_new_warm_start(tmp_path, edited, before, after):
     import os
 
     from rapo_trl.cli.warm_start import warm_start_key
 
     (tmp_path / "config.json").write_text("{}")
-    weights = tmp_path / "pytorch_model.bin"
-    weights.write_bytes(b"old weights")
-    os.utime(weights, (1_000_000_000, 1_000_000_000))
-    first = warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3)
-    weights.write_bytes(b"other weights")
-    assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first
-
-
-def test_a_model_folder_whose_config_is_edited_keys_a_new_warm_start(tmp_path):
-    # The weights untouched, an edited config computes otherwise (here: another rope scaling).
-    import os
-
-    from rapo_trl.cli.warm_start import warm_start_key
-
-    (tmp_path / "config.json").write_text('{"rope_theta": 10000}')
-    weights = tmp_path / "model.safetensors"
-    weights.write_bytes(b"weights")
-    os.utime(weights, (1_000_000_000, 1_000_000_000))
+    if edited != "pytorch_model.bin":
+        (tmp_path / "model.safetensors").write_bytes(b"weights")
+    for path in tmp_path.iterdir():
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    (tmp_path / edited).write_bytes(before)
+    os.utime(tmp_path / edited, (1_000_000_000, 1_000_000_000))
     first = warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3)
     assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) == first
-    (tmp_path / "config.json").write_text('{"rope_theta": 500000}')
+    (tmp_path / edited).write_bytes(after)
     assert warm_start_key(str(tmp_path), [{"prompt": "p", "completion": "c"}], steps=3) != first
 
 
