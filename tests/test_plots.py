@@ -68,6 +68,22 @@ def test_plot_run_reads_the_latest_checkpoint_and_eval_results(tmp_path):
     assert (tmp_path / "plots" / "summary.png").is_file()
 
 
+def test_a_stopped_runs_plots_leave_out_the_earlier_models_eval_results(tmp_path, caplog):
+    # The stopped run's history comes from its checkpoint; the eval results beside it scored the model an earlier
+    # run saved in the same folder, so drawing them would show that model's pass@1 as this run's.
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    (folder / "trainer_state.json").write_text(json.dumps({"log_history": HISTORY[:2]}))
+    (tmp_path / "eval_results.json").write_text(json.dumps({"n": 8, "rows": {"trained": {"pass@1": 0.9}}}))
+    (tmp_path / "rapo_run.json").write_text(json.dumps({"task": "arithmetic", "finished": False}))
+    with caplog.at_level("WARNING", logger="rapo_trl.plots"):
+        names = [p.name for p in plot_run(tmp_path)]
+    assert "pass_at_1.png" not in names and "reward.png" in names
+    assert "eval_results.json is left out of the plots" in caplog.text
+    (tmp_path / "rapo_run.json").write_text(json.dumps({"task": "arithmetic", "finished": True}))
+    assert "pass_at_1.png" in [p.name for p in plot_run(tmp_path, tmp_path / "finished")]
+
+
 def test_missing_or_wrong_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="trainer_state.json"):
         load_log_history(tmp_path)
