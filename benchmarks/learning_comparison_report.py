@@ -75,7 +75,20 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
         lines += goal_section(members, version_rescored, markdown_table)
     lines += [f"Final on-policy reward: mean over the last {SMOOTHING} steps and the seeds; the first step at GRPO's "
               f"final reward reads the seed-mean on-policy reward, a {SMOOTHING}-step moving average.", ""]
-    md_path.write_text(with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md")))
+    text = with_notes("\n".join(lines), md_path.with_name("learning_comparison_notes.md"))
+    md_path.write_text(text)
+    drop_unlinked_plots(png_path, text)
+
+
+def drop_unlinked_plots(png_path: Path, text: str) -> list[Path]:
+    """Remove the version plots beside ``png_path`` that the report no longer links, returning them: a section's plot
+    is named by its place among the versions (the newest one's is ``png_path``), so when another version's run lands
+    the plots move, and one left behind would show curves no table reads."""
+    stale = [path for path in sorted(png_path.parent.glob(f"{png_path.stem}_*{png_path.suffix}"))
+             if f"]({path.name})" not in text]
+    for path in stale:
+        path.unlink()
+    return stale
 
 
 def version_plot(png_path: Path, version: str) -> Path:

@@ -100,6 +100,11 @@ def test_the_report_pairs_seeds_against_grpo_and_finds_when_an_arm_reaches_grpos
     # the older version keeps a plot of its own, linked from its table
     older = report.version_plot(png, "old")
     assert older.is_file() and older != png and f"]({older.name})" in text
+    # a plot the report no longer links (its version's place moved since) goes; the linked ones stay
+    moved = report.version_plot(png, "new")
+    moved.write_bytes(b"curves of an earlier draw")
+    report.write(records, md, png, list(bench.ARMS))
+    assert not moved.exists() and older.is_file() and png.is_file()
 
 
 def test_a_recorded_run_is_skipped_and_one_of_other_code_or_flags_is_not(tmp_path, monkeypatch):
