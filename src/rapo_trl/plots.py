@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rapo_trl.saved_checkpoints import RUN_RECORD, checkpoint_saved_last, highest_whole_checkpoint
+from rapo_trl.saved_checkpoints import checkpoint_saved_last, highest_whole_checkpoint, recorded_run
 
 PLOTS_DIR = "plots"
 STATE_FILE = "trainer_state.json"
@@ -256,16 +256,11 @@ def _evaluation_of(folder: Path) -> dict | None:
     then score the model an earlier run left in the same folder, while the history drawn is the stopped run's."""
     if not (folder / EVAL_FILE).is_file():
         return None
-    if _read_json(folder / RUN_RECORD).get("finished") is False:
+    if recorded_run(str(folder)).get("finished") is False:
         logger.warning("%s is left out of the plots: it scores the model an earlier run saved in %s, and the run "
                        "recorded there stopped before it saved its own", EVAL_FILE, folder)
         return None
-    return _read_json(folder / EVAL_FILE) or None  # a broken eval file must not stop the training plots
-
-
-def _read_json(path: Path) -> dict:
     try:
-        content = json.loads(path.read_text()) if path.is_file() else {}
+        return json.loads((folder / EVAL_FILE).read_text())
     except json.JSONDecodeError:
-        return {}
-    return content if isinstance(content, dict) else {}
+        return None  # a broken eval file must not stop the training plots

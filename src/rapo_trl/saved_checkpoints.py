@@ -76,14 +76,19 @@ def saved_run_id(checkpoint: str) -> str | None:
     return run_id if isinstance(run_id, str) else None
 
 
-def recorded_run_id(run_dir: str) -> str | None:
-    """The run ``run_dir``'s record names (``None``: no record, or one of a version that named none)."""
+def recorded_run(run_dir: str) -> dict:
+    """``run_dir``'s run record (``{}``: none, or one that cannot be read)."""
     try:
         with open(os.path.join(run_dir, RUN_RECORD)) as handle:
             record = json.load(handle)
     except (OSError, ValueError):
-        return None
-    run_id = record.get("run_id") if isinstance(record, dict) else None
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def recorded_run_id(run_dir: str) -> str | None:
+    """The run ``run_dir``'s record names (``None``: no record, or one of a version that named none)."""
+    run_id = recorded_run(run_dir).get("run_id")
     return run_id if isinstance(run_id, str) else None
 
 
