@@ -61,9 +61,7 @@ def write(records: list[dict], md_path: Path, png_path: Path, arms: Sequence[str
         picks = fixed_picks(members)
         groups = by_warm_start(members)
         for position, (warm_start, group) in enumerate(groups.items()):
-            plot = png_path if index == 0 else version_plot(png_path, version)
-            if position > 0:
-                plot = version_plot(png_path, f"{version}_{re.sub(r'[^A-Za-z0-9]+', '-', warm_start).strip('-')}")
+            plot = _section_plot(png_path, version, warm_start, index, position)
             heading = _warm_start_heading(warm_start, group) if len(groups) > 1 else None
             lines += _arms_section(group, arms, plot, heading)
             if not picks:
@@ -95,6 +93,14 @@ def version_plot(png_path: Path, version: str) -> Path:
     """The plot of an older version's table, beside the newest one's ``png_path``: each line of the protocol (one code
     version and one arithmetic) keeps its curves when another line's runs land after it."""
     return png_path.with_name(f"{png_path.stem}_{version}{png_path.suffix}")
+
+
+def _section_plot(png_path: Path, version: str, warm_start: str, version_index: int, position: int) -> Path:
+    """The plot of a version's table for one warm start: ``png_path`` for the newest version's first, the version's
+    own name for an older version's first, the version's and the warm start's for any later one."""
+    if position > 0:
+        return version_plot(png_path, f"{version}_{re.sub(r'[^A-Za-z0-9]+', '-', warm_start).strip('-')}")
+    return png_path if version_index == 0 else version_plot(png_path, version)
 
 
 def _warm_start_heading(warm_start: str, records: list[dict]) -> str:

@@ -105,9 +105,9 @@ class Line:
 
     @property
     def names_its_warm_start(self) -> bool:
-        """Whether each run of the line is recorded with its warm start's fingerprint, even when the check passed: so
-        when the check's record names a warm start, for the line's runs pair with that warm start's runs and not
-        with the unmarked ones."""
+        """Whether each run of the line is recorded with its warm start's fingerprint, even when the check passed:
+        yes when the check's record names a warm start, so that the line's runs pair with that warm start's runs and
+        not with the unmarked ones."""
         return self.check.warm_start is not None
 
     @property
